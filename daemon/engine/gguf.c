@@ -1,0 +1,2 @@
+/* gguf.c - being written */
+#include "gguf.h"

@@ -1,0 +1,138 @@
+/*
+ * backend.h - the operations the model calls, behind one opaque handle.
+ *
+ * A backend is a device's set of kernels (kernels/cpu/ today, kernels/cuda/
+ * next) reached through a table of function pointers, so that the model
+ * never calls SIMD intrinsics, CUDA or a thread pool itself.  Activations are
+ * row-major float rows, one row per token of the batch.  Nothing here knows
+ * of files, sequences' lifetimes or the daemon.
+ */
+#ifndef PAGODA_KERNELS_BACKEND_H
+#define PAGODA_KERNELS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+
+/*
+ * A weight matrix: n_rows rows (output features) of n_cols values (input
+ * features), row-major in `type`; row r starts at data + r * row_bytes.
+ * Quantised rows hold n_cols / 32 blocks.
+ */
+struct pg_matrix {
+	enum pg_dtype type;
+	int64_t n_rows;
+	int64_t n_cols;
+	size_t row_bytes;
+	const void *data;
+};
+
+/*
+ * Paged KV storage of one stage.  Page p starts at base + p * page_bytes and
+ * holds page_tokens token slots for each of the stage's n_blocks blocks:
+ *
+ *     page = [block][K=0,V=1][kv_head][slot][head_dim]   elements of `type`
+ *
+ * so that one KV head of one block is a contiguous page_tokens × head_dim
+ * tile.  A token's physical slot is page * page_tokens + offset in page.
+ */
+struct pg_kv_layout {
+	void *base;
+	size_t page_bytes;
+	int page_tokens;
+	int n_blocks;
+	int n_kv_heads;
+	int head_dim;
+	enum pg_dtype type;	/* PG_F32, PG_F16 or PG_BF16 */
+};
+
+/*
+ * One sequence's share of a batch for attention: its rows are
+ * first_row .. first_row + n_rows - 1 and hold positions
+ * n_ctx - n_rows .. n_ctx - 1; row i attends causally to positions
+ * 0 .. n_ctx - n_rows + i, read through the page table `pages`
+ * (page ids, one per page_tokens positions).
+ */
+struct pg_attn_seq {
+	const int32_t *pages;
+	int n_ctx;
+	int first_row;
+	int n_rows;
+};
+
+/* RoPE pair layouts: NORM rotates (x[2i], x[2i+1]); NEOX (x[i], x[i+d/2]). */
+enum pg_rope_mode {
+	PG_ROPE_NORM = 0,
+	PG_ROPE_NEOX = 2,
+};
+
+struct pg_backend;
+
+/*
+ * The operations.  Every pointer is to memory of this backend.  Operations
+ * do not fail: shapes are validated by the caller (the model checks them at
+ * load), so a bad shape here is a programming error.
+ */
+struct pg_backend_ops {
+	const char *name;
+
+	/* Destroy the backend and everything it owns. */
+	void (*destroy)(struct pg_backend *be);
+
+	/* out[i] = row ids[i] of m as floats.  out: (n, m->n_cols) */
+	void (*get_rows)(struct pg_backend *be, const struct pg_matrix *m,
+			 const int32_t *ids, int n, float *out);
+
+	/* out[i] = x[i] / rms(x[i]) * w.  x, out: (n, dim); w: (dim). In place ok. */
+	void (*rmsnorm)(struct pg_backend *be, const float *x, const float *w,
+			int n, int dim, float eps, float *out);
+
+	/*
+	 * y[i] = w · x[i] (+ bias).  x: (n, w->n_cols); y: (n, w->n_rows);
+	 * bias: (w->n_rows) or NULL.  Quantised weights take the activations
+	 * quantised to 8 bits (Q8_0, or Q8_1 for Q4_1), as llama.cpp does.
+	 */
+	void (*matmul)(struct pg_backend *be, const struct pg_matrix *w,
+		       const float *x, int n, const float *bias, float *y);
+
+	/*
+	 * Rotate the first n_rot dims of every head of x in place.
+	 * x: (n, n_heads * head_dim); pos: (n) token positions.
+	 */
+	void (*rope)(struct pg_backend *be, float *x, int n, int n_heads,
+		     int head_dim, int n_rot, const int32_t *pos,
+		     float freq_base, enum pg_rope_mode mode);
+
+	/*
+	 * Store K and V of n tokens of block `block` into their slots.
+	 * k, v: (n, n_kv_heads * head_dim); slots: (n) physical slots.
+	 */
+	void (*kv_write)(struct pg_backend *be, const struct pg_kv_layout *kv,
+			 int block, const float *k, const float *v, int n,
+			 const int32_t *slots);
+
+	/*
+	 * Causal attention of block `block`, grouped-query aware (query head h
+	 * reads KV head h / (n_heads / n_kv_heads)).
+	 * q, out: (rows of the batch, n_heads * head_dim).
+	 */
+	void (*attention)(struct pg_backend *be, const struct pg_kv_layout *kv,
+			  int block, const float *q, int n_heads,
+			  const struct pg_attn_seq *seqs, int n_seqs,
+			  float scale, float *out);
+
+	/* gate[i] = silu(gate[i]) * up[i] for n values. */
+	void (*silu_mul)(struct pg_backend *be, float *gate, const float *up,
+			 int64_t n);
+
+	/* x[i] += y[i] for n values. */
+	void (*add)(struct pg_backend *be, float *x, const float *y, int64_t n);
+};
+
+/* The handle every backend's own struct starts with. */
+struct pg_backend {
+	const struct pg_backend_ops *ops;
+};
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * cpu.h - the CPU backend: portable C kernels with runtime-dispatched SIMD
+ * (AVX2/FMA, AVX-512) and a thread pool of its own.
+ *
+ * It implements struct pg_backend_ops (kernels/backend.h).  It is not the
+ * engine: it knows nothing of models, sequences or files.
+ */
+#ifndef PAGODA_KERNELS_CPU_H
+#define PAGODA_KERNELS_CPU_H
+
+#include "../backend.h"
+
+/* Instruction-set levels, from the portable scalar reference upwards. */
+enum pg_cpu_isa {
+	PG_ISA_SCALAR = 0,
+	PG_ISA_AVX2 = 1,	/* AVX2 + FMA + F16C */
+	PG_ISA_AVX512 = 2,	/* AVX-512 F/BW/VL (+ VNNI where present) */
+};
+
+/* pg_cpu_isa_best - the highest level this processor supports. */
+enum pg_cpu_isa pg_cpu_isa_best(void);
+
+/* pg_cpu_isa_name - "scalar", "avx2", "avx512". */
+const char *pg_cpu_isa_name(enum pg_cpu_isa isa);
+
+/*
+ * pg_cpu_backend_create - a CPU backend running its kernels on n_threads
+ * threads (the caller's thread counts as one; n_threads <= 0 means one per
+ * online CPU) at instruction-set level isa (clamped to what the processor
+ * has).  Returns NULL and sets errno on failure (ENOMEM, or the error of
+ * pthread_create).  Destroy with be->ops->destroy(be).
+ */
+struct pg_backend *pg_cpu_backend_create(int n_threads, enum pg_cpu_isa isa);
+
+/* pg_cpu_backend_isa - the level a CPU backend actually runs at. */
+enum pg_cpu_isa pg_cpu_backend_isa(const struct pg_backend *be);
+
+/* pg_cpu_backend_threads - the number of threads a CPU backend runs on. */
+int pg_cpu_backend_threads(const struct pg_backend *be);
+
+/*
+ * Conversions shared by the backend, the engine (KV and sampling helpers)
+ * and the tests.  fp16 conversions are IEEE round-to-nearest-even; bf16 from
+ * float rounds to nearest even, NaN kept quiet.
+ */
+float pg_fp16_to_fp32(uint16_t h);
+uint16_t pg_fp32_to_fp16(float f);
+float pg_bf16_to_fp32(uint16_t h);
+uint16_t pg_fp32_to_bf16(float f);
+
+/*
+ * pg_quantize_row - quantise n floats (a multiple of 32 for quantised types)
+ * into `type` at dst, with the reference (scalar) rounding of llama.cpp.
+ * Returns the bytes written, or 0 when type is not a storable type.
+ */
+size_t pg_quantize_row(enum pg_dtype type, const float *src, void *dst,
+		       int64_t n);
+
+/* pg_dequantize_row - the inverse: n values of `type` at src into floats. */
+void pg_dequantize_row(enum pg_dtype type, const void *src, float *dst,
+		       int64_t n);
+
+#endif
