@@ -1,0 +1,144 @@
+/*
+ * attention.c - the attention op: causal, grouped-query scaled dot-product
+ * attention over paged KV storage, one (row, head) pair per work item.
+ *
+ * Keys are taken a page run at a time (at most PG_ATTN_CHUNK of them): their
+ * scores go to a small stack buffer, the running maximum is updated once per
+ * run (online softmax), and V rows are accumulated in f32 through the ISA
+ * table's dot and axpy loops, which read F32, F16 or BF16 pages directly.
+ * It does not write the KV pages (kv_write.c does).
+ */
+#include <math.h>
+
+#include "cpu_impl.h"
+
+#define PG_ATTN_CHUNK 64
+#define PG_ATTN_MAX_HEAD_DIM 1024
+
+struct attn_ctx {
+	const struct pg_cpu_kernels *k;
+	const struct pg_kv_layout *kv;
+	int block;
+	const float *q;			/* (rows, n_heads * head_dim) */
+	int n_heads;
+	const struct pg_attn_seq *seqs;	/* (n_seqs) */
+	int n_seqs;
+	float scale;
+	float *out;			/* (rows, n_heads * head_dim) */
+	pg_dot_fn dot;
+	pg_axpy_fn axpy;
+};
+
+/* Running state of one query's softmax: max m, sum l, weighted V in acc. */
+struct attn_state {
+	float m, l;
+	float *acc;			/* (head_dim) */
+};
+
+/* Fold keys slot0 .. slot0 + n - 1 (one page, contiguous) into st. */
+static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
+		     const float *q, struct attn_state *st)
+{
+	const struct pg_kv_layout *kv = c->kv;
+	size_t row_bytes = (size_t)kv->head_dim * pg_dtype_block_bytes(kv->type);
+	const uint8_t *kr = pg_kv_row(kv, c->block, 0, kvh, slot0);
+	const uint8_t *vr = pg_kv_row(kv, c->block, 1, kvh, slot0);
+	float s[PG_ATTN_CHUNK], mx = st->m;
+
+	for (int j = 0; j < n; j++) {
+		s[j] = c->dot(kv->head_dim, kr + j * row_bytes, q) * c->scale;
+		mx = fmaxf(mx, s[j]);
+	}
+	if (mx > st->m) {
+		float r = expf(st->m - mx);	/* 0 on the first run */
+
+		c->k->scale(kv->head_dim, r, st->acc);
+		st->l *= r;
+		st->m = mx;
+	}
+	for (int j = 0; j < n; j++) {
+		float p = expf(s[j] - mx);
+
+		st->l += p;
+		c->axpy(kv->head_dim, p, vr + j * row_bytes, st->acc);
+	}
+}
+
+/* out = softmax(q K^T * scale) V over positions 0 .. n_keys - 1. */
+static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
+		     int n_keys, int kvh, const float *q, float *out)
+{
+	int pt = c->kv->page_tokens, hd = c->kv->head_dim;
+	float acc[PG_ATTN_MAX_HEAD_DIM];
+	struct attn_state st = { .m = -INFINITY, .l = 0.0f, .acc = acc };
+
+	for (int i = 0; i < hd; i++)
+		acc[i] = 0.0f;
+	for (int p = 0; p < n_keys;) {
+		int off = p % pt;
+		int n = pt - off;
+
+		n = n < n_keys - p ? n : n_keys - p;
+		n = n < PG_ATTN_CHUNK ? n : PG_ATTN_CHUNK;
+		attn_run(c, kvh, seq->pages[p / pt] * pt + off, n, q, &st);
+		p += n;
+	}
+	for (int i = 0; i < hd; i++)
+		out[i] = acc[i] / st.l;
+}
+
+static void attn_worker(void *arg, int ith, int nth)
+{
+	const struct attn_ctx *c = arg;
+	int hd = c->kv->head_dim, group = c->n_heads / c->kv->n_kv_heads;
+	size_t stride = (size_t)c->n_heads * (size_t)hd;
+	int64_t item = 0;
+
+	/* items are dealt round-robin: later rows have more keys */
+	for (int s = 0; s < c->n_seqs; s++) {
+		const struct pg_attn_seq *seq = &c->seqs[s];
+
+		for (int i = 0; i < seq->n_rows; i++) {
+			size_t row = (size_t)(seq->first_row + i);
+			int n_keys = seq->n_ctx - seq->n_rows + i + 1;
+
+			for (int h = 0; h < c->n_heads; h++, item++) {
+				size_t o = row * stride + (size_t)h * hd;
+
+				if (item % nth != ith)
+					continue;
+				attn_one(c, seq, n_keys, h / group, c->q + o,
+					 c->out + o);
+			}
+		}
+	}
+}
+
+void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
+		      int block, const float *q, int n_heads,
+		      const struct pg_attn_seq *seqs, int n_seqs,
+		      float scale, float *out)
+{
+	struct pg_cpu_backend *cpu = pg_cpu(be);
+	struct attn_ctx c = {
+		.k = cpu->k, .kv = kv, .block = block, .q = q,
+		.n_heads = n_heads, .seqs = seqs, .n_seqs = n_seqs,
+		.scale = scale, .out = out,
+	};
+
+	switch (kv->type) {
+	case PG_F16:
+		c.dot = cpu->k->dot_f16;
+		c.axpy = cpu->k->axpy_f16;
+		break;
+	case PG_BF16:
+		c.dot = cpu->k->dot_bf16;
+		c.axpy = cpu->k->axpy_bf16;
+		break;
+	default:
+		c.dot = cpu->k->dot_f32;
+		c.axpy = cpu->k->axpy_f32;
+		break;
+	}
+	pg_pool_run(cpu->pool, attn_worker, &c);
+}

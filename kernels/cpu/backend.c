@@ -1,0 +1,134 @@
+/*
+ * backend.c - the CPU backend's handle: processor detection, the choice of
+ * the ISA table at creation, the thread pool and the table of ops.
+ *
+ * The ops themselves live one per file; this file only wires them up.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cpu_impl.h"
+
+/* Quantised activations' first allocation; matmul grows it on demand. */
+#define PG_CPU_SCRATCH_BYTES (1u << 20)
+
+enum pg_cpu_isa pg_cpu_isa_best(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("avx512dq") &&
+	    __builtin_cpu_supports("fma"))
+		return PG_ISA_AVX512;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    __builtin_cpu_supports("f16c"))
+		return PG_ISA_AVX2;
+	return PG_ISA_SCALAR;
+}
+
+const char *pg_cpu_isa_name(enum pg_cpu_isa isa)
+{
+	switch (isa) {
+	case PG_ISA_SCALAR: return "scalar";
+	case PG_ISA_AVX2: return "avx2";
+	case PG_ISA_AVX512: return "avx512";
+	}
+	return "unknown";
+}
+
+pg_dot_fn pg_cpu_dot_for(const struct pg_cpu_kernels *k, enum pg_dtype t,
+			 enum pg_dtype *vec_type)
+{
+	*vec_type = PG_F32;
+	switch (t) {
+	case PG_F32: return k->dot_f32;
+	case PG_F16: return k->dot_f16;
+	case PG_BF16: return k->dot_bf16;
+	case PG_Q8_0: *vec_type = PG_Q8_0; return k->dot_q8_0;
+	case PG_Q4_0: *vec_type = PG_Q8_0; return k->dot_q4_0;
+	case PG_Q4_1: *vec_type = PG_Q8_1; return k->dot_q4_1;
+	default: return NULL;
+	}
+}
+
+static void cpu_destroy(struct pg_backend *be)
+{
+	struct pg_cpu_backend *cpu = pg_cpu(be);
+
+	if (!cpu)
+		return;
+	pg_pool_destroy(cpu->pool);
+	free(cpu->scratch);
+	free(cpu);
+}
+
+static const struct pg_backend_ops cpu_ops = {
+	.name = "cpu",
+	.destroy = cpu_destroy,
+	.get_rows = pg_cpu_get_rows,
+	.rmsnorm = pg_cpu_rmsnorm,
+	.matmul = pg_cpu_matmul,
+	.rope = pg_cpu_rope,
+	.kv_write = pg_cpu_kv_write,
+	.attention = pg_cpu_attention,
+	.silu_mul = pg_cpu_silu_mul,
+	.add = pg_cpu_add,
+};
+
+static const struct pg_cpu_kernels *kernels_for(enum pg_cpu_isa isa)
+{
+	switch (isa) {
+	case PG_ISA_AVX512: return &pg_cpu_kernels_avx512;
+	case PG_ISA_AVX2: return &pg_cpu_kernels_avx2;
+	default: return &pg_cpu_kernels_scalar;
+	}
+}
+
+struct pg_backend *pg_cpu_backend_create(int n_threads, enum pg_cpu_isa isa)
+{
+	struct pg_cpu_backend *cpu;
+	enum pg_cpu_isa best = pg_cpu_isa_best();
+	int err;
+
+	if (n_threads <= 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		n_threads = n > 0 ? (int)n : 1;
+	}
+	cpu = calloc(1, sizeof(*cpu));
+	if (!cpu)
+		goto out_nomem;
+	cpu->be.ops = &cpu_ops;
+	cpu->k = kernels_for(isa < best ? isa : best);
+	cpu->n_threads = n_threads;
+	cpu->scratch_bytes = PG_CPU_SCRATCH_BYTES;
+	cpu->scratch = malloc(cpu->scratch_bytes);
+	if (!cpu->scratch)
+		goto out_free_cpu;
+	err = pg_pool_create(n_threads, &cpu->pool);
+	if (err) {
+		free(cpu->scratch);
+		free(cpu);
+		errno = -err;
+		return NULL;
+	}
+	return &cpu->be;
+
+out_free_cpu:
+	free(cpu);
+out_nomem:
+	errno = ENOMEM;
+	return NULL;
+}
+
+enum pg_cpu_isa pg_cpu_backend_isa(const struct pg_backend *be)
+{
+	return ((const struct pg_cpu_backend *)be)->k->isa;
+}
+
+int pg_cpu_backend_threads(const struct pg_backend *be)
+{
+	return ((const struct pg_cpu_backend *)be)->n_threads;
+}

@@ -1,0 +1,148 @@
+/*
+ * cpu_impl.h - the CPU backend's insides: its handle, the per-ISA table of
+ * inner loops, and the reference (scalar) loops every table falls back on.
+ *
+ * Shared by the files of kernels/cpu/ only; the model never includes it.
+ * The op files (matmul.c, attention.c, ...) hold the threading and tiling
+ * once; what differs per instruction set is only the inner loops here.
+ */
+#ifndef PAGODA_KERNELS_CPU_IMPL_H
+#define PAGODA_KERNELS_CPU_IMPL_H
+
+#include <stdint.h>
+
+#include "cpu.h"
+#include "threadpool.h"
+
+/*
+ * Dot of one weight row with one activation row of n values (n a multiple
+ * of 32 for quantised weights).  For F32/F16/BF16 weights x is floats; for
+ * quantised weights x is the activation row quantised to vec_dot_type.
+ */
+typedef float (*pg_dot_fn)(int64_t n, const void *w, const void *x);
+
+/* Quantise n floats (a multiple of 32) to the activation type at dst. */
+typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
+
+/* acc[i] += a * v[i] for n values; v of the KV type (F32, F16, BF16). */
+typedef void (*pg_axpy_fn)(int n, float a, const void *v, float *acc);
+
+/* The inner loops of one instruction-set level. */
+struct pg_cpu_kernels {
+	enum pg_cpu_isa isa;
+	pg_dot_fn dot_f32;		/* F32 weights . floats */
+	pg_dot_fn dot_f16;		/* F16 weights . floats */
+	pg_dot_fn dot_bf16;		/* BF16 weights . floats */
+	pg_dot_fn dot_q8_0;		/* Q8_0 . Q8_0 */
+	pg_dot_fn dot_q4_0;		/* Q4_0 . Q8_0 */
+	pg_dot_fn dot_q4_1;		/* Q4_1 . Q8_1 */
+	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
+	pg_quant_fn quant_q8_1;		/* activations for Q4_1 */
+	pg_axpy_fn axpy_f32;
+	pg_axpy_fn axpy_f16;
+	pg_axpy_fn axpy_bf16;
+	/* x[i] *= s for n values */
+	void (*scale)(int64_t n, float s, float *x);
+	/* sum of x[i]^2 for n values */
+	float (*sumsq)(int64_t n, const float *x);
+	/* out[i] = x[i] * s * w[i] for n values */
+	void (*scale_mul)(int64_t n, const float *x, float s, const float *w,
+			  float *out);
+	/* gate[i] = silu(gate[i]) * up[i] */
+	void (*silu_mul)(int64_t n, float *gate, const float *up);
+	/* x[i] += y[i] */
+	void (*add)(int64_t n, float *x, const float *y);
+};
+
+extern const struct pg_cpu_kernels pg_cpu_kernels_scalar;
+extern const struct pg_cpu_kernels pg_cpu_kernels_avx2;
+extern const struct pg_cpu_kernels pg_cpu_kernels_avx512;
+
+/* The backend's handle: the public one first, so that casts work. */
+struct pg_cpu_backend {
+	struct pg_backend be;
+	const struct pg_cpu_kernels *k;
+	struct pg_pool *pool;
+	int n_threads;
+	void *scratch;			/* quantised activations */
+	size_t scratch_bytes;
+};
+
+static inline struct pg_cpu_backend *pg_cpu(struct pg_backend *be)
+{
+	return (struct pg_cpu_backend *)be;
+}
+
+/* Dot and activation type for weights of type t; NULL when unsupported. */
+pg_dot_fn pg_cpu_dot_for(const struct pg_cpu_kernels *k, enum pg_dtype t,
+			 enum pg_dtype *vec_type);
+
+/* The scalar loops, also used by the SIMD tables for their tails. */
+float pg_dot_f32_ref(int64_t n, const void *w, const void *x);
+float pg_dot_f16_ref(int64_t n, const void *w, const void *x);
+float pg_dot_bf16_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q8_0_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q4_0_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q4_1_ref(int64_t n, const void *w, const void *x);
+void pg_quant_q8_0_ref(const float *x, void *dst, int64_t n);
+void pg_quant_q8_1_ref(const float *x, void *dst, int64_t n);
+void pg_axpy_f32_ref(int n, float a, const void *v, float *acc);
+void pg_axpy_f16_ref(int n, float a, const void *v, float *acc);
+void pg_axpy_bf16_ref(int n, float a, const void *v, float *acc);
+void pg_scale_ref(int64_t n, float s, float *x);
+float pg_sumsq_ref(int64_t n, const float *x);
+void pg_scale_mul_ref(int64_t n, const float *x, float s, const float *w,
+		      float *out);
+void pg_silu_mul_ref(int64_t n, float *gate, const float *up);
+void pg_add_ref(int64_t n, float *x, const float *y);
+
+/* The ops, one per file. */
+void pg_cpu_get_rows(struct pg_backend *be, const struct pg_matrix *m,
+		     const int32_t *ids, int n, float *out);
+void pg_cpu_rmsnorm(struct pg_backend *be, const float *x, const float *w,
+		    int n, int dim, float eps, float *out);
+void pg_cpu_matmul(struct pg_backend *be, const struct pg_matrix *w,
+		   const float *x, int n, const float *bias, float *y);
+void pg_cpu_rope(struct pg_backend *be, float *x, int n, int n_heads,
+		 int head_dim, int n_rot, const int32_t *pos,
+		 float freq_base, enum pg_rope_mode mode);
+void pg_cpu_kv_write(struct pg_backend *be, const struct pg_kv_layout *kv,
+		     int block, const float *k, const float *v, int n,
+		     const int32_t *slots);
+void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
+		      int block, const float *q, int n_heads,
+		      const struct pg_attn_seq *seqs, int n_seqs,
+		      float scale, float *out);
+void pg_cpu_silu_mul(struct pg_backend *be, float *gate, const float *up,
+		     int64_t n);
+void pg_cpu_add(struct pg_backend *be, float *x, const float *y, int64_t n);
+
+/*
+ * Address of (block, K=0 / V=1, kv head, physical slot) in paged KV storage;
+ * the slots of one page follow each other head_dim elements apart.
+ */
+static inline void *pg_kv_row(const struct pg_kv_layout *kv, int block,
+			      int which, int head, int32_t slot)
+{
+	size_t elem = pg_dtype_block_bytes(kv->type);
+	size_t page = (size_t)(slot / kv->page_tokens);
+	size_t off = (size_t)(slot % kv->page_tokens);
+	size_t tile = (((size_t)block * 2 + (size_t)which) *
+		       (size_t)kv->n_kv_heads + (size_t)head) *
+		      (size_t)kv->page_tokens + off;
+
+	return (uint8_t *)kv->base + page * kv->page_bytes +
+	       tile * (size_t)kv->head_dim * elem;
+}
+
+/* Split n items among nth threads: thread ith gets [*lo, *hi). */
+static inline void pg_split(int64_t n, int ith, int nth, int64_t *lo,
+			    int64_t *hi)
+{
+	int64_t per = (n + nth - 1) / nth;
+
+	*lo = per * ith < n ? per * ith : n;
+	*hi = *lo + per < n ? *lo + per : n;
+}
+
+#endif

@@ -1,0 +1,43 @@
+/*
+ * silu_mul.c - the silu_mul op: gate = silu(gate) * up, the SwiGLU of the
+ * feed-forward block.
+ *
+ * Long vectors (prompts) are split among threads; one token's vector is
+ * done by the caller alone.
+ */
+#include "cpu_impl.h"
+
+/* Below this many values the hand-off costs more than it saves. */
+#define PG_SILU_PAR_MIN 32768
+
+struct silu_ctx {
+	const struct pg_cpu_kernels *k;
+	float *gate;		/* (n) */
+	const float *up;	/* (n) */
+	int64_t n;
+};
+
+static void silu_worker(void *arg, int ith, int nth)
+{
+	const struct silu_ctx *c = arg;
+	int64_t lo, hi;
+
+	/* split on multiples of 16 so that SIMD loops keep their pace */
+	pg_split((c->n + 15) / 16, ith, nth, &lo, &hi);
+	lo *= 16;
+	hi = hi * 16 < c->n ? hi * 16 : c->n;
+	if (hi > lo)
+		c->k->silu_mul(hi - lo, c->gate + lo, c->up + lo);
+}
+
+void pg_cpu_silu_mul(struct pg_backend *be, float *gate, const float *up,
+		     int64_t n)
+{
+	struct pg_cpu_backend *cpu = pg_cpu(be);
+	struct silu_ctx c = { .k = cpu->k, .gate = gate, .up = up, .n = n };
+
+	if (n >= PG_SILU_PAR_MIN && cpu->n_threads > 1)
+		pg_pool_run(cpu->pool, silu_worker, &c);
+	else
+		cpu->k->silu_mul(n, gate, up);
+}

@@ -1,0 +1,90 @@
+/*
+ * vec.c - reference float loops (axpy, norms, activations) and the scalar
+ * table of inner loops, the level every other table is checked against.
+ *
+ * Plain C, no threading; the ops that call these are in their own files.
+ */
+#include <math.h>
+
+#include "cpu_impl.h"
+
+/* v: (n) floats; acc: (n) */
+void pg_axpy_f32_ref(int n, float a, const void *v, float *acc)
+{
+	const float *x = v;
+
+	for (int i = 0; i < n; i++)
+		acc[i] += a * x[i];
+}
+
+/* v: (n) F16; acc: (n) */
+void pg_axpy_f16_ref(int n, float a, const void *v, float *acc)
+{
+	const uint16_t *x = v;
+
+	for (int i = 0; i < n; i++)
+		acc[i] += a * pg_fp16_to_fp32(x[i]);
+}
+
+/* v: (n) BF16; acc: (n) */
+void pg_axpy_bf16_ref(int n, float a, const void *v, float *acc)
+{
+	const uint16_t *x = v;
+
+	for (int i = 0; i < n; i++)
+		acc[i] += a * pg_bf16_to_fp32(x[i]);
+}
+
+void pg_scale_ref(int64_t n, float s, float *x)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= s;
+}
+
+float pg_sumsq_ref(int64_t n, const float *x)
+{
+	float s = 0.0f;
+
+	for (int64_t i = 0; i < n; i++)
+		s += x[i] * x[i];
+	return s;
+}
+
+void pg_scale_mul_ref(int64_t n, const float *x, float s, const float *w,
+		      float *out)
+{
+	for (int64_t i = 0; i < n; i++)
+		out[i] = x[i] * s * w[i];
+}
+
+void pg_silu_mul_ref(int64_t n, float *gate, const float *up)
+{
+	for (int64_t i = 0; i < n; i++)
+		gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void pg_add_ref(int64_t n, float *x, const float *y)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] += y[i];
+}
+
+const struct pg_cpu_kernels pg_cpu_kernels_scalar = {
+	.isa = PG_ISA_SCALAR,
+	.dot_f32 = pg_dot_f32_ref,
+	.dot_f16 = pg_dot_f16_ref,
+	.dot_bf16 = pg_dot_bf16_ref,
+	.dot_q8_0 = pg_dot_q8_0_ref,
+	.dot_q4_0 = pg_dot_q4_0_ref,
+	.dot_q4_1 = pg_dot_q4_1_ref,
+	.quant_q8_0 = pg_quant_q8_0_ref,
+	.quant_q8_1 = pg_quant_q8_1_ref,
+	.axpy_f32 = pg_axpy_f32_ref,
+	.axpy_f16 = pg_axpy_f16_ref,
+	.axpy_bf16 = pg_axpy_bf16_ref,
+	.scale = pg_scale_ref,
+	.sumsq = pg_sumsq_ref,
+	.scale_mul = pg_scale_mul_ref,
+	.silu_mul = pg_silu_mul_ref,
+	.add = pg_add_ref,
+};

@@ -1,0 +1,647 @@
+/*
+ * test_kernels.c - conformance of the CPU backend's ops: every op, at every
+ * instruction-set level this processor has, on 1 and 2 threads, against
+ * the scalar backend and against double-precision references.
+ *
+ * Error measure: normalised MSE, sum (a - b)^2 / sum b^2, with bounds:
+ *   - scalar quantised dots vs a float dot of dequantised values: each dot
+ *     within 1e-5 of sum |w x| (only summation order differs);
+ *   - matmul, float weights, any level vs double: 1e-9 (F32), and the
+ *     same after rounding W to F16/BF16 (the reference uses rounded W);
+ *   - matmul, quantised weights, scalar vs double of dequantised W and
+ *     unquantised x: 1e-3 (the 8-bit activations' error, ~1e-5 typical);
+ *     SIMD levels vs scalar: 2e-5 (activation rounding may differ by one
+ *     step where x * (1/d) sits at .5; accumulation order differs);
+ *   - rmsnorm, silu_mul, add vs double: 1e-10; rope vs double: 1e-8;
+ *   - attention vs double over the stored (rounded) K and V: 1e-9;
+ *   - kv_write, get_rows: exact.
+ * The same level on 1 and 2 threads must agree bit for bit: each output is
+ * computed by the same code whatever the split.
+ * Exits 0 on success, 1 on failure; levels the processor lacks are skipped
+ * and named.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+static int failures;
+
+#define CHECK(cond, ...) do {						\
+	if (!(cond)) {							\
+		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);	\
+		fprintf(stderr, __VA_ARGS__);				\
+		fputc('\n', stderr);					\
+		failures++;						\
+	}								\
+} while (0)
+
+/* The backends under test: every level present, 1 and 2 threads. */
+#define MAX_BE 6
+static struct pg_backend *bes[MAX_BE];
+static int n_bes;
+static struct pg_backend *ref;		/* scalar, 1 thread: bes[0] */
+
+static uint32_t rng = 1;
+
+static float frand(void)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static void fill(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = frand();
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p) {
+		perror("malloc");
+		exit(1);
+	}
+	return p;
+}
+
+static double nmse(const float *a, const double *b, size_t n)
+{
+	double se = 0, ss = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		se += (a[i] - b[i]) * (a[i] - b[i]);
+		ss += b[i] * b[i];
+	}
+	return ss > 0 ? se / ss : se;
+}
+
+static double nmse_f(const float *a, const float *b, size_t n)
+{
+	double se = 0, ss = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		ss += (double)b[i] * b[i];
+	}
+	return ss > 0 ? se / ss : se;
+}
+
+static const char *be_name(struct pg_backend *be)
+{
+	static char buf[4][32];
+	static int k;
+
+	k = (k + 1) % 4;
+	snprintf(buf[k], sizeof(buf[k]), "%s/%dt",
+		 pg_cpu_isa_name(pg_cpu_backend_isa(be)),
+		 pg_cpu_backend_threads(be));
+	return buf[k];
+}
+
+/*
+ * Compare out (from backend bes[i]) with want: nmse against the double
+ * reference, and bit-identity with the same level's 1-thread output.
+ */
+static void compare(const char *what, int i, const float *out,
+		    const double *want, double bound, float *first, size_t n)
+{
+	double e = nmse(out, want, n);
+
+	CHECK(e <= bound, "%s on %s: nmse %.3g > %.3g", what,
+	      be_name(bes[i]), e, bound);
+	if (pg_cpu_backend_threads(bes[i]) == 1)
+		memcpy(first, out, n * sizeof(float));
+	else
+		CHECK(!memcmp(first, out, n * sizeof(float)),
+		      "%s on %s differs from 1 thread", what, be_name(bes[i]));
+}
+
+/* ---- dots: scalar quantised matmul row vs dequantised float dot ---- */
+
+static const enum pg_dtype wtypes[] = {
+	PG_F32, PG_F16, PG_BF16, PG_Q8_0, PG_Q4_0, PG_Q4_1,
+};
+#define N_WTYPES (sizeof(wtypes) / sizeof(wtypes[0]))
+
+static int is_quant(enum pg_dtype t)
+{
+	return pg_dtype_block_size(t) == PG_QK;
+}
+
+/* A weight matrix of random values in type t; *wf: the rounded values. */
+static struct pg_matrix make_matrix(enum pg_dtype t, int64_t rows,
+				    int64_t cols, float **wf)
+{
+	struct pg_matrix m = { .type = t, .n_rows = rows, .n_cols = cols };
+	float *f = xmalloc((size_t)(rows * cols) * sizeof(float));
+	uint8_t *d;
+
+	m.row_bytes = pg_dtype_row_bytes(t, (uint64_t)cols);
+	d = xmalloc(m.row_bytes * (size_t)rows);
+	fill(f, (size_t)(rows * cols));
+	for (int64_t r = 0; r < rows; r++) {
+		pg_quantize_row(t, f + r * cols, d + r * m.row_bytes, cols);
+		pg_dequantize_row(t, d + r * m.row_bytes, f + r * cols, cols);
+	}
+	m.data = d;
+	*wf = f;
+	return m;
+}
+
+/*
+ * The scalar backend's matmul of one token, each output against the float
+ * dot of dequantised W and dequantised activations (quantised here the
+ * same way as the backend's reference), within 1e-5 of sum |w x|.
+ */
+static void check_dots(void)
+{
+	enum { ROWS = 8, COLS = 1056 };	/* 33 blocks: not a multiple of 64 */
+
+	for (size_t k = 0; k < N_WTYPES; k++) {
+		enum pg_dtype t = wtypes[k];
+		enum pg_dtype vt = t == PG_Q4_1 ? PG_Q8_1 :
+				   is_quant(t) ? PG_Q8_0 : PG_F32;
+		float *wf, x[COLS], xd[COLS], y[ROWS];
+		uint8_t xq[COLS * sizeof(float)];
+		struct pg_matrix m = make_matrix(t, ROWS, COLS, &wf);
+
+		fill(x, COLS);
+		pg_quantize_row(vt, x, xq, COLS);
+		pg_dequantize_row(vt, xq, xd, COLS);
+		ref->ops->matmul(ref, &m, x, 1, NULL, y);
+		for (int r = 0; r < ROWS; r++) {
+			double s = 0, a = 0;
+
+			for (int i = 0; i < COLS; i++) {
+				s += (double)wf[r * COLS + i] * xd[i];
+				a += fabs((double)wf[r * COLS + i] * xd[i]);
+			}
+			CHECK(fabs(y[r] - s) <= 1e-5 * a,
+			      "dot %s: %g vs %g (sum |wx| %g)",
+			      pg_dtype_name(t), y[r], s, a);
+		}
+		free(wf);
+		free((void *)m.data);
+	}
+	printf("dots: scalar quantised dots match dequantised float dots\n");
+}
+
+/* ---- matmul ---- */
+
+static void matmul_ref(const float *wf, int64_t rows, int64_t cols,
+		       const float *x, int n, const float *bias, double *y)
+{
+	for (int t = 0; t < n; t++)
+		for (int64_t r = 0; r < rows; r++) {
+			double s = bias ? bias[r] : 0;
+
+			for (int64_t i = 0; i < cols; i++)
+				s += (double)wf[r * cols + i] * x[t * cols + i];
+			y[t * rows + r] = s;
+		}
+}
+
+static void check_matmul_case(enum pg_dtype t, int64_t rows, int64_t cols,
+			      int n, int with_bias)
+{
+	float *wf, *x, *y, *first, *scalar, *bias = NULL;
+	double *want;
+	struct pg_matrix m = make_matrix(t, rows, cols, &wf);
+	size_t ny = (size_t)n * (size_t)rows;
+	char what[96];
+
+	x = xmalloc((size_t)n * (size_t)cols * sizeof(float));
+	y = xmalloc(ny * sizeof(float));
+	first = xmalloc(ny * sizeof(float));
+	scalar = xmalloc(ny * sizeof(float));
+	want = xmalloc(ny * sizeof(double));
+	fill(x, (size_t)n * (size_t)cols);
+	if (with_bias) {
+		bias = xmalloc((size_t)rows * sizeof(float));
+		fill(bias, (size_t)rows);
+	}
+	matmul_ref(wf, rows, cols, x, n, bias, want);
+	snprintf(what, sizeof(what), "matmul %s %lldx%lld n=%d%s",
+		 pg_dtype_name(t), (long long)rows, (long long)cols, n,
+		 bias ? " +bias" : "");
+	for (int i = 0; i < n_bes; i++) {
+		int simd = pg_cpu_backend_isa(bes[i]) != PG_ISA_SCALAR;
+
+		bes[i]->ops->matmul(bes[i], &m, x, n, bias, y);
+		compare(what, i, y, want, is_quant(t) ? 1e-3 : 1e-9, first, ny);
+		if (i == 0)
+			memcpy(scalar, y, ny * sizeof(float));
+		if (simd && is_quant(t)) {
+			double e = nmse_f(y, scalar, ny);
+
+			CHECK(e <= 2e-5, "%s on %s vs scalar: nmse %.3g",
+			      what, be_name(bes[i]), e);
+		}
+	}
+	free(wf), free((void *)m.data), free(x), free(y), free(first);
+	free(scalar), free(want), free(bias);
+}
+
+static void check_matmul(void)
+{
+	static const int64_t shapes[][2] = {
+		{ 33, 96 }, { 64, 576 }, { 17, 1536 }, { 130, 160 }, { 5, 32 },
+	};
+	static const int ns[] = { 1, 7, 33 };
+
+	for (size_t k = 0; k < N_WTYPES; k++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+			for (size_t j = 0; j < sizeof(ns) / sizeof(ns[0]); j++)
+				check_matmul_case(wtypes[k], shapes[s][0],
+						  shapes[s][1], ns[j],
+						  (int)(s + j) % 2);
+	printf("matmul: 6 types x 5 shapes x n = 1, 7, 33\n");
+}
+
+/* ---- get_rows ---- */
+
+static void check_get_rows(void)
+{
+	enum { ROWS = 50, COLS = 160, N = 7 };
+	static const int32_t ids[N] = { 3, 0, 49, 3, 17, 25, 8 };
+	float out[N * COLS];
+
+	for (size_t k = 0; k < N_WTYPES; k++) {
+		float *wf;
+		struct pg_matrix m = make_matrix(wtypes[k], ROWS, COLS, &wf);
+
+		for (int i = 0; i < n_bes; i++) {
+			bes[i]->ops->get_rows(bes[i], &m, ids, N, out);
+			for (int t = 0; t < N; t++)
+				CHECK(!memcmp(out + t * COLS,
+					      wf + ids[t] * COLS,
+					      COLS * sizeof(float)),
+				      "get_rows %s row %d on %s",
+				      pg_dtype_name(wtypes[k]), t,
+				      be_name(bes[i]));
+		}
+		free(wf);
+		free((void *)m.data);
+	}
+	printf("get_rows: exact\n");
+}
+
+/* ---- rmsnorm, silu_mul, add ---- */
+
+static void check_rmsnorm(void)
+{
+	static const int shapes[][2] = { { 1, 576 }, { 7, 100 }, { 33, 64 },
+					 { 64, 576 }, { 3, 5 } };
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		int n = shapes[s][0], dim = shapes[s][1];
+		size_t sz = (size_t)n * (size_t)dim;
+		float *x = xmalloc(sz * 4), *y = xmalloc(sz * 4);
+		float *first = xmalloc(sz * 4), *w = xmalloc((size_t)dim * 4);
+		double *want = xmalloc(sz * 8);
+
+		fill(x, sz);
+		fill(w, (size_t)dim);
+		for (int t = 0; t < n; t++) {
+			double ss = 0;
+
+			for (int i = 0; i < dim; i++)
+				ss += (double)x[t * dim + i] * x[t * dim + i];
+			ss = 1.0 / sqrt(ss / dim + 1e-5);
+			for (int i = 0; i < dim; i++)
+				want[t * dim + i] = x[t * dim + i] * ss * w[i];
+		}
+		for (int i = 0; i < n_bes; i++) {
+			memcpy(y, x, sz * 4);	/* in place */
+			bes[i]->ops->rmsnorm(bes[i], y, w, n, dim, 1e-5f, y);
+			compare("rmsnorm", i, y, want, 1e-10, first, sz);
+		}
+		free(x), free(y), free(first), free(w), free(want);
+	}
+	printf("rmsnorm: ok\n");
+}
+
+static void check_silu_add(void)
+{
+	static const int64_t sizes[] = { 1, 7, 33, 576, 1536, 100003 };
+
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		size_t n = (size_t)sizes[s];
+		float *g = xmalloc(n * 4), *u = xmalloc(n * 4);
+		float *y = xmalloc(n * 4), *first = xmalloc(n * 4);
+		float *first2 = xmalloc(n * 4);
+		double *want = xmalloc(n * 8), *want2 = xmalloc(n * 8);
+
+		fill(g, n);
+		fill(u, n);
+		for (size_t i = 0; i < n; i++) {
+			g[i] *= 8.0f;
+			want[i] = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+			want2[i] = (double)g[i] + u[i];
+		}
+		for (int i = 0; i < n_bes; i++) {
+			memcpy(y, g, n * 4);
+			bes[i]->ops->silu_mul(bes[i], y, u, (int64_t)n);
+			compare("silu_mul", i, y, want, 1e-10, first, n);
+			memcpy(y, g, n * 4);
+			bes[i]->ops->add(bes[i], y, u, (int64_t)n);
+			compare("add", i, y, want2, 1e-12, first2, n);
+		}
+		free(g), free(u), free(y), free(first), free(want);
+		free(want2), free(first2);
+	}
+	printf("silu_mul, add: ok\n");
+}
+
+/* ---- rope ---- */
+
+static void rope_ref(const float *x, double *y, int n, int n_heads, int hd,
+		     int n_rot, const int32_t *pos, double base,
+		     enum pg_rope_mode mode)
+{
+	for (int t = 0; t < n; t++)
+		for (int h = 0; h < n_heads; h++) {
+			const float *a = x + ((size_t)t * n_heads + h) * hd;
+			double *b = y + ((size_t)t * n_heads + h) * hd;
+
+			for (int i = 0; i < hd; i++)
+				b[i] = a[i];
+			for (int i = 0; i < n_rot / 2; i++) {
+				double th = pos[t] * pow(base, -2.0 * i / n_rot);
+				int p = mode == PG_ROPE_NEOX ? i : 2 * i;
+				int q = mode == PG_ROPE_NEOX ? i + n_rot / 2 :
+					p + 1;
+
+				b[p] = a[p] * cos(th) - a[q] * sin(th);
+				b[q] = a[p] * sin(th) + a[q] * cos(th);
+			}
+		}
+}
+
+static void check_rope(void)
+{
+	static const int cases[][4] = {	/* n, n_heads, head_dim, n_rot */
+		{ 1, 9, 64, 64 }, { 7, 3, 128, 128 }, { 33, 4, 64, 32 },
+		{ 2, 2, 256, 160 },
+	};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+		for (int mode = 0; mode <= 2; mode += 2) {
+			int n = cases[c][0], nh = cases[c][1];
+			int hd = cases[c][2], nr = cases[c][3];
+			size_t sz = (size_t)n * nh * hd;
+			float *x = xmalloc(sz * 4), *y = xmalloc(sz * 4);
+			float *first = xmalloc(sz * 4);
+			double *want = xmalloc(sz * 8);
+			int32_t pos[64];
+
+			fill(x, sz);
+			for (int t = 0; t < n; t++)
+				pos[t] = t * 37 + (int)c * 500;
+			rope_ref(x, want, n, nh, hd, nr, pos, 10000.0,
+				 (enum pg_rope_mode)mode);
+			for (int i = 0; i < n_bes; i++) {
+				memcpy(y, x, sz * 4);
+				bes[i]->ops->rope(bes[i], y, n, nh, hd, nr, pos,
+						  10000.0f,
+						  (enum pg_rope_mode)mode);
+				compare(mode ? "rope neox" : "rope norm", i, y,
+					want, 1e-8, first, sz);
+			}
+			free(x), free(y), free(first), free(want);
+		}
+	printf("rope: norm and neox, partial rotation\n");
+}
+
+/* ---- kv_write and attention ---- */
+
+struct attn_case {
+	enum pg_dtype type;
+	int page_tokens, head_dim, n_kv_heads, group;
+	int n_seqs;
+	int n_ctx[3], n_rows[3];
+};
+
+/* Positions 0 .. n_ctx - 1 of each sequence, pages dealt backwards. */
+static int32_t *make_pages(const struct attn_case *ac, int32_t **pages,
+			   int *n_pages)
+{
+	int total = 0, next;
+	int32_t *slots;
+
+	for (int s = 0; s < ac->n_seqs; s++)
+		total += (ac->n_ctx[s] + ac->page_tokens - 1) / ac->page_tokens;
+	*n_pages = total;
+	next = total;
+	for (int s = 0; s < ac->n_seqs; s++) {
+		int np = (ac->n_ctx[s] + ac->page_tokens - 1) / ac->page_tokens;
+
+		pages[s] = xmalloc((size_t)np * sizeof(int32_t));
+		for (int p = 0; p < np; p++)
+			pages[s][p] = --next;
+	}
+	slots = xmalloc((size_t)total * ac->page_tokens * sizeof(int32_t));
+	return slots;
+}
+
+/* Attention over the stored K, V (read back as floats) in double. */
+static void attn_ref(const struct attn_case *ac, const float *kf,
+		     const float *vf, const float *q, int n_heads,
+		     const struct pg_attn_seq *seqs, float scale, double *out)
+{
+	int hd = ac->head_dim, kvd = ac->n_kv_heads * hd;
+	int ctx0 = 0;
+
+	for (int s = 0; s < ac->n_seqs; s++) {
+		const struct pg_attn_seq *sq = &seqs[s];
+
+		for (int i = 0; i < sq->n_rows; i++)
+			for (int h = 0; h < n_heads; h++) {
+				int nk = sq->n_ctx - sq->n_rows + i + 1;
+				int kvh = h / ac->group;
+				const float *qr = q + ((size_t)(sq->first_row + i) * n_heads + h) * hd;
+				double *o = out + ((size_t)(sq->first_row + i) * n_heads + h) * hd;
+				double *sc = xmalloc((size_t)nk * 8), mx = -INFINITY, l = 0;
+
+				for (int p = 0; p < nk; p++) {
+					const float *kr = kf + (size_t)(ctx0 + p) * kvd + kvh * hd;
+					double d = 0;
+
+					for (int e = 0; e < hd; e++)
+						d += (double)qr[e] * kr[e];
+					sc[p] = d * scale;
+					mx = fmax(mx, sc[p]);
+				}
+				for (int e = 0; e < hd; e++)
+					o[e] = 0;
+				for (int p = 0; p < nk; p++) {
+					const float *vr = vf + (size_t)(ctx0 + p) * kvd + kvh * hd;
+					double w = exp(sc[p] - mx);
+
+					l += w;
+					for (int e = 0; e < hd; e++)
+						o[e] += w * vr[e];
+				}
+				for (int e = 0; e < hd; e++)
+					o[e] /= l;
+				free(sc);
+			}
+		ctx0 += sq->n_ctx;
+	}
+}
+
+static void check_attn_case(const struct attn_case *ac)
+{
+	enum { BLOCK = 1, N_BLOCKS = 2 };
+	int hd = ac->head_dim, nkv = ac->n_kv_heads, n_heads = nkv * ac->group;
+	int kvd = nkv * hd, total_ctx = 0, rows = 0, n_pages;
+	int32_t *pages[3];
+	int32_t *slots = make_pages(ac, pages, &n_pages);
+	struct pg_kv_layout kv = {
+		.page_tokens = ac->page_tokens, .n_blocks = N_BLOCKS,
+		.n_kv_heads = nkv, .head_dim = hd, .type = ac->type,
+	};
+	struct pg_attn_seq seqs[3];
+
+	kv.page_bytes = (size_t)N_BLOCKS * 2 * nkv * ac->page_tokens * hd *
+			pg_dtype_block_bytes(ac->type);
+	for (int s = 0; s < ac->n_seqs; s++) {
+		seqs[s] = (struct pg_attn_seq){ .pages = pages[s],
+			.n_ctx = ac->n_ctx[s], .first_row = rows,
+			.n_rows = ac->n_rows[s] };
+		for (int p = 0; p < ac->n_ctx[s]; p++)
+			slots[total_ctx + p] = pages[s][p / ac->page_tokens] *
+				ac->page_tokens + p % ac->page_tokens;
+		total_ctx += ac->n_ctx[s];
+		rows += ac->n_rows[s];
+	}
+
+	size_t qsz = (size_t)rows * n_heads * hd;
+	float *k = xmalloc((size_t)total_ctx * kvd * 4);
+	float *v = xmalloc((size_t)total_ctx * kvd * 4);
+	float *kf = xmalloc((size_t)total_ctx * kvd * 4);
+	float *vf = xmalloc((size_t)total_ctx * kvd * 4);
+	float *q = xmalloc(qsz * 4), *out = xmalloc(qsz * 4);
+	float *first = xmalloc(qsz * 4);
+	double *want = xmalloc(qsz * 8);
+	char what[128];
+
+	kv.base = xmalloc(kv.page_bytes * (size_t)n_pages);
+	fill(k, (size_t)total_ctx * kvd);
+	fill(v, (size_t)total_ctx * kvd);
+	fill(q, qsz);
+	for (size_t i = 0; i < (size_t)total_ctx * kvd; i++) {
+		k[i] *= 3.0f;		/* peakier softmax */
+		/* what the pages will hold: each value rounded to the type */
+		pg_quantize_row(ac->type, &k[i], &kf[i], 1);
+		pg_dequantize_row(ac->type, &kf[i], &kf[i], 1);
+		pg_quantize_row(ac->type, &v[i], &vf[i], 1);
+		pg_dequantize_row(ac->type, &vf[i], &vf[i], 1);
+	}
+	snprintf(what, sizeof(what),
+		 "attention %s pt=%d hd=%d kv=%d group=%d seqs=%d",
+		 pg_dtype_name(ac->type), ac->page_tokens, hd, nkv, ac->group,
+		 ac->n_seqs);
+	attn_ref(ac, kf, vf, q, n_heads, seqs, 1.0f / sqrtf((float)hd), want);
+	for (int i = 0; i < n_bes; i++) {
+		memset(kv.base, 0xff, kv.page_bytes * (size_t)n_pages);
+		bes[i]->ops->kv_write(bes[i], &kv, BLOCK, k, v, total_ctx,
+				      slots);
+		for (int p = 0; p < total_ctx; p++)
+			for (int h = 0; h < nkv; h++) {
+				float tmp[256];
+				int32_t sl = slots[p];
+				uint8_t *pg = (uint8_t *)kv.base +
+					(size_t)(sl / ac->page_tokens) * kv.page_bytes;
+				size_t eb = pg_dtype_block_bytes(ac->type);
+				size_t off = ((((size_t)BLOCK * 2 + 1) * nkv + h) *
+					      ac->page_tokens + sl % ac->page_tokens) * hd * eb;
+
+				pg_dequantize_row(ac->type, pg + off, tmp, hd);
+				CHECK(!memcmp(tmp, vf + (size_t)p * kvd + h * hd,
+					      (size_t)hd * 4),
+				      "kv_write V pos %d head %d on %s", p, h,
+				      be_name(bes[i]));
+			}
+		bes[i]->ops->attention(bes[i], &kv, BLOCK, q, n_heads, seqs,
+				       ac->n_seqs, 1.0f / sqrtf((float)hd), out);
+		compare(what, i, out, want, 1e-9, first, qsz);
+	}
+	for (int s = 0; s < ac->n_seqs; s++)
+		free(pages[s]);
+	free(slots), free(k), free(v), free(kf), free(vf), free(q);
+	free(out), free(first), free(want), free(kv.base);
+}
+
+static void check_attention(void)
+{
+	static const struct attn_case cases[] = {
+		{ PG_F32, 16, 64, 3, 3, 2, { 40, 17 }, { 1, 1 } },
+		{ PG_F16, 7, 64, 3, 3, 2, { 40, 17 }, { 7, 17 } },
+		{ PG_BF16, 16, 128, 2, 4, 1, { 100 }, { 33 } },
+		{ PG_F32, 7, 128, 1, 1, 3, { 1, 30, 71 }, { 1, 1, 7 } },
+		{ PG_F16, 16, 128, 2, 1, 2, { 200, 5 }, { 1, 5 } },
+		{ PG_BF16, 7, 64, 4, 3, 1, { 15 }, { 15 } },
+		{ PG_F32, 16, 64, 1, 4, 1, { 33 }, { 33 } },
+	};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+		check_attn_case(&cases[c]);
+	printf("kv_write, attention: F32/F16/BF16, pages 16 and 7, "
+	       "head_dim 64 and 128, GQA 1, 3, 4\n");
+}
+
+/* ---- the backends ---- */
+
+static void open_backends(void)
+{
+	enum pg_cpu_isa best = pg_cpu_isa_best();
+
+	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_AVX512; isa++) {
+		if (isa > (int)best) {
+			printf("level %s: skipped (this processor lacks it)\n",
+			       pg_cpu_isa_name((enum pg_cpu_isa)isa));
+			continue;
+		}
+		for (int t = 1; t <= 2; t++) {
+			struct pg_backend *be =
+				pg_cpu_backend_create(t, (enum pg_cpu_isa)isa);
+
+			if (!be) {
+				perror("pg_cpu_backend_create");
+				exit(1);
+			}
+			CHECK(pg_cpu_backend_isa(be) == (enum pg_cpu_isa)isa &&
+			      pg_cpu_backend_threads(be) == t, "backend %d/%d",
+			      isa, t);
+			bes[n_bes++] = be;
+		}
+		printf("level %s: tested on 1 and 2 threads\n",
+		       pg_cpu_isa_name((enum pg_cpu_isa)isa));
+	}
+	ref = bes[0];
+}
+
+int main(void)
+{
+	open_backends();
+	check_dots();
+	check_get_rows();
+	check_rmsnorm();
+	check_silu_add();
+	check_rope();
+	check_matmul();
+	check_attention();
+	for (int i = 0; i < n_bes; i++)
+		bes[i]->ops->destroy(bes[i]);
+	if (failures)
+		fprintf(stderr, "test_kernels: %d failures\n", failures);
+	else
+		printf("test_kernels: all passed\n");
+	return failures ? 1 : 0;
+}
