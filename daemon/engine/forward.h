@@ -1,0 +1,79 @@
+/*
+ * forward.h - the Llama forward pass over a batch of tokens from one or
+ * more sequences, run as a list of stages.
+ *
+ * A stage is one device (a backend) with a contiguous range of blocks, the
+ * KV pages of those blocks, and, for the first and last stage, the embedding
+ * and the output head.  Today one stage holds every block; the structure is
+ * the one pipeline parallelism extends.  Prefill (many tokens of a sequence)
+ * and decode (one token) are the same code.  This file knows nothing of
+ * requests, sampling or scheduling.
+ */
+#ifndef PAGODA_FORWARD_H
+#define PAGODA_FORWARD_H
+
+#include <stdint.h>
+
+#include "../../kernels/cpu/cpu.h"
+#include "kv.h"
+#include "model.h"
+
+struct pg_forward_params {
+	int n_threads;		/* CPU threads; <= 0: all online CPUs */
+	enum pg_cpu_isa isa;	/* clamped to what the CPU has */
+	int max_batch_tokens;	/* rows one call may carry */
+	int n_pages;		/* KV pages in the pool */
+	int page_tokens;	/* tokens per KV page */
+	enum pg_dtype kv_type;	/* F16 (default), F32 or BF16 */
+};
+
+/* pg_forward_params_default - 2 threads, best ISA, 512 tokens, F16 KV. */
+struct pg_forward_params pg_forward_params_default(void);
+
+/* One sequence's share of a batch; its tokens are contiguous in the batch. */
+struct pg_fw_seq {
+	struct pg_seq_kv *kv;	/* the sequence's page table and length */
+	int n_tokens;		/* tokens of this sequence in the batch */
+	int logits_all;		/* logits for every token, else the last only */
+};
+
+struct pg_forward;
+
+/*
+ * pg_forward_create - place model m on its stage(s) and allocate the KV
+ * pool and scratch.  The model must outlive the result.  Returns 0, or
+ * -errno with a message in err.
+ */
+int pg_forward_create(const struct pg_model *m,
+		      const struct pg_forward_params *p,
+		      struct pg_forward **out, char *err, size_t err_len);
+
+/* pg_forward_destroy - free; NULL is allowed. */
+void pg_forward_destroy(struct pg_forward *fw);
+
+/* pg_forward_kv_pool - the KV pool sequences reserve pages from. */
+struct pg_kv_pool *pg_forward_kv_pool(struct pg_forward *fw);
+
+/* pg_forward_max_batch - max_batch_tokens of the parameters. */
+int pg_forward_max_batch(const struct pg_forward *fw);
+
+/* pg_forward_threads - the CPU threads the backend runs on. */
+int pg_forward_threads(const struct pg_forward *fw);
+
+/* pg_forward_isa_name - the instruction set the kernels run with. */
+const char *pg_forward_isa_name(const struct pg_forward *fw);
+
+/*
+ * pg_forward_batch - run tokens (n_tokens in all, at most max_batch_tokens)
+ * of n_seqs sequences.  Positions continue each sequence's kv->n_ctx; pages
+ * are reserved first, so on -ENOSPC (pool exhausted) nothing was computed
+ * and no sequence advanced.  On success each kv->n_ctx grows by its
+ * n_tokens and logits receives, sequence by sequence, n_tokens rows (when
+ * logits_all) or one row of n_vocab floats.  Returns 0, -E2BIG (batch too
+ * large), -ENOSPC, -ENOMEM, -EINVAL (token id out of range, bad counts).
+ */
+int pg_forward_batch(struct pg_forward *fw, const int32_t *tokens,
+		     int n_tokens, const struct pg_fw_seq *seqs, int n_seqs,
+		     float *logits);
+
+#endif

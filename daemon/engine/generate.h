@@ -1,0 +1,65 @@
+/*
+ * generate.h - one sequence from prompt to completion, synchronously:
+ * chunked prefill, then decode with sampling, stop tokens and strings.
+ *
+ * This is what pagodad's one-shot mode and the benchmarks run.  The serving
+ * engine (many sequences, continuous batching) drives pg_forward_batch()
+ * itself and does not use this.
+ */
+#ifndef PAGODA_GENERATE_H
+#define PAGODA_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "forward.h"
+#include "sampler.h"
+
+struct pg_gen_params {
+	struct pg_sampling sampling;
+	int max_tokens;			/* tokens to generate at most */
+	const char *const *stop;	/* stop strings */
+	int n_stop;
+	int ignore_eos;			/* keep going past end-of-generation tokens */
+};
+
+enum pg_finish {
+	PG_FINISH_LENGTH = 0,	/* max_tokens reached */
+	PG_FINISH_STOP,		/* end-of-generation token or stop string */
+	PG_FINISH_CANCELLED,	/* the emit callback asked to stop */
+};
+
+struct pg_gen_stats {
+	int n_prompt;
+	int n_gen;
+	double prefill_s;	/* wall time of the prompt */
+	double decode_s;	/* wall time of the generated tokens after the first */
+	enum pg_finish finish;
+};
+
+/*
+ * Called with each piece of generated text (valid UTF-8, stop strings held
+ * back and cut).  Return nonzero to stop generating.
+ */
+typedef int (*pg_gen_emit_fn)(void *ctx, const char *text, size_t len);
+
+/*
+ * pg_generate - run prompt (n_prompt >= 1 ids) and generate.  Generated ids
+ * go to out_ids (max_tokens of room) when it is not NULL.  Uses a fresh
+ * sequence of fw's KV pool and frees it before returning.  Returns 0, or
+ * -errno with a message in err (-ENOSPC: the context does not fit in the
+ * KV pool; -EINVAL: bad parameters or ids; -ENOMEM).
+ */
+int pg_generate(struct pg_forward *fw, const struct pg_model *m,
+		const int32_t *prompt, int n_prompt,
+		const struct pg_gen_params *p, pg_gen_emit_fn emit, void *ctx,
+		int32_t *out_ids, struct pg_gen_stats *stats, char *err,
+		size_t err_len);
+
+/* pg_finish_name - "length", "stop", "cancelled". */
+const char *pg_finish_name(enum pg_finish f);
+
+/* pg_now - monotonic seconds. */
+double pg_now(void);
+
+#endif

@@ -1,0 +1,346 @@
+/*
+ * model.c - the Llama-family model loader: hyper-parameters from GGUF
+ * metadata, every tensor checked against the shape they imply.
+ *
+ * Norms and biases are copied to F32 (they are small and read by every
+ * kernel as floats); matrices stay in the mapping in their stored type.
+ * Nothing here computes.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/cpu/cpu.h"
+#include "gguf.h"
+#include "model.h"
+#include "tokenizer.h"
+
+struct loader {
+	struct pg_model *m;
+	struct gguf_file *f;
+	const char *arch;	/* metadata key prefix */
+	size_t n_owned;		/* floats used in m->owned */
+	char *err;
+	size_t err_len;
+};
+
+static int lfail(struct loader *l, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int lfail(struct loader *l, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	n = snprintf(l->err, l->err_len, "%s: ", gguf_path(l->f));
+	if (n < 0 || (size_t)n >= l->err_len)
+		return -EINVAL;
+	va_start(ap, fmt);
+	vsnprintf(l->err + n, l->err_len - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+const char *pg_arch_name(enum pg_arch a)
+{
+	return a == PG_ARCH_QWEN2 ? "qwen2" : "llama";
+}
+
+/* Read integer hyper-parameter "<arch>.<key>"; def < 0 means required. */
+static int hp_int(struct loader *l, const char *key, int def, int lo, int hi,
+		  int *out)
+{
+	char full[128];
+	int64_t v;
+	int rc;
+
+	snprintf(full, sizeof(full), "%s.%s", l->arch, key);
+	rc = gguf_get_i64(l->f, full, &v);
+	if (rc == -ENOENT && def >= 0) {
+		*out = def;
+		return 0;
+	}
+	if (rc == -ENOENT)
+		return lfail(l, "metadata key %s is missing (expected an integer)", full);
+	if (rc || v < lo || v > hi)
+		return lfail(l, "metadata key %s: expected an integer in %d..%d", full, lo, hi);
+	*out = (int)v;
+	return 0;
+}
+
+static int hp_float(struct loader *l, const char *key, float def, float lo,
+		    float hi, float *out)
+{
+	char full[128];
+	int rc;
+
+	snprintf(full, sizeof(full), "%s.%s", l->arch, key);
+	rc = gguf_get_f32(l->f, full, out);
+	if (rc == -ENOENT) {
+		*out = def;
+		return 0;
+	}
+	if (rc || !(*out >= lo && *out <= hi))
+		return lfail(l, "metadata key %s: expected a float in %g..%g", full,
+			     (double)lo, (double)hi);
+	return 0;
+}
+
+static int read_arch(struct loader *l)
+{
+	struct gguf_str a;
+	int rc = gguf_get_str(l->f, "general.architecture", &a);
+
+	if (rc)
+		return lfail(l, "general.architecture is %s (expected a string such as \"llama\")",
+			     rc == -ENOENT ? "missing" : "not a string");
+	if (gguf_str_eq(a, "llama") || gguf_str_eq(a, "mistral")) {
+		l->m->hp.arch = PG_ARCH_LLAMA;
+		l->m->hp.rope_mode = PG_ROPE_NORM;
+		l->arch = gguf_str_eq(a, "llama") ? "llama" : "mistral";
+		return 0;
+	}
+	if (gguf_str_eq(a, "qwen2")) {
+		l->m->hp.arch = PG_ARCH_QWEN2;
+		l->m->hp.rope_mode = PG_ROPE_NEOX;
+		l->arch = "qwen2";
+		return 0;
+	}
+	return lfail(l, "general.architecture is \"%.*s\", which pagoda does not support (expected llama, mistral or qwen2)",
+		     (int)(a.len > 64 ? 64 : a.len), a.ptr);
+}
+
+static int read_hparams(struct loader *l)
+{
+	struct pg_hparams *hp = &l->m->hp;
+	int rc, key_len;
+
+	if ((rc = read_arch(l)) ||
+	    (rc = hp_int(l, "block_count", -1, 1, 4096, &hp->n_blocks)) ||
+	    (rc = hp_int(l, "embedding_length", -1, 32, 1 << 17, &hp->n_embd)) ||
+	    (rc = hp_int(l, "feed_forward_length", -1, 32, 1 << 20, &hp->n_ff)) ||
+	    (rc = hp_int(l, "attention.head_count", -1, 1, 4096, &hp->n_heads)) ||
+	    (rc = hp_int(l, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads, &hp->n_kv_heads)) ||
+	    (rc = hp_int(l, "context_length", 2048, 1, 1 << 24, &hp->n_ctx_train)) ||
+	    (rc = hp_float(l, "attention.layer_norm_rms_epsilon", 1e-5f, 0.0f, 1.0f, &hp->rms_eps)) ||
+	    (rc = hp_float(l, "rope.freq_base", 10000.0f, 1.0f, 1e12f, &hp->rope_base)))
+		return rc;
+	if (hp->n_embd % hp->n_heads)
+		return lfail(l, "%s.embedding_length %d is not a multiple of %s.attention.head_count %d",
+			     l->arch, hp->n_embd, l->arch, hp->n_heads);
+	if (hp->n_heads % hp->n_kv_heads)
+		return lfail(l, "%s.attention.head_count %d is not a multiple of head_count_kv %d",
+			     l->arch, hp->n_heads, hp->n_kv_heads);
+	if ((rc = hp_int(l, "attention.key_length", hp->n_embd / hp->n_heads, 2, 1024, &hp->head_dim)) ||
+	    (rc = hp_int(l, "attention.value_length", hp->head_dim, 2, 1024, &key_len)))
+		return rc;
+	if (key_len != hp->head_dim || hp->head_dim % 2)
+		return lfail(l, "attention key length %d and value length %d: expected the same even number",
+			     hp->head_dim, key_len);
+	if ((rc = hp_int(l, "rope.dimension_count", hp->head_dim, 2, hp->head_dim, &hp->n_rot)))
+		return rc;
+	if (hp->n_rot % 2)
+		return lfail(l, "%s.rope.dimension_count %d: expected an even number", l->arch, hp->n_rot);
+	return 0;
+}
+
+/* Find a tensor and check its shape is exactly (ne0, ne1). */
+static int get_tensor(struct loader *l, const char *name, int64_t ne0,
+		      int64_t ne1, int optional, const struct gguf_tensor **out)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(l->f, name);
+
+	*out = t;
+	if (!t)
+		return optional ? 0 : lfail(l, "tensor %s is missing", name);
+	if ((int64_t)t->ne[0] != ne0 || (int64_t)t->ne[1] != ne1 ||
+	    t->ne[2] != 1 || t->ne[3] != 1)
+		return lfail(l, "tensor %s has shape [%llu, %llu, %llu, %llu] (expected [%lld, %lld])",
+			     name, (unsigned long long)t->ne[0],
+			     (unsigned long long)t->ne[1],
+			     (unsigned long long)t->ne[2],
+			     (unsigned long long)t->ne[3],
+			     (long long)ne0, (long long)ne1);
+	return 0;
+}
+
+static int get_matrix(struct loader *l, const char *name, int64_t n_cols,
+		      int64_t n_rows, struct pg_matrix *m)
+{
+	const struct gguf_tensor *t;
+	int rc = get_tensor(l, name, n_cols, n_rows, 0, &t);
+
+	if (rc)
+		return rc;
+	m->type = t->type;
+	m->n_rows = n_rows;
+	m->n_cols = n_cols;
+	m->row_bytes = pg_dtype_row_bytes(t->type, (uint64_t)n_cols);
+	m->data = t->data;
+	l->m->weight_bytes += t->n_bytes;
+	return 0;
+}
+
+/* A vector (norm or bias) copied to F32 in the model's owned buffer. */
+static int get_vector(struct loader *l, const char *name, int64_t n,
+		      int optional, const float **out)
+{
+	const struct gguf_tensor *t;
+	float *dst;
+	int rc = get_tensor(l, name, n, 1, optional, &t);
+
+	*out = NULL;
+	if (rc || !t)
+		return rc;
+	if (pg_dtype_block_size(t->type) != 1)
+		return lfail(l, "tensor %s is %s (expected F32, F16 or BF16 for a vector)",
+			     name, pg_dtype_name(t->type));
+	dst = l->m->owned + l->n_owned;
+	l->n_owned += (size_t)n;
+	pg_dequantize_row(t->type, t->data, dst, n);
+	l->m->weight_bytes += t->n_bytes;
+	*out = dst;
+	return 0;
+}
+
+static int load_block(struct loader *l, int i)
+{
+	const struct pg_hparams *hp = &l->m->hp;
+	struct pg_block_weights *b = &l->m->blocks[i];
+	int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim;
+	int64_t kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+	int opt_bias = 1;
+	char n[96];
+	int rc;
+
+#define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, i), n)
+	if ((rc = get_vector(l, NAME("attn_norm.weight"), hp->n_embd, 0, &b->attn_norm)) ||
+	    (rc = get_matrix(l, NAME("attn_q.weight"), hp->n_embd, q_dim, &b->wq)) ||
+	    (rc = get_matrix(l, NAME("attn_k.weight"), hp->n_embd, kv_dim, &b->wk)) ||
+	    (rc = get_matrix(l, NAME("attn_v.weight"), hp->n_embd, kv_dim, &b->wv)) ||
+	    (rc = get_vector(l, NAME("attn_q.bias"), q_dim, opt_bias, &b->bq)) ||
+	    (rc = get_vector(l, NAME("attn_k.bias"), kv_dim, opt_bias, &b->bk)) ||
+	    (rc = get_vector(l, NAME("attn_v.bias"), kv_dim, opt_bias, &b->bv)) ||
+	    (rc = get_matrix(l, NAME("attn_output.weight"), q_dim, hp->n_embd, &b->wo)) ||
+	    (rc = get_vector(l, NAME("ffn_norm.weight"), hp->n_embd, 0, &b->ffn_norm)) ||
+	    (rc = get_matrix(l, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, &b->w_gate)) ||
+	    (rc = get_matrix(l, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, &b->w_up)) ||
+	    (rc = get_matrix(l, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, &b->w_down)))
+		return rc;
+#undef NAME
+	if (hp->arch == PG_ARCH_QWEN2 && (!b->bq || !b->bk || !b->bv))
+		return lfail(l, "blk.%d: qwen2 expects attn_q/k/v.bias tensors", i);
+	return 0;
+}
+
+static size_t owned_floats(const struct pg_hparams *hp)
+{
+	size_t per_block = 2 * (size_t)hp->n_embd +
+		(size_t)(hp->n_heads + 2 * hp->n_kv_heads) * hp->head_dim;
+
+	return per_block * hp->n_blocks + hp->n_embd;
+}
+
+static int load_weights(struct loader *l)
+{
+	struct pg_model *m = l->m;
+	const struct pg_hparams *hp = &m->hp;
+	const struct gguf_tensor *t;
+	int rc;
+
+	t = gguf_find_tensor(l->f, "token_embd.weight");
+	if (!t)
+		return lfail(l, "tensor token_embd.weight is missing (a vocabulary-only file cannot run; it can only tokenize)");
+	if (t->ne[1] > (1u << 24))
+		return lfail(l, "tensor token_embd.weight: vocabulary of %llu (expected at most 2^24)",
+			     (unsigned long long)t->ne[1]);
+	m->hp.n_vocab = (int)t->ne[1];
+	if ((rc = get_matrix(l, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd)))
+		return rc;
+	if (pg_tokenizer_n_vocab(m->tok) != hp->n_vocab)
+		return lfail(l, "the vocabulary has %d tokens but token_embd.weight has %d rows",
+			     pg_tokenizer_n_vocab(m->tok), hp->n_vocab);
+	m->owned = malloc(owned_floats(hp) * sizeof(float));
+	m->blocks = calloc((size_t)hp->n_blocks, sizeof(*m->blocks));
+	if (!m->owned || !m->blocks)
+		return -ENOMEM;
+	for (int i = 0; i < hp->n_blocks; i++)
+		if ((rc = load_block(l, i)))
+			return rc;
+	if ((rc = get_vector(l, "output_norm.weight", hp->n_embd, 0, &m->output_norm)))
+		return rc;
+	if ((rc = get_tensor(l, "output.weight", hp->n_embd, hp->n_vocab, 1, &t)))
+		return rc;
+	m->tied_output = !t;
+	if (t)
+		return get_matrix(l, "output.weight", hp->n_embd, hp->n_vocab, &m->output);
+	m->output = m->tok_embd;
+	return 0;
+}
+
+static void read_name(struct pg_model *m, struct gguf_file *f, const char *path)
+{
+	struct gguf_str s;
+	const char *base = strrchr(path, '/');
+
+	if (!gguf_get_str(f, "general.name", &s) && s.len)
+		snprintf(m->name, sizeof(m->name), "%.*s",
+			 (int)(s.len < sizeof(m->name) ? s.len : sizeof(m->name) - 1), s.ptr);
+	else
+		snprintf(m->name, sizeof(m->name), "%s", base ? base + 1 : path);
+}
+
+static int read_template(struct pg_model *m, struct gguf_file *f)
+{
+	struct gguf_str s;
+
+	if (gguf_get_str(f, "tokenizer.chat_template", &s))
+		return 0;
+	m->chat_template = strndup(s.ptr, s.len);
+	return m->chat_template ? 0 : -ENOMEM;
+}
+
+int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
+		  char *err, size_t err_len)
+{
+	struct loader l = { .err = err, .err_len = err_len };
+	struct pg_model *m;
+	int rc;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	l.m = m;
+	rc = gguf_open(path, &m->file, err, err_len);
+	if (rc)
+		goto out_free;
+	l.f = m->file;
+	m->path = gguf_path(m->file);
+	read_name(m, m->file, path);
+	if ((rc = pg_tokenizer_load(m->file, &m->tok, err, err_len)) ||
+	    (rc = read_template(m, m->file)))
+		goto out_free;
+	if (!vocab_only && ((rc = read_hparams(&l)) || (rc = load_weights(&l))))
+		goto out_free;
+	*out = m;
+	return 0;
+out_free:
+	if (rc == -ENOMEM)
+		snprintf(err, err_len, "%s: out of memory while loading the model", path);
+	pg_model_free(m);
+	return rc;
+}
+
+void pg_model_free(struct pg_model *m)
+{
+	if (!m)
+		return;
+	pg_tokenizer_free(m->tok);
+	gguf_close(m->file);
+	free(m->chat_template);
+	free(m->blocks);
+	free(m->owned);
+	free(m);
+}

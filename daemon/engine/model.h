@@ -1,0 +1,86 @@
+/*
+ * model.h - a Llama-family model loaded from a GGUF file: hyper-parameters,
+ * the weights of every block (pointing into the file's mapping), and the
+ * tokenizer.
+ *
+ * Loading validates that every tensor the forward pass reads exists with
+ * the shape the hyper-parameters imply; the forward pass (forward.h) then
+ * trusts the model.  It does not run anything and owns no device memory.
+ */
+#ifndef PAGODA_MODEL_H
+#define PAGODA_MODEL_H
+
+#include <stddef.h>
+
+#include "../../kernels/backend.h"
+
+struct gguf_file;
+struct pg_tokenizer;
+
+enum pg_arch {
+	PG_ARCH_LLAMA = 0,	/* Llama 1/2/3, Mistral, SmolLM */
+	PG_ARCH_QWEN2,		/* Llama + Q/K/V biases, NEOX RoPE */
+};
+
+struct pg_hparams {
+	enum pg_arch arch;
+	int n_blocks;
+	int n_embd;		/* hidden size */
+	int n_heads;
+	int n_kv_heads;
+	int head_dim;
+	int n_ff;		/* feed-forward hidden size */
+	int n_vocab;
+	int n_ctx_train;	/* context length the model was trained for */
+	int n_rot;		/* dims of each head that RoPE rotates */
+	float rms_eps;
+	float rope_base;
+	enum pg_rope_mode rope_mode;
+};
+
+/* One transformer block's weights; biases are NULL when absent. */
+struct pg_block_weights {
+	const float *attn_norm;		/* (n_embd) */
+	struct pg_matrix wq;		/* (n_heads * head_dim, n_embd) */
+	struct pg_matrix wk;		/* (n_kv_heads * head_dim, n_embd) */
+	struct pg_matrix wv;		/* (n_kv_heads * head_dim, n_embd) */
+	const float *bq, *bk, *bv;
+	struct pg_matrix wo;		/* (n_embd, n_heads * head_dim) */
+	const float *ffn_norm;		/* (n_embd) */
+	struct pg_matrix w_gate;	/* (n_ff, n_embd) */
+	struct pg_matrix w_up;		/* (n_ff, n_embd) */
+	struct pg_matrix w_down;	/* (n_embd, n_ff) */
+};
+
+struct pg_model {
+	struct pg_hparams hp;
+	char name[128];			/* general.name, or the file's base name */
+	const char *path;
+	size_t weight_bytes;		/* bytes of all weights */
+	struct gguf_file *file;
+	struct pg_tokenizer *tok;
+	char *chat_template;		/* tokenizer.chat_template or NULL */
+	struct pg_matrix tok_embd;	/* (n_vocab, n_embd) */
+	const float *output_norm;	/* (n_embd) */
+	struct pg_matrix output;	/* (n_vocab, n_embd); tok_embd when tied */
+	int tied_output;
+	struct pg_block_weights *blocks;/* n_blocks */
+	float *owned;			/* norms/biases converted to F32 */
+};
+
+/*
+ * pg_model_load - open path and load the model.  vocab_only: load only the
+ * tokenizer (files without tensors are accepted), as for tokenize mode.
+ * Returns 0 with *out to free with pg_model_free(), or -errno with a message
+ * in err that names the file, the key or tensor, and what was expected.
+ */
+int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
+		  char *err, size_t err_len);
+
+/* pg_model_free - unmap and free; NULL is allowed. */
+void pg_model_free(struct pg_model *m);
+
+/* pg_arch_name - "llama", "qwen2". */
+const char *pg_arch_name(enum pg_arch a);
+
+#endif

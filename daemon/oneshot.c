@@ -1,0 +1,512 @@
+/*
+ * oneshot.c - pagodad's command line: the one-shot completion and tokenize
+ * modes that operators and tests use without a running daemon.
+ *
+ * This is the only daemon code that prints to the terminal; it parses the
+ * options, loads the model and calls the engine.  The serving loop
+ * (sockets, rings) is not here.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "daemon/pagodad.h"
+#include "engine/chat.h"
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
+#define MAX_STOP 16
+
+struct options {
+	const char *model;
+	const char *prompt;
+	const char *prompt_file;
+	const char *tokenize;
+	const char *tokenize_file;
+	int chat;
+	int parse_special;
+	int quiet;
+	int threads;
+	int ctx_size;
+	int batch;
+	enum pg_dtype kv_type;
+	struct pg_gen_params gen;
+	int seed_given;
+	const char *stop[MAX_STOP];
+};
+
+enum {
+	OPT_PROMPT_FILE = 256, OPT_MAX_TOKENS, OPT_TEMP, OPT_TOP_K, OPT_TOP_P,
+	OPT_MIN_P, OPT_REPEAT, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP,
+	OPT_IGNORE_EOS, OPT_CTX, OPT_BATCH, OPT_KV_TYPE, OPT_TOKENIZE,
+	OPT_TOKENIZE_FILE, OPT_PARSE_SPECIAL, OPT_CHAT, OPT_VERSION,
+};
+
+static const struct option long_opts[] = {
+	{ "model", required_argument, NULL, 'm' },
+	{ "prompt", required_argument, NULL, 'p' },
+	{ "prompt-file", required_argument, NULL, OPT_PROMPT_FILE },
+	{ "chat", no_argument, NULL, OPT_CHAT },
+	{ "max-tokens", required_argument, NULL, OPT_MAX_TOKENS },
+	{ "temperature", required_argument, NULL, OPT_TEMP },
+	{ "top-k", required_argument, NULL, OPT_TOP_K },
+	{ "top-p", required_argument, NULL, OPT_TOP_P },
+	{ "min-p", required_argument, NULL, OPT_MIN_P },
+	{ "repeat-penalty", required_argument, NULL, OPT_REPEAT },
+	{ "presence-penalty", required_argument, NULL, OPT_PRESENCE },
+	{ "frequency-penalty", required_argument, NULL, OPT_FREQUENCY },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "stop", required_argument, NULL, OPT_STOP },
+	{ "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
+	{ "threads", required_argument, NULL, 't' },
+	{ "ctx-size", required_argument, NULL, OPT_CTX },
+	{ "batch", required_argument, NULL, OPT_BATCH },
+	{ "kv-type", required_argument, NULL, OPT_KV_TYPE },
+	{ "tokenize", required_argument, NULL, OPT_TOKENIZE },
+	{ "tokenize-file", required_argument, NULL, OPT_TOKENIZE_FILE },
+	{ "parse-special", no_argument, NULL, OPT_PARSE_SPECIAL },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, OPT_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+"Usage: pagodad --model FILE --prompt TEXT [options]   one-shot completion\n"
+"       pagodad --model FILE --tokenize TEXT             print token ids\n"
+"       pagodad --model FILE --tokenize-file FILE|-      one line of ids per line\n"
+"\n"
+"Model and devices:\n"
+"  -m, --model FILE          GGUF model (default: $PAGODA_MODEL, else the default\n"
+"                            model in ${PAGODA_MODEL_DIR:-~/.cache/pagoda/models})\n"
+"  -t, --threads N           CPU threads (default 2; 0 = all online CPUs)\n"
+"      --ctx-size N          KV cache capacity in tokens (default 8192)\n"
+"      --batch N             tokens per forward pass (default 512)\n"
+"      --kv-type f16|bf16|f32  KV cache element type (default f16)\n"
+"Prompt and generation:\n"
+"  -p, --prompt TEXT         the prompt\n"
+"      --prompt-file FILE    read the prompt from FILE ('-' for standard input)\n"
+"      --chat                wrap the prompt as a user message in the model's\n"
+"                            chat template\n"
+"      --max-tokens N        tokens to generate at most (default 128)\n"
+"      --temperature T       0 = greedy (default 0.8)\n"
+"      --top-k N --top-p P --min-p P   truncation (defaults 40, 0.95, 0.05)\n"
+"      --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
+"      --seed S              sampling seed (default: from the clock, printed)\n"
+"      --stop TEXT           stop string (repeatable, up to %d)\n"
+"      --ignore-eos          do not stop at end-of-generation tokens\n"
+"Tokenizing:\n"
+"      --tokenize TEXT       print TEXT's token ids\n"
+"      --tokenize-file FILE  tokenize each line of FILE ('-': standard input)\n"
+"      --parse-special       recognise special tokens such as <|im_start|>\n"
+"Other:\n"
+"  -q, --quiet               no figures on standard error\n"
+"  -h, --help                this text\n"
+"      --version             the version\n"
+"\n"
+"The serving daemon (Unix socket and shared-memory rings) is not part of this\n"
+"build yet; see pagodad(8).\n", MAX_STOP);
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "pagodad: %s '%s': expected an integer in %d..%d\n",
+			opt, s, lo, hi);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
+static int parse_float(const char *opt, const char *s, float *out)
+{
+	char *end;
+	float v;
+
+	errno = 0;
+	v = strtof(s, &end);
+	if (errno || end == s || *end || !isfinite(v)) {
+		fprintf(stderr, "pagodad: %s '%s': expected a number\n", opt, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_kv_type(const char *s, enum pg_dtype *t)
+{
+	if (!strcmp(s, "f16"))
+		*t = PG_F16;
+	else if (!strcmp(s, "bf16"))
+		*t = PG_BF16;
+	else if (!strcmp(s, "f32"))
+		*t = PG_F32;
+	else {
+		fprintf(stderr, "pagodad: --kv-type '%s': expected f16, bf16 or f32\n", s);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_seed(const char *s, uint64_t *seed)
+{
+	char *end;
+
+	errno = 0;
+	*seed = strtoull(s, &end, 0);
+	if (errno || end == s || *end || *s == '-') {
+		fprintf(stderr, "pagodad: --seed '%s': expected a non-negative integer\n", s);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_sampling_opt(struct options *o, int c, const char *arg)
+{
+	struct pg_sampling *sp = &o->gen.sampling;
+
+	switch (c) {
+	case OPT_TEMP: return parse_float("--temperature", arg, &sp->temperature);
+	case OPT_TOP_K: return parse_int("--top-k", arg, 0, INT_MAX, &sp->top_k);
+	case OPT_TOP_P: return parse_float("--top-p", arg, &sp->top_p);
+	case OPT_MIN_P: return parse_float("--min-p", arg, &sp->min_p);
+	case OPT_REPEAT: return parse_float("--repeat-penalty", arg, &sp->repeat_penalty);
+	case OPT_PRESENCE: return parse_float("--presence-penalty", arg, &sp->presence_penalty);
+	case OPT_FREQUENCY: return parse_float("--frequency-penalty", arg, &sp->frequency_penalty);
+	case OPT_SEED:
+		o->seed_given = 1;
+		return parse_seed(arg, &sp->seed);
+	}
+	return 1;
+}
+
+static int parse_other_opt(struct options *o, int c, const char *arg)
+{
+	switch (c) {
+	case 'm': o->model = arg; return 0;
+	case 'p': o->prompt = arg; return 0;
+	case OPT_PROMPT_FILE: o->prompt_file = arg; return 0;
+	case OPT_CHAT: o->chat = 1; return 0;
+	case OPT_MAX_TOKENS: return parse_int("--max-tokens", arg, 0, 1 << 24, &o->gen.max_tokens);
+	case OPT_STOP:
+		if (o->gen.n_stop == MAX_STOP) {
+			fprintf(stderr, "pagodad: at most %d --stop strings\n", MAX_STOP);
+			return -1;
+		}
+		o->stop[o->gen.n_stop++] = arg;
+		return 0;
+	case OPT_IGNORE_EOS: o->gen.ignore_eos = 1; return 0;
+	case 't': return parse_int("--threads", arg, 0, 1024, &o->threads);
+	case OPT_CTX: return parse_int("--ctx-size", arg, 1, 1 << 24, &o->ctx_size);
+	case OPT_BATCH: return parse_int("--batch", arg, 1, 1 << 16, &o->batch);
+	case OPT_KV_TYPE: return parse_kv_type(arg, &o->kv_type);
+	case OPT_TOKENIZE: o->tokenize = arg; return 0;
+	case OPT_TOKENIZE_FILE: o->tokenize_file = arg; return 0;
+	case OPT_PARSE_SPECIAL: o->parse_special = 1; return 0;
+	case 'q': o->quiet = 1; return 0;
+	}
+	return 1;
+}
+
+static void set_defaults(struct options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->threads = 2;
+	o->ctx_size = 8192;
+	o->batch = 512;
+	o->kv_type = PG_F16;
+	o->gen.sampling = pg_sampling_default();
+	o->gen.sampling.temperature = 0.8f;
+	o->gen.sampling.top_k = 40;
+	o->gen.sampling.top_p = 0.95f;
+	o->gen.sampling.min_p = 0.05f;
+	o->gen.max_tokens = 128;
+	o->gen.stop = o->stop;
+}
+
+/* Returns 0 to run, 1 to exit successfully (help), -1 on a usage error. */
+static int parse_options(int argc, char **argv, struct options *o)
+{
+	int c, rc;
+
+	set_defaults(o);
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:p:t:qh", long_opts, NULL)) != -1) {
+		if (c == 'h') {
+			usage(stdout);
+			return 1;
+		}
+		if (c == OPT_VERSION) {
+			printf("pagodad %s\n", PACKAGE_VERSION);
+			return 1;
+		}
+		if (c == '?')
+			goto bad;
+		rc = parse_sampling_opt(o, c, optarg);
+		if (rc > 0)
+			rc = parse_other_opt(o, c, optarg);
+		if (rc)
+			return -1;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "pagodad: unexpected argument '%s'\n", argv[optind]);
+		goto bad;
+	}
+	if (!o->seed_given)
+		o->gen.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	return 0;
+bad:
+	fprintf(stderr, "Try 'pagodad --help' for more information.\n");
+	return -1;
+}
+
+/* The model path: --model, $PAGODA_MODEL, or the default model's cache path. */
+static const char *model_path(const struct options *o, char *buf, size_t len)
+{
+	const char *dir = getenv("PAGODA_MODEL_DIR");
+	const char *home = getenv("HOME");
+
+	if (o->model)
+		return o->model;
+	if (getenv("PAGODA_MODEL") && *getenv("PAGODA_MODEL"))
+		return getenv("PAGODA_MODEL");
+	if (dir && *dir)
+		snprintf(buf, len, "%s/%s", dir, PAGODA_DEFAULT_MODEL);
+	else
+		snprintf(buf, len, "%s/.cache/pagoda/models/%s", home ? home : ".",
+			 PAGODA_DEFAULT_MODEL);
+	return buf;
+}
+
+/* Read all of FILE ('-': standard input) into a NUL-terminated buffer. */
+static char *read_all(const char *path, size_t *len)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	size_t cap = 4096, n = 0, r;
+	char *buf = NULL, *nb;
+
+	if (!f)
+		return NULL;
+	for (;;) {
+		nb = realloc(buf, cap + 1);
+		if (!nb)
+			break;
+		buf = nb;
+		r = fread(buf + n, 1, cap - n, f);
+		n += r;
+		if (n < cap)
+			break;
+		cap *= 2;
+	}
+	if (ferror(f) || !nb) {
+		free(buf);
+		buf = NULL;
+	} else {
+		buf[n] = '\0';
+		*len = n;
+	}
+	if (f != stdin)
+		fclose(f);
+	return buf;
+}
+
+static int print_ids(const struct pg_tokenizer *tok, const char *text,
+		     size_t len, int parse_special)
+{
+	int64_t n = pg_tokenize(tok, text, len, pg_tokenizer_add_bos(tok),
+				parse_special, NULL, 0);
+	int32_t *ids;
+
+	if (n < 0)
+		return -1;
+	ids = malloc(sizeof(*ids) * (size_t)(n ? n : 1));
+	if (!ids)
+		return -1;
+	pg_tokenize(tok, text, len, pg_tokenizer_add_bos(tok), parse_special,
+		    ids, n);
+	putchar('[');
+	for (int64_t i = 0; i < n; i++)
+		printf(i ? ", %d" : "%d", ids[i]);
+	puts("]");
+	free(ids);
+	return 0;
+}
+
+static int run_tokenize(const struct options *o, const struct pg_model *m)
+{
+	size_t len = 0;
+	char *buf, *line, *save = NULL;
+	int rc = 0;
+
+	if (o->tokenize)
+		return print_ids(m->tok, o->tokenize, strlen(o->tokenize),
+				 o->parse_special) ? 1 : 0;
+	buf = read_all(o->tokenize_file, &len);
+	if (!buf) {
+		fprintf(stderr, "pagodad: cannot read %s: %s\n", o->tokenize_file,
+			strerror(errno ? errno : ENOMEM));
+		return 1;
+	}
+	for (line = buf; line && !rc; line = save) {
+		char *nl = memchr(line, '\n', len - (size_t)(line - buf));
+
+		save = nl ? nl + 1 : NULL;
+		if (!nl && !*line)
+			break;
+		rc = print_ids(m->tok, line, nl ? (size_t)(nl - line) : strlen(line),
+			       o->parse_special);
+	}
+	free(buf);
+	return rc ? 1 : 0;
+}
+
+static int emit_stdout(void *ctx, const char *text, size_t len)
+{
+	(void)ctx;
+	fwrite(text, 1, len, stdout);
+	fflush(stdout);
+	return 0;
+}
+
+/* The prompt text, wrapped in the chat template with --chat (malloc'd). */
+static char *prompt_text(const struct options *o, const struct pg_model *m)
+{
+	size_t len;
+	char *text = o->prompt_file ? read_all(o->prompt_file, &len)
+				    : strdup(o->prompt);
+	struct pg_chat_msg msg = { .role = "user" };
+	char *out = NULL;
+	int fmt;
+
+	if (!text || !o->chat)
+		return text;
+	fmt = pg_chat_detect(m->chat_template,
+			     m->chat_template ? strlen(m->chat_template) : 0);
+	msg.content = text;
+	if (pg_chat_render(fmt < 0 ? PG_CHAT_CHATML : (enum pg_chat_format)fmt,
+			   &msg, 1, 1, NULL, &out))
+		out = NULL;
+	free(text);
+	return out;
+}
+
+static int32_t *tokenize_prompt(const struct options *o,
+				const struct pg_model *m, int *n_out)
+{
+	char *text = prompt_text(o, m);
+	int32_t *ids = NULL;
+	int64_t n;
+
+	if (!text) {
+		fprintf(stderr, "pagodad: cannot read the prompt%s%s: %s\n",
+			o->prompt_file ? " from " : "",
+			o->prompt_file ? o->prompt_file : "", strerror(errno ? errno : ENOMEM));
+		return NULL;
+	}
+	n = pg_tokenize(m->tok, text, strlen(text), pg_tokenizer_add_bos(m->tok),
+			o->chat || o->parse_special, NULL, 0);
+	if (n > 0 && n < INT_MAX)
+		ids = malloc(sizeof(*ids) * (size_t)n);
+	if (ids)
+		pg_tokenize(m->tok, text, strlen(text),
+			    pg_tokenizer_add_bos(m->tok),
+			    o->chat || o->parse_special, ids, n);
+	else
+		fprintf(stderr, "pagodad: the prompt is empty: it gives no tokens\n");
+	free(text);
+	*n_out = (int)n;
+	return ids;
+}
+
+static void print_figures(const struct options *o, const struct pg_forward *fw,
+			  double load_s, const struct pg_gen_stats *st)
+{
+	if (o->quiet)
+		return;
+	fprintf(stderr, "\n\npagodad: load %.3f s; prompt %d tokens in %.3f s (%.1f tokens/s); "
+		"generated %d tokens, decode %.1f tokens/s; finish %s; seed %llu; "
+		"%d threads (%s)\n",
+		load_s, st->n_prompt, st->prefill_s,
+		st->prefill_s > 0 ? st->n_prompt / st->prefill_s : 0.0,
+		st->n_gen,
+		st->decode_s > 0 ? (st->n_gen - 1) / st->decode_s : 0.0,
+		pg_finish_name(st->finish),
+		(unsigned long long)o->gen.sampling.seed,
+		pg_forward_threads(fw), pg_forward_isa_name(fw));
+}
+
+static int run_prompt(const struct options *o, const struct pg_model *m,
+		      double t_start)
+{
+	struct pg_forward_params fp = pg_forward_params_default();
+	struct pg_forward *fw = NULL;
+	struct pg_gen_stats st;
+	char err[512];
+	int32_t *ids;
+	int n, rc;
+
+	fp.n_threads = o->threads;
+	fp.max_batch_tokens = o->batch;
+	fp.kv_type = o->kv_type;
+	fp.n_pages = (o->ctx_size + fp.page_tokens - 1) / fp.page_tokens;
+	if (pg_forward_create(m, &fp, &fw, err, sizeof(err))) {
+		fprintf(stderr, "pagodad: %s\n", err);
+		return 1;
+	}
+	ids = tokenize_prompt(o, m, &n);
+	rc = ids ? pg_generate(fw, m, ids, n, &o->gen, emit_stdout, NULL, NULL,
+			       &st, err, sizeof(err)) : -EINVAL;
+	if (rc && ids)
+		fprintf(stderr, "pagodad: %s\n", err);
+	if (!rc)
+		print_figures(o, fw, pg_now() - t_start - st.prefill_s - st.decode_s, &st);
+	free(ids);
+	pg_forward_destroy(fw);
+	return rc ? 1 : 0;
+}
+
+int pagodad_main(int argc, char **argv)
+{
+	struct options o;
+	struct pg_model *m = NULL;
+	char path_buf[4096], err[1024];
+	const char *path;
+	double t0 = pg_now();
+	int rc, vocab_only;
+
+	rc = parse_options(argc, argv, &o);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	if (!o.prompt && !o.prompt_file && !o.tokenize && !o.tokenize_file) {
+		fprintf(stderr, "pagodad: nothing to do: give --prompt TEXT for a one-shot completion or --tokenize TEXT; the serving daemon is not part of this build yet\n");
+		return 2;
+	}
+	path = model_path(&o, path_buf, sizeof(path_buf));
+	vocab_only = (o.tokenize || o.tokenize_file) && !o.prompt && !o.prompt_file;
+	rc = pg_model_load(path, vocab_only, &m, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "pagodad: %s\n", err);
+		if (rc == -ENOENT && !o.model)
+			fprintf(stderr, "pagodad: fetch the default model with scripts/fetch-model, or pass --model FILE\n");
+		return 1;
+	}
+	rc = vocab_only ? run_tokenize(&o, m) : run_prompt(&o, m, t0);
+	pg_model_free(m);
+	return rc;
+}

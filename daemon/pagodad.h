@@ -1,0 +1,17 @@
+/*
+ * pagodad.h - the daemon's entry point, kept out of main.c so that tests
+ * link the real code.
+ */
+#ifndef PAGODA_PAGODAD_H
+#define PAGODA_PAGODAD_H
+
+/* The default model's file name inside the model directory. */
+#define PAGODA_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+/*
+ * pagodad_main - run pagodad with its command line; returns the process
+ * exit status (0 success, 1 failure, 2 usage error).
+ */
+int pagodad_main(int argc, char **argv);
+
+#endif
