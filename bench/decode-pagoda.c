@@ -1,0 +1,147 @@
+/*
+ * decode-pagoda.c - pagoda's side of bench/decode: prompt processing and
+ * generation tokens/s on one sequence, measured like llama-bench does.
+ *
+ * pp: PP tokens in batches of up to 512 into an empty sequence.
+ * tg: TG single-token forward passes after a one-token prompt (no sampling,
+ * as llama-bench).  Both after a warm-up, best of --reps runs.  Last line:
+ * "decode-pagoda: pp512_tps=X tg128_tps=Y".  Not a test.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/engine/forward.h"
+#include "daemon/engine/generate.h"
+#include "daemon/engine/model.h"
+
+struct bench_opts {
+	const char *model;
+	int threads;
+	int pp;
+	int tg;
+	int reps;
+};
+
+static void die(const char *msg, const char *detail)
+{
+	fprintf(stderr, "decode-pagoda: %s%s%s\n", msg, detail ? ": " : "",
+		detail ? detail : "");
+	exit(1);
+}
+
+/* Run n ids into a fresh sequence, returning seconds taken. */
+static double run_pp(struct pg_forward *fw, const int32_t *ids, int n,
+		     float *logits)
+{
+	struct pg_seq_kv kv = { 0 };
+	int max = pg_forward_max_batch(fw);
+	double t0 = pg_now();
+
+	for (int off = 0; off < n; off += max) {
+		struct pg_fw_seq sq = { .kv = &kv,
+					.n_tokens = n - off < max ? n - off : max };
+
+		if (pg_forward_batch(fw, ids + off, sq.n_tokens, &sq, 1, logits))
+			die("forward pass failed (KV pool too small?)", NULL);
+	}
+	t0 = pg_now() - t0;
+	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
+	return t0;
+}
+
+static double run_tg(struct pg_forward *fw, const int32_t *ids, int n,
+		     float *logits)
+{
+	struct pg_seq_kv kv = { 0 };
+	struct pg_fw_seq sq = { .kv = &kv, .n_tokens = 1 };
+	double t0;
+
+	if (pg_forward_batch(fw, ids, 1, &sq, 1, logits))
+		die("forward pass failed", NULL);
+	t0 = pg_now();
+	for (int i = 1; i <= n; i++)
+		if (pg_forward_batch(fw, &ids[i], 1, &sq, 1, logits))
+			die("forward pass failed", NULL);
+	t0 = pg_now() - t0;
+	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
+	return t0;
+}
+
+static void parse(int argc, char **argv, struct bench_opts *o)
+{
+	static const struct option lo[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "pp", required_argument, NULL, 'p' },
+		{ "tg", required_argument, NULL, 'g' },
+		{ "reps", required_argument, NULL, 'r' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	*o = (struct bench_opts){ .threads = 2, .pp = 512, .tg = 128, .reps = 3 };
+	while ((c = getopt_long(argc, argv, "m:t:", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case 't': o->threads = atoi(optarg); break;
+		case 'p': o->pp = atoi(optarg); break;
+		case 'g': o->tg = atoi(optarg); break;
+		case 'r': o->reps = atoi(optarg); break;
+		default:
+			fprintf(stderr, "usage: decode-pagoda --model FILE [--threads N] [--pp N] [--tg N] [--reps N]\n");
+			exit(2);
+		}
+	}
+	if (!o->model || o->pp < 1 || o->tg < 1 || o->reps < 1)
+		die("--model FILE is required; --pp, --tg and --reps must be >= 1", NULL);
+}
+
+int main(int argc, char **argv)
+{
+	struct pg_forward_params fp = pg_forward_params_default();
+	struct bench_opts o;
+	struct pg_forward *fw;
+	struct pg_model *m;
+	char err[1024];
+	double best_pp = 1e30, best_tg = 1e30;
+	int32_t *ids;
+	float *logits;
+	int n_ids;
+
+	parse(argc, argv, &o);
+	if (pg_model_load(o.model, 0, &m, err, sizeof(err)))
+		die(err, NULL);
+	fp.n_threads = o.threads;
+	fp.n_pages = (o.pp + o.tg + 64) / fp.page_tokens + 2;
+	if (pg_forward_create(m, &fp, &fw, err, sizeof(err)))
+		die(err, NULL);
+	n_ids = (o.pp > o.tg ? o.pp : o.tg) + 1;
+	ids = malloc(sizeof(*ids) * (size_t)n_ids);
+	logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+	if (!ids || !logits)
+		die("out of memory", NULL);
+	srand(1);
+	for (int i = 0; i < n_ids; i++)
+		ids[i] = rand() % m->hp.n_vocab;
+	run_pp(fw, ids, o.pp < 64 ? o.pp : 64, logits);	/* warm-up */
+	for (int r = 0; r < o.reps; r++) {
+		double pp = run_pp(fw, ids, o.pp, logits);
+		double tg = run_tg(fw, ids, o.tg, logits);
+
+		best_pp = pp < best_pp ? pp : best_pp;
+		best_tg = tg < best_tg ? tg : best_tg;
+		printf("rep %d: pp%d %.1f tokens/s, tg%d %.1f tokens/s\n", r,
+		       o.pp, o.pp / pp, o.tg, o.tg / tg);
+	}
+	printf("model %s, %d threads (%s)\n", m->name, pg_forward_threads(fw),
+	       pg_forward_isa_name(fw));
+	printf("decode-pagoda: pp%d_tps=%.2f tg%d_tps=%.2f\n", o.pp,
+	       o.pp / best_pp, o.tg, o.tg / best_tg);
+	free(ids);
+	free(logits);
+	pg_forward_destroy(fw);
+	pg_model_free(m);
+	return 0;
+}
