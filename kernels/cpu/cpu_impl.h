@@ -96,6 +96,16 @@ void pg_scale_mul_ref(int64_t n, const float *x, float s, const float *w,
 void pg_silu_mul_ref(int64_t n, float *gate, const float *up);
 void pg_add_ref(int64_t n, float *x, const float *y);
 
+/* The AVX2 loops the AVX-512 table reuses where 512 bits give nothing. */
+float pg_dot_f32_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_f16_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_bf16_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q8_0_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q4_0_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x);
+void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n);
+void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n);
+
 /* The ops, one per file. */
 void pg_cpu_get_rows(struct pg_backend *be, const struct pg_matrix *m,
 		     const int32_t *ids, int n, float *out);

@@ -1,24 +1,135 @@
 /*
- * vec_avx2.c - the avx2 table of inner loops.  PLACEHOLDER
+ * vec_avx2.c - AVX2/FMA float loops (axpy over F32/F16/BF16 rows, norms,
+ * SwiGLU, residual add) and the AVX2 table of inner loops.
+ *
+ * Tails shorter than a vector go to the reference loops of vec.c.
+ * Compiled with -mavx2 -mfma -mf16c; reached only through the table.
  */
 #include "cpu_impl.h"
+#include "simd_avx2.h"
+
+/* v: (n) floats; acc: (n) */
+static void axpy_f32_avx2(int n, float a, const void *v, float *acc)
+{
+	const float *x = v;
+	__m256 va = _mm256_set1_ps(a);
+	int i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
+							  _mm256_loadu_ps(acc + i)));
+	pg_axpy_f32_ref(n - i, a, x + i, acc + i);
+}
+
+/* v: (n) F16; acc: (n) */
+static void axpy_f16_avx2(int n, float a, const void *v, float *acc)
+{
+	const uint16_t *x = v;
+	__m256 va = _mm256_set1_ps(a);
+	int i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, load_f16x8(x + i),
+							  _mm256_loadu_ps(acc + i)));
+	pg_axpy_f16_ref(n - i, a, x + i, acc + i);
+}
+
+/* v: (n) BF16; acc: (n) */
+static void axpy_bf16_avx2(int n, float a, const void *v, float *acc)
+{
+	const uint16_t *x = v;
+	__m256 va = _mm256_set1_ps(a);
+	int i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, load_bf16x8(x + i),
+							  _mm256_loadu_ps(acc + i)));
+	pg_axpy_bf16_ref(n - i, a, x + i, acc + i);
+}
+
+static void scale_avx2(int64_t n, float s, float *x)
+{
+	__m256 vs = _mm256_set1_ps(s);
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_mul_ps(vs, _mm256_loadu_ps(x + i)));
+	pg_scale_ref(n - i, s, x + i);
+}
+
+static float sumsq_avx2(int64_t n, const float *x)
+{
+	__m256 s0 = _mm256_setzero_ps(), s1 = s0;
+	int64_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+
+		s0 = _mm256_fmadd_ps(a, a, s0);
+		s1 = _mm256_fmadd_ps(b, b, s1);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 a = _mm256_loadu_ps(x + i);
+
+		s0 = _mm256_fmadd_ps(a, a, s0);
+	}
+	return hsum256(_mm256_add_ps(s0, s1)) + pg_sumsq_ref(n - i, x + i);
+}
+
+static void scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
+			   float *out)
+{
+	__m256 vs = _mm256_set1_ps(s);
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
+							_mm256_loadu_ps(w + i)));
+	pg_scale_mul_ref(n - i, x + i, s, w + i, out + i);
+}
+
+/* gate = gate / (1 + exp(-gate)) * up */
+static void silu_mul_avx2(int64_t n, float *gate, const float *up)
+{
+	__m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 g = _mm256_loadu_ps(gate + i);
+		__m256 e = exp256(_mm256_sub_ps(zero, g));
+		__m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+
+		_mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+	}
+	pg_silu_mul_ref(n - i, gate + i, up + i);
+}
+
+static void add_avx2(int64_t n, float *x, const float *y)
+{
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i),
+						      _mm256_loadu_ps(y + i)));
+	pg_add_ref(n - i, x + i, y + i);
+}
 
 const struct pg_cpu_kernels pg_cpu_kernels_avx2 = {
 	.isa = PG_ISA_AVX2,
-	.dot_f32 = pg_dot_f32_ref,
-	.dot_f16 = pg_dot_f16_ref,
-	.dot_bf16 = pg_dot_bf16_ref,
-	.dot_q8_0 = pg_dot_q8_0_ref,
-	.dot_q4_0 = pg_dot_q4_0_ref,
-	.dot_q4_1 = pg_dot_q4_1_ref,
-	.quant_q8_0 = pg_quant_q8_0_ref,
-	.quant_q8_1 = pg_quant_q8_1_ref,
-	.axpy_f32 = pg_axpy_f32_ref,
-	.axpy_f16 = pg_axpy_f16_ref,
-	.axpy_bf16 = pg_axpy_bf16_ref,
-	.scale = pg_scale_ref,
-	.sumsq = pg_sumsq_ref,
-	.scale_mul = pg_scale_mul_ref,
-	.silu_mul = pg_silu_mul_ref,
-	.add = pg_add_ref,
+	.dot_f32 = pg_dot_f32_avx2,
+	.dot_f16 = pg_dot_f16_avx2,
+	.dot_bf16 = pg_dot_bf16_avx2,
+	.dot_q8_0 = pg_dot_q8_0_avx2,
+	.dot_q4_0 = pg_dot_q4_0_avx2,
+	.dot_q4_1 = pg_dot_q4_1_avx2,
+	.quant_q8_0 = pg_quant_q8_0_avx2,
+	.quant_q8_1 = pg_quant_q8_1_avx2,
+	.axpy_f32 = axpy_f32_avx2,
+	.axpy_f16 = axpy_f16_avx2,
+	.axpy_bf16 = axpy_bf16_avx2,
+	.scale = scale_avx2,
+	.sumsq = sumsq_avx2,
+	.scale_mul = scale_mul_avx2,
+	.silu_mul = silu_mul_avx2,
+	.add = add_avx2,
 };

@@ -1,0 +1,230 @@
+/*
+ * dot_avx2.c - AVX2/FMA/F16C dot products of weight rows with activation
+ * rows, and the quantisers of activations to Q8_0 / Q8_1.
+ *
+ * Quantised dots stay in integers inside a block (maddubs: u8 x s8 pairs
+ * summed to i16, then to i32) and scale once per block in float, as
+ * llama.cpp's AVX2 kernels do.  The quantisers round exactly as the
+ * reference (quant.c), so their output is bit-identical to it.
+ * Compiled with -mavx2 -mfma -mf16c; reached only through the AVX2 table.
+ */
+#include <math.h>
+
+#include "cpu_impl.h"
+#include "simd_avx2.h"
+
+static inline float h2f(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+/* w: (n) floats; x: (n) floats */
+float pg_dot_f32_avx2(int64_t n, const void *w, const void *x)
+{
+	const float *a = w, *b = x;
+	__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+	int64_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+		s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+		s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+		s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+	}
+	for (; i + 8 <= n; i += 8)
+		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+	float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+
+	return s + pg_dot_f32_ref(n - i, a + i, b + i);
+}
+
+/* w: (n) F16; x: (n) floats */
+float pg_dot_f16_avx2(int64_t n, const void *w, const void *x)
+{
+	const uint16_t *a = w;
+	const float *b = x;
+	__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+	int64_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		s0 = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), s0);
+		s1 = _mm256_fmadd_ps(load_f16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+		s2 = _mm256_fmadd_ps(load_f16x8(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+		s3 = _mm256_fmadd_ps(load_f16x8(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+	}
+	for (; i + 8 <= n; i += 8)
+		s0 = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), s0);
+	float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+
+	return s + pg_dot_f16_ref(n - i, a + i, b + i);
+}
+
+/* w: (n) BF16; x: (n) floats */
+float pg_dot_bf16_avx2(int64_t n, const void *w, const void *x)
+{
+	const uint16_t *a = w;
+	const float *b = x;
+	__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+	int64_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		s0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), s0);
+		s1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+		s2 = _mm256_fmadd_ps(load_bf16x8(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+		s3 = _mm256_fmadd_ps(load_bf16x8(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+	}
+	for (; i + 8 <= n; i += 8)
+		s0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), s0);
+	float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+
+	return s + pg_dot_bf16_ref(n - i, a + i, b + i);
+}
+
+/* w: (n / 32) Q8_0; x: (n / 32) Q8_0 */
+float pg_dot_q8_0_avx2(int64_t n, const void *w, const void *x)
+{
+	const struct pg_block_q8_0 *a = w, *b = x;
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	int64_t nb = n / PG_QK, i = 0;
+
+	for (; i + 2 <= nb; i += 2) {
+		__m256i p0 = dot_s8s8(_mm256_loadu_si256((const void *)a[i].qs),
+				      _mm256_loadu_si256((const void *)b[i].qs));
+		__m256i p1 = dot_s8s8(_mm256_loadu_si256((const void *)a[i + 1].qs),
+				      _mm256_loadu_si256((const void *)b[i + 1].qs));
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
+				       _mm256_cvtepi32_ps(p0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)),
+				       _mm256_cvtepi32_ps(p1), acc1);
+	}
+	float s = hsum256(_mm256_add_ps(acc0, acc1));
+
+	return s + pg_dot_q8_0_ref((nb - i) * PG_QK, a + i, b + i);
+}
+
+/* One Q4_0 block against one Q8_0 block: 8 partial int32 sums. */
+static inline __m256i dot_q4_0_block(const struct pg_block_q4_0 *a,
+				     const struct pg_block_q8_0 *b)
+{
+	__m256i q = _mm256_sub_epi8(unpack_nibbles(a->qs), _mm256_set1_epi8(8));
+
+	return dot_s8s8(q, _mm256_loadu_si256((const void *)b->qs));
+}
+
+/* w: (n / 32) Q4_0; x: (n / 32) Q8_0 */
+float pg_dot_q4_0_avx2(int64_t n, const void *w, const void *x)
+{
+	const struct pg_block_q4_0 *a = w;
+	const struct pg_block_q8_0 *b = x;
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	int64_t nb = n / PG_QK, i = 0;
+
+	for (; i + 2 <= nb; i += 2) {
+		__m256i p0 = dot_q4_0_block(&a[i], &b[i]);
+		__m256i p1 = dot_q4_0_block(&a[i + 1], &b[i + 1]);
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
+				       _mm256_cvtepi32_ps(p0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)),
+				       _mm256_cvtepi32_ps(p1), acc1);
+	}
+	float s = hsum256(_mm256_add_ps(acc0, acc1));
+
+	return s + pg_dot_q4_0_ref((nb - i) * PG_QK, a + i, b + i);
+}
+
+/* One Q4_1 block against one Q8_1 block: unsigned nibbles x signed q8. */
+static inline __m256i dot_q4_1_block(const struct pg_block_q4_1 *a,
+				     const struct pg_block_q8_1 *b)
+{
+	return dot_u8s8(unpack_nibbles(a->qs),
+			_mm256_loadu_si256((const void *)b->qs));
+}
+
+/* w: (n / 32) Q4_1; x: (n / 32) Q8_1.  Minimum terms summed on the side. */
+float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x)
+{
+	const struct pg_block_q4_1 *a = w;
+	const struct pg_block_q8_1 *b = x;
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	float ms = 0.0f;
+	int64_t nb = n / PG_QK, i = 0;
+
+	for (; i + 2 <= nb; i += 2) {
+		__m256i p0 = dot_q4_1_block(&a[i], &b[i]);
+		__m256i p1 = dot_q4_1_block(&a[i + 1], &b[i + 1]);
+
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
+				       _mm256_cvtepi32_ps(p0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)),
+				       _mm256_cvtepi32_ps(p1), acc1);
+		ms += h2f(a[i].m) * h2f(b[i].s) + h2f(a[i + 1].m) * h2f(b[i + 1].s);
+	}
+	float s = hsum256(_mm256_add_ps(acc0, acc1)) + ms;
+
+	return s + pg_dot_q4_1_ref((nb - i) * PG_QK, a + i, b + i);
+}
+
+/*
+ * Quantise one block of 32 floats to 8 bits with the reference's d and
+ * rounding; store the 32 q at qs, return d and sum(q) in *d, *sum.
+ */
+static inline void quant_block_q8(const float *x, int8_t *qs, float *d,
+				  int *sum)
+{
+	__m256 sign = _mm256_set1_ps(-0.0f);
+	__m256 v[4], amax;
+	__m256i q[4];
+
+	for (int k = 0; k < 4; k++)
+		v[k] = _mm256_loadu_ps(x + 8 * k);
+	amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]),
+					   _mm256_andnot_ps(sign, v[1])),
+			     _mm256_max_ps(_mm256_andnot_ps(sign, v[2]),
+					   _mm256_andnot_ps(sign, v[3])));
+	__m128 m = _mm_max_ps(_mm256_castps256_ps128(amax),
+			      _mm256_extractf128_ps(amax, 1));
+
+	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_max_ss(m, _mm_movehdup_ps(m));
+	*d = _mm_cvtss_f32(m) / 127.0f;
+	__m256 id = _mm256_set1_ps(*d != 0.0f ? 1.0f / *d : 0.0f);
+
+	for (int k = 0; k < 4; k++)
+		q[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], id)));
+	*sum = hsum256_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+					    _mm256_add_epi32(q[2], q[3])));
+	__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+				       _mm256_packs_epi32(q[2], q[3]));
+
+	p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	_mm256_storeu_si256((void *)qs, p);
+}
+
+/* x: (n) floats; dst: (n / 32) Q8_0 */
+void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n)
+{
+	struct pg_block_q8_0 *b = dst;
+	float d;
+	int sum;
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		quant_block_q8(x + i * PG_QK, b[i].qs, &d, &sum);
+		b[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+	}
+}
+
+/* x: (n) floats; dst: (n / 32) Q8_1 */
+void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n)
+{
+	struct pg_block_q8_1 *b = dst;
+	float d;
+	int sum;
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		quant_block_q8(x + i * PG_QK, b[i].qs, &d, &sum);
+		b[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+		b[i].s = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
+	}
+}

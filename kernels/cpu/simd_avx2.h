@@ -1,0 +1,112 @@
+/*
+ * simd_avx2.h - small AVX2 helpers shared by the files compiled with
+ * -mavx2 -mfma -mf16c (and by the AVX-512 ones, which build on them).
+ *
+ * Include only from *_avx2.c / *_avx512.c: elsewhere these instructions
+ * are not enabled.
+ */
+#ifndef PAGODA_KERNELS_CPU_SIMD_AVX2_H
+#define PAGODA_KERNELS_CPU_SIMD_AVX2_H
+
+#include <immintrin.h>
+
+static inline float hsum256(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
+			      _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static inline int hsum256_i32(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v),
+				  _mm256_extracti128_si256(v, 1));
+
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s);
+}
+
+/* 8 BF16 values at p as floats. */
+static inline __m256 load_bf16x8(const uint16_t *p)
+{
+	__m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const void *)p));
+
+	return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+static inline __m256 load_f16x8(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const void *)p));
+}
+
+/* 16 bytes of nibbles as 32 bytes: low nibbles first, then high ones. */
+static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+	__m128i b = _mm_loadu_si128((const void *)qs);
+	__m128i m = _mm_set1_epi8(0x0f);
+	__m128i lo = _mm_and_si128(b, m);
+	__m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+
+	return _mm256_set_m128i(hi, lo);
+}
+
+/* Sums of pairs of u8 * s8 products, then of pairs again: 8 int32s. */
+static inline __m256i dot_u8s8(__m256i u, __m256i s)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+				 _mm256_set1_epi16(1));
+}
+
+/* The same for two signed vectors: move a's sign onto b. */
+static inline __m256i dot_s8s8(__m256i a, __m256i b)
+{
+	return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+/* roundf() of 8 floats: halves away from zero, exactly as the C library. */
+static inline __m256 round_away(__m256 v)
+{
+	__m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	__m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
+	__m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0f),
+				       _mm256_sub_ps(v, t));
+	__m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+
+	return _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(
+					_mm256_set1_ps(1.0f), sign)));
+}
+
+/*
+ * expf of 8 floats, about 2 ulp: 2^n * p(r), n = round(x / ln 2), r the
+ * remainder (ln 2 split in two for exactness), p a degree-7 polynomial.
+ * Inputs are clamped to [-87, 88] so the result stays a normal float.
+ */
+static inline __m256 exp256(__m256 x)
+{
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)),
+			  _mm256_set1_ps(88.0f));
+	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+	__m256 p = _mm256_set1_ps(1.9875691500e-4f);
+
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+	p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+				      _mm256_set1_epi32(127)), 23);
+
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+#endif
