@@ -359,6 +359,7 @@ int main(void)
 	run_model("tiny", GGUFGEN_LLAMA, PG_F32, 1e-4);
 	run_model("tiny", GGUFGEN_QWEN2, PG_F32, 1e-4);
 	run_model("tiny", GGUFGEN_LLAMA, PG_F16, 3e-3);
+	run_model("tiny", GGUFGEN_LLAMA, PG_BF16, 3e-3);
 	run_model("tiny", GGUFGEN_LLAMA, PG_Q8_0, 3e-2);
 	run_model("tiny", GGUFGEN_LLAMA, PG_Q4_1, 5e-2);
 	run_model("tiny", GGUFGEN_LLAMA, PG_Q4_0, 5e-2);
