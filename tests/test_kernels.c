@@ -14,7 +14,10 @@
  *     step where x * (1/d) sits at .5; accumulation order differs);
  *   - rmsnorm, silu_mul, add vs double: 1e-10; rope vs double: 1e-8;
  *   - attention vs double over the stored (rounded) K and V: 1e-9;
- *   - kv_write, get_rows: exact.
+ *   - kv_write, get_rows: exact;
+ *   - each table's activation quantisers: bit-identical to the reference;
+ *     its 1-row and 4-row quantised dots: within 1e-5 of sum |w x| of the
+ *     scalar dot (same integers, float sums in another order).
  * The same level on 1 and 2 threads must agree bit for bit: each output is
  * computed by the same code whatever the split.
  * Exits 0 on success, 1 on failure; levels the processor lacks are skipped
@@ -26,6 +29,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"	/* the ISA tables, for direct checks */
 
 static int failures;
 
@@ -596,6 +600,89 @@ static void check_attention(void)
 	       "head_dim 64 and 128, GQA 1, 3, 4\n");
 }
 
+/* ---- the ISA tables' inner loops, directly ---- */
+
+static const struct pg_cpu_kernels *table_of(enum pg_cpu_isa isa)
+{
+	return isa == PG_ISA_AVX512 ? &pg_cpu_kernels_avx512 :
+	       isa == PG_ISA_AVX2 ? &pg_cpu_kernels_avx2 :
+	       &pg_cpu_kernels_scalar;
+}
+
+/* Quantisers: random rows, and ties (d = 1, values k + 0.5). */
+static void check_table_quant(const struct pg_cpu_kernels *k)
+{
+	enum { N = 32 * 37 };
+	static float x[N];
+	static uint8_t a[N * 2], b[N * 2];
+
+	fill(x, N);
+	for (int j = 0; j < 32; j++)
+		x[j] = j == 0 ? 127.0f : (float)(j - 16) + 0.5f;
+	for (int j = 32; j < 64; j++)
+		x[j] = 0.0f;			/* d = 0 */
+	pg_quant_q8_0_ref(x, a, N);
+	k->quant_q8_0(x, b, N);
+	CHECK(!memcmp(a, b, pg_dtype_row_bytes(PG_Q8_0, N)),
+	      "%s quant_q8_0 differs from the reference",
+	      pg_cpu_isa_name(k->isa));
+	pg_quant_q8_1_ref(x, a, N);
+	k->quant_q8_1(x, b, N);
+	CHECK(!memcmp(a, b, pg_dtype_row_bytes(PG_Q8_1, N)),
+	      "%s quant_q8_1 differs from the reference",
+	      pg_cpu_isa_name(k->isa));
+}
+
+/* 1-row and 4-row dots of 4 random rows against the scalar dot. */
+static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
+			     int64_t cols)
+{
+	enum pg_dtype vt;
+	float *wf, x[2048], xd[2048], out4[4];
+	uint8_t xq[2048 * 4];
+	struct pg_matrix m = make_matrix(t, 4, cols, &wf);
+	pg_dot_fn dot = pg_cpu_dot_for(k, t, &vt);
+	pg_dot_fn ref_dot = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
+	pg_dot4_fn dot4 = pg_cpu_dot4_for(k, t);
+
+	fill(x, (size_t)cols);
+	pg_quantize_row(vt, x, xq, cols);
+	pg_dequantize_row(vt, xq, xd, cols);
+	if (dot4)
+		dot4(cols, m.data, m.row_bytes, xq, out4);
+	for (int r = 0; r < 4; r++) {
+		const uint8_t *wr = (const uint8_t *)m.data + r * m.row_bytes;
+		float want = ref_dot(cols, wr, xq), got = dot(cols, wr, xq);
+		double a = 0;
+
+		for (int64_t i = 0; i < cols; i++)
+			a += fabs((double)wf[r * cols + i] * xd[i]);
+		CHECK(fabs(got - want) <= 1e-5 * a, "%s dot %s n=%lld: %g vs %g",
+		      pg_cpu_isa_name(k->isa), pg_dtype_name(t),
+		      (long long)cols, got, want);
+		CHECK(!dot4 || fabs(out4[r] - want) <= 1e-5 * a,
+		      "%s dot4 %s n=%lld: %g vs %g", pg_cpu_isa_name(k->isa),
+		      pg_dtype_name(t), (long long)cols, out4[r], want);
+	}
+	free(wf);
+	free((void *)m.data);
+}
+
+static void check_tables(void)
+{
+	static const int64_t cols[] = { 32, 64, 96, 576, 1056, 2048 };
+
+	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_best(); isa++) {
+		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
+
+		check_table_quant(k);
+		for (size_t t = 0; t < N_WTYPES; t++)
+			for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
+				check_table_dots(k, wtypes[t], cols[c]);
+	}
+	printf("tables: quantisers bit-identical, dots within bounds\n");
+}
+
 /* ---- the backends ---- */
 
 static void open_backends(void)
@@ -631,6 +718,7 @@ int main(void)
 {
 	open_backends();
 	check_dots();
+	check_tables();
 	check_get_rows();
 	check_rmsnorm();
 	check_silu_add();

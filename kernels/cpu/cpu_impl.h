@@ -21,6 +21,13 @@
  */
 typedef float (*pg_dot_fn)(int64_t n, const void *w, const void *x);
 
+/*
+ * The same for 4 weight rows at once (rows w, w + w_stride, ...; stride in
+ * bytes) into out[0..3]: the activation block is loaded once for all four.
+ */
+typedef void (*pg_dot4_fn)(int64_t n, const void *w, size_t w_stride,
+			   const void *x, float *out);
+
 /* Quantise n floats (a multiple of 32) to the activation type at dst. */
 typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
 
@@ -36,6 +43,9 @@ struct pg_cpu_kernels {
 	pg_dot_fn dot_q8_0;		/* Q8_0 . Q8_0 */
 	pg_dot_fn dot_q4_0;		/* Q4_0 . Q8_0 */
 	pg_dot_fn dot_q4_1;		/* Q4_1 . Q8_1 */
+	pg_dot4_fn dot4_q8_0;		/* optional (NULL): 4 rows at once */
+	pg_dot4_fn dot4_q4_0;		/* optional */
+	pg_dot4_fn dot4_q4_1;		/* optional */
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1 */
 	pg_axpy_fn axpy_f32;
@@ -77,6 +87,9 @@ static inline struct pg_cpu_backend *pg_cpu(struct pg_backend *be)
 pg_dot_fn pg_cpu_dot_for(const struct pg_cpu_kernels *k, enum pg_dtype t,
 			 enum pg_dtype *vec_type);
 
+/* The 4-row dot for weights of type t, or NULL when the table has none. */
+pg_dot4_fn pg_cpu_dot4_for(const struct pg_cpu_kernels *k, enum pg_dtype t);
+
 /* The scalar loops, also used by the SIMD tables for their tails. */
 float pg_dot_f32_ref(int64_t n, const void *w, const void *x);
 float pg_dot_f16_ref(int64_t n, const void *w, const void *x);
@@ -103,8 +116,23 @@ float pg_dot_bf16_avx2(int64_t n, const void *w, const void *x);
 float pg_dot_q8_0_avx2(int64_t n, const void *w, const void *x);
 float pg_dot_q4_0_avx2(int64_t n, const void *w, const void *x);
 float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x);
+void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out);
+void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out);
+void pg_dot4_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out);
 void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n);
+void pg_axpy_f32_avx2(int n, float a, const void *v, float *acc);
+void pg_axpy_f16_avx2(int n, float a, const void *v, float *acc);
+void pg_axpy_bf16_avx2(int n, float a, const void *v, float *acc);
+void pg_scale_avx2(int64_t n, float s, float *x);
+float pg_sumsq_avx2(int64_t n, const float *x);
+void pg_scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
+		       float *out);
+void pg_silu_mul_avx2(int64_t n, float *gate, const float *up);
+void pg_add_avx2(int64_t n, float *x, const float *y);
 
 /* The ops, one per file. */
 void pg_cpu_get_rows(struct pg_backend *be, const struct pg_matrix *m,

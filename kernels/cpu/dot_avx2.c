@@ -167,6 +167,95 @@ float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x)
 }
 
 /*
+ * The 4-row dots: block i of the activations against block i of rows
+ * w, w + stride, w + 2 stride, w + 3 stride, four accumulators in flight.
+ */
+#define ROW(T, w, r, stride) ((const T *)((const uint8_t *)(w) + (r) * (stride)))
+
+void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t stride,
+		       const void *x, float *out)
+{
+	const struct pg_block_q8_0 *b = x;
+	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_ps() };
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		__m256i qy = _mm256_loadu_si256((const void *)b[i].qs);
+		float dy = h2f(b[i].d);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			const struct pg_block_q8_0 *a =
+				ROW(struct pg_block_q8_0, w, r, stride) + i;
+			__m256i p = dot_s8s8(_mm256_loadu_si256((const void *)a->qs), qy);
+
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a->d) * dy),
+						 _mm256_cvtepi32_ps(p), acc[r]);
+		}
+	}
+	for (int r = 0; r < 4; r++)
+		out[r] = hsum256(acc[r]);
+}
+
+void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t stride,
+		       const void *x, float *out)
+{
+	const struct pg_block_q8_0 *b = x;
+	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_ps() };
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		float dy = h2f(b[i].d);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			const struct pg_block_q4_0 *a =
+				ROW(struct pg_block_q4_0, w, r, stride) + i;
+			__m256i p = dot_q4_0_block(a, &b[i]);
+
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a->d) * dy),
+						 _mm256_cvtepi32_ps(p), acc[r]);
+		}
+	}
+	for (int r = 0; r < 4; r++)
+		out[r] = hsum256(acc[r]);
+}
+
+/*
+ * The hot path of Q4_1 models.  Each block's (d, m) and the activation's
+ * (d, s) are converted as pairs: (dw dx, mw sx) in one multiply; the
+ * second lane collects the minimum terms.
+ */
+void pg_dot4_q4_1_avx2(int64_t n, const void *w, size_t stride,
+		       const void *x, float *out)
+{
+	const struct pg_block_q8_1 *b = x;
+	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_ps() };
+	__m128 ms[4] = { _mm_setzero_ps(), _mm_setzero_ps(),
+			 _mm_setzero_ps(), _mm_setzero_ps() };
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		__m256i qy = _mm256_loadu_si256((const void *)b[i].qs);
+		__m128 ds = load_f16x2(&b[i].d);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			const struct pg_block_q4_1 *a =
+				ROW(struct pg_block_q4_1, w, r, stride) + i;
+			__m128 f = _mm_mul_ps(load_f16x2(&a->d), ds);
+			__m256i p = dot_u8s8(unpack_nibbles(a->qs), qy);
+
+			acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
+						 _mm256_cvtepi32_ps(p), acc[r]);
+			ms[r] = _mm_add_ps(ms[r], f);
+		}
+	}
+	for (int r = 0; r < 4; r++)
+		out[r] = hsum256(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(ms[r]));
+}
+
+/*
  * Quantise one block of 32 floats to 8 bits with the reference's d and
  * rounding; store the 32 q at qs, return d and sum(q) in *d, *sum.
  */

@@ -30,6 +30,7 @@ struct mm_ctx {
 	const float *bias;	/* (n_rows) or NULL */
 	float *y;		/* (n, n_rows) */
 	pg_dot_fn dot;
+	pg_dot4_fn dot4;	/* or NULL */
 	int64_t chunk_rows;
 	int64_t n_chunks;
 	_Atomic int64_t next_chunk;
@@ -48,19 +49,32 @@ static void mm_quant_worker(void *arg, int ith, int nth)
 			 (hi - lo) * PG_QK);
 }
 
+/* yt[r0 .. r1 - 1] = rows r0 .. r1 - 1 of W . xt, 4 rows a call if we can. */
+static void mm_token(const struct mm_ctx *c, int64_t r0, int64_t r1,
+		     const void *xt, float *yt)
+{
+	const uint8_t *wd = c->w->data;
+	size_t rb = c->w->row_bytes;
+	int64_t nc = c->w->n_cols, r = r0;
+
+	if (c->dot4)
+		for (; r + 4 <= r1; r += 4)
+			c->dot4(nc, wd + (size_t)r * rb, rb, xt, yt + r);
+	for (; r < r1; r++)
+		yt[r] = c->dot(nc, wd + (size_t)r * rb, xt);
+}
+
 /* Rows r0 .. r1 - 1 of W against every token. */
 static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1)
 {
-	const uint8_t *wd = c->w->data;
-	int64_t nr = c->w->n_rows, nc = c->w->n_cols;
+	int64_t nr = c->w->n_rows;
 
 	for (int t = 0; t < c->n; t++) {
 		const uint8_t *xt = (const uint8_t *)c->xq +
 				    (size_t)t * c->xq_row_bytes;
 		float *yt = c->y + (size_t)t * (size_t)nr;
 
-		for (int64_t r = r0; r < r1; r++)
-			yt[r] = c->dot(nc, wd + (size_t)r * c->w->row_bytes, xt);
+		mm_token(c, r0, r1, xt, yt);
 		if (c->bias)
 			for (int64_t r = r0; r < r1; r++)
 				yt[r] += c->bias[r];
@@ -150,6 +164,7 @@ void pg_cpu_matmul(struct pg_backend *be, const struct pg_matrix *w,
 	struct mm_ctx c = { .k = cpu->k, .w = w, .bias = bias };
 
 	c.dot = pg_cpu_dot_for(cpu->k, w->type, &vt);
+	c.dot4 = pg_cpu_dot4_for(cpu->k, w->type);
 	if (vt == PG_F32) {
 		c.xq = x;
 		c.xq_row_bytes = (size_t)w->n_cols * sizeof(float);

@@ -47,11 +47,19 @@ static inline __m256 load_f16x8(const uint16_t *p)
 static inline __m256i unpack_nibbles(const uint8_t *qs)
 {
 	__m128i b = _mm_loadu_si128((const void *)qs);
-	__m128i m = _mm_set1_epi8(0x0f);
-	__m128i lo = _mm_and_si128(b, m);
-	__m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+	__m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b),
+					       _mm_srli_epi16(b, 4), 1);
 
-	return _mm256_set_m128i(hi, lo);
+	return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* Two consecutive F16 values at p (a block's d and m, or d and s). */
+static inline __m128 load_f16x2(const uint16_t *p)
+{
+	int32_t v;
+
+	__builtin_memcpy(&v, p, sizeof(v));
+	return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
 }
 
 /* Sums of pairs of u8 * s8 products, then of pairs again: 8 int32s. */

@@ -9,7 +9,7 @@
 #include "simd_avx2.h"
 
 /* v: (n) floats; acc: (n) */
-static void axpy_f32_avx2(int n, float a, const void *v, float *acc)
+void pg_axpy_f32_avx2(int n, float a, const void *v, float *acc)
 {
 	const float *x = v;
 	__m256 va = _mm256_set1_ps(a);
@@ -22,7 +22,7 @@ static void axpy_f32_avx2(int n, float a, const void *v, float *acc)
 }
 
 /* v: (n) F16; acc: (n) */
-static void axpy_f16_avx2(int n, float a, const void *v, float *acc)
+void pg_axpy_f16_avx2(int n, float a, const void *v, float *acc)
 {
 	const uint16_t *x = v;
 	__m256 va = _mm256_set1_ps(a);
@@ -35,7 +35,7 @@ static void axpy_f16_avx2(int n, float a, const void *v, float *acc)
 }
 
 /* v: (n) BF16; acc: (n) */
-static void axpy_bf16_avx2(int n, float a, const void *v, float *acc)
+void pg_axpy_bf16_avx2(int n, float a, const void *v, float *acc)
 {
 	const uint16_t *x = v;
 	__m256 va = _mm256_set1_ps(a);
@@ -47,7 +47,7 @@ static void axpy_bf16_avx2(int n, float a, const void *v, float *acc)
 	pg_axpy_bf16_ref(n - i, a, x + i, acc + i);
 }
 
-static void scale_avx2(int64_t n, float s, float *x)
+void pg_scale_avx2(int64_t n, float s, float *x)
 {
 	__m256 vs = _mm256_set1_ps(s);
 	int64_t i = 0;
@@ -57,7 +57,7 @@ static void scale_avx2(int64_t n, float s, float *x)
 	pg_scale_ref(n - i, s, x + i);
 }
 
-static float sumsq_avx2(int64_t n, const float *x)
+float pg_sumsq_avx2(int64_t n, const float *x)
 {
 	__m256 s0 = _mm256_setzero_ps(), s1 = s0;
 	int64_t i = 0;
@@ -76,7 +76,7 @@ static float sumsq_avx2(int64_t n, const float *x)
 	return hsum256(_mm256_add_ps(s0, s1)) + pg_sumsq_ref(n - i, x + i);
 }
 
-static void scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
+void pg_scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
 			   float *out)
 {
 	__m256 vs = _mm256_set1_ps(s);
@@ -89,7 +89,7 @@ static void scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
 }
 
 /* gate = gate / (1 + exp(-gate)) * up */
-static void silu_mul_avx2(int64_t n, float *gate, const float *up)
+void pg_silu_mul_avx2(int64_t n, float *gate, const float *up)
 {
 	__m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
 	int64_t i = 0;
@@ -104,7 +104,7 @@ static void silu_mul_avx2(int64_t n, float *gate, const float *up)
 	pg_silu_mul_ref(n - i, gate + i, up + i);
 }
 
-static void add_avx2(int64_t n, float *x, const float *y)
+void pg_add_avx2(int64_t n, float *x, const float *y)
 {
 	int64_t i = 0;
 
@@ -122,14 +122,17 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx2 = {
 	.dot_q8_0 = pg_dot_q8_0_avx2,
 	.dot_q4_0 = pg_dot_q4_0_avx2,
 	.dot_q4_1 = pg_dot_q4_1_avx2,
+	.dot4_q8_0 = pg_dot4_q8_0_avx2,
+	.dot4_q4_0 = pg_dot4_q4_0_avx2,
+	.dot4_q4_1 = pg_dot4_q4_1_avx2,
 	.quant_q8_0 = pg_quant_q8_0_avx2,
 	.quant_q8_1 = pg_quant_q8_1_avx2,
-	.axpy_f32 = axpy_f32_avx2,
-	.axpy_f16 = axpy_f16_avx2,
-	.axpy_bf16 = axpy_bf16_avx2,
-	.scale = scale_avx2,
-	.sumsq = sumsq_avx2,
-	.scale_mul = scale_mul_avx2,
-	.silu_mul = silu_mul_avx2,
-	.add = add_avx2,
+	.axpy_f32 = pg_axpy_f32_avx2,
+	.axpy_f16 = pg_axpy_f16_avx2,
+	.axpy_bf16 = pg_axpy_bf16_avx2,
+	.scale = pg_scale_avx2,
+	.sumsq = pg_sumsq_avx2,
+	.scale_mul = pg_scale_mul_avx2,
+	.silu_mul = pg_silu_mul_avx2,
+	.add = pg_add_avx2,
 };
