@@ -167,6 +167,29 @@ static int render_llama3(struct sbuf *b, const struct pg_chat_msg *m, int n,
 }
 
 /*
+ * llama2_user - "[INST] " + the stripped content, with the system message
+ * in front of it when given (the reference strips the two together).
+ */
+static void llama2_user(struct sbuf *b, const char *sys, const char *content,
+			int first)
+{
+	struct sbuf c = { 0 };
+
+	if (sys) {
+		sb_puts(&c, "<<SYS>>\n");
+		sb_puts(&c, sys);
+		sb_puts(&c, "\n<</SYS>>\n\n");
+	}
+	sb_puts(&c, content);
+	if (c.err)
+		b->err = c.err;
+	sb_puts(b, first ? "[INST] " : "<s>[INST] ");
+	sb_trimmed(b, c.p);
+	sb_puts(b, " [/INST]");
+	free(c.p);
+}
+
+/*
  * Llama 2, as its reference template: the system message is folded into
  * the first user turn; every turn after the first opens with "<s>" (the
  * first BOS comes from the tokenizer).  A system message may only come
@@ -195,14 +218,7 @@ static int render_llama2(struct sbuf *b, const struct pg_chat_msg *m, int n,
 			sb_puts(b, " </s>");
 			continue;
 		}
-		sb_puts(b, first ? "[INST] " : "<s>[INST] ");
-		if (first && sys) {
-			sb_puts(b, "<<SYS>>\n");
-			sb_puts(b, sys);
-			sb_puts(b, "\n<</SYS>>\n\n");
-		}
-		sb_trimmed(b, m[i].content);
-		sb_puts(b, " [/INST]");
+		llama2_user(b, first ? sys : NULL, m[i].content, first);
 		first = 0;
 	}
 	return 0;
