@@ -466,10 +466,10 @@ static int parse_header(struct cursor *c)
 		return rc;
 	/* a tensor info takes at least 8+1+4+8+4+8 bytes, a key 8+1+4+1 */
 	if (f->n_tensors > left(c) / 33)
-		return fail(c, "tensor count: %llu tensors cannot fit in a file of %zu bytes",
+		return fail(c, "tensor count: %llu tensors cannot fit in a file of %zu bytes (truncated or corrupt file)",
 			    (unsigned long long)f->n_tensors, f->size);
 	if (f->n_kv > left(c) / 14)
-		return fail(c, "metadata key count: %llu keys cannot fit in a file of %zu bytes",
+		return fail(c, "metadata key count: %llu keys cannot fit in a file of %zu bytes (truncated or corrupt file)",
 			    (unsigned long long)f->n_kv, f->size);
 	return 0;
 }
