@@ -27,9 +27,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"	/* the ISA tables, for direct checks */
+#include "kernels/cpu/threadpool.h"
 
 static int failures;
 
@@ -683,6 +686,56 @@ static void check_tables(void)
 	printf("tables: quantisers bit-identical, dots within bounds\n");
 }
 
+/* ---- the thread pool ---- */
+
+struct pool_count {
+	long runs[4];
+	int slow;		/* workers sleep 0.5 ms: the caller must sleep */
+};
+
+static void pool_fn(void *arg, int ith, int nth)
+{
+	struct pool_count *c = arg;
+
+	if (c->slow && ith)
+		usleep(500);
+	c->runs[ith] += nth;
+}
+
+static double mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Many back-to-back runs (spinning), then runs with sleeps on both sides. */
+static void check_pool(int nth)
+{
+	struct pg_pool *pool;
+	struct pool_count c = { { 0 }, 0 };
+	enum { N_FAST = 20000, N_SLOW = 20 };
+	double t;
+
+	CHECK(pg_pool_create(nth, &pool) == 0, "pg_pool_create");
+	t = mono();
+	for (int i = 0; i < N_FAST; i++)
+		pg_pool_run(pool, pool_fn, &c);
+	t = mono() - t;
+	for (int i = 0; i < N_SLOW; i++) {
+		usleep(i % 2 ? 1000 : 0);	/* workers fall asleep */
+		c.slow = i % 3 == 0;
+		pg_pool_run(pool, pool_fn, &c);
+	}
+	for (int i = 0; i < nth; i++)
+		CHECK(c.runs[i] == (long)nth * (N_FAST + N_SLOW), "pool thread "
+		      "%d ran %ld times", i, c.runs[i] / nth);
+	pg_pool_destroy(pool);
+	printf("pool: %d runs on %d threads, %.2f us a run; sleeping runs ok\n",
+	       N_FAST, nth, t / N_FAST * 1e6);
+}
+
 /* ---- the backends ---- */
 
 static void open_backends(void)
@@ -716,6 +769,8 @@ static void open_backends(void)
 
 int main(void)
 {
+	check_pool(2);
+	check_pool(3);
 	open_backends();
 	check_dots();
 	check_tables();

@@ -14,17 +14,28 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "threadpool.h"
 
-/* About 50-100 us of spinning before sleeping: cheaper than a 7 us wake-up
- * for back-to-back ops, short enough not to steal a shared CPU for long. */
-#define PG_POOL_SPIN 20000
+/*
+ * Wait this long before sleeping: far more than the gaps between the ops
+ * of a forward pass (so that a pass never pays a 7 us wake-up), short
+ * enough not to hold a shared CPU long once the work has stopped.  Time,
+ * not iterations, since PAUSE costs 5 to 60 ns depending on the machine.
+ * Past the first PG_POOL_PAUSE_NS the waiter yields between checks, so
+ * that on an oversubscribed machine the thread it waits for gets the CPU
+ * instead of waiting for the end of a scheduler slice.
+ */
+#define PG_POOL_SPIN_NS 200000
+#define PG_POOL_PAUSE_NS 10000
+#define PG_POOL_SPIN_CHECK 32		/* pauses between clock reads */
 
 struct pg_pool_worker {
 	struct pg_pool *pool;
@@ -38,7 +49,7 @@ struct pg_pool {
 	void *arg;
 	_Atomic uint32_t gen;		/* futex word: one per run */
 	_Atomic uint32_t sleepers;	/* workers in or entering futex_wait */
-	_Atomic int32_t pending;	/* futex word: workers not yet done */
+	_Atomic uint32_t pending;	/* futex word: workers not yet done */
 	_Atomic uint32_t caller_asleep;
 	_Atomic int stop;
 	struct pg_pool_worker *workers;	/* (n_threads - 1) */
@@ -61,17 +72,46 @@ static inline void cpu_relax(void)
 #endif
 }
 
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * Spin until (*word == val) == equal, or the spin time is over; 1 when
+ * the condition was met.
+ */
+static int spin_for(_Atomic uint32_t *word, uint32_t val, int equal)
+{
+	int64_t start = 0, t;
+
+	for (int i = 1;; i++) {
+		if ((atomic_load_explicit(word, memory_order_acquire) == val) ==
+		    equal)
+			return 1;
+		cpu_relax();
+		if (i % PG_POOL_SPIN_CHECK)
+			continue;
+		t = now_ns();
+		if (!start)
+			start = t;
+		else if (t - start > PG_POOL_SPIN_NS)
+			return 0;
+		else if (t - start > PG_POOL_PAUSE_NS)
+			sched_yield();
+	}
+}
+
 /* Wait until the generation differs from seen; return the new one. */
 static uint32_t wait_gen(struct pg_pool *pool, uint32_t seen)
 {
 	uint32_t g;
 
-	for (int i = 0; i < PG_POOL_SPIN; i++) {
-		g = atomic_load_explicit(&pool->gen, memory_order_acquire);
-		if (g != seen)
-			return g;
-		cpu_relax();
-	}
+	if (spin_for(&pool->gen, seen, 0))
+		return atomic_load_explicit(&pool->gen, memory_order_acquire);
 	for (;;) {
 		atomic_fetch_add(&pool->sleepers, 1);
 		futex_wait(&pool->gen, seen);
@@ -102,17 +142,13 @@ static void *worker_main(void *p)
 /* The caller's side: wait until every worker has finished its call. */
 static void wait_done(struct pg_pool *pool)
 {
-	int32_t p;
+	uint32_t p;
 
-	for (int i = 0; i < PG_POOL_SPIN; i++) {
-		if (atomic_load_explicit(&pool->pending,
-					 memory_order_acquire) == 0)
-			return;
-		cpu_relax();
-	}
+	if (spin_for(&pool->pending, 0, 1))
+		return;
 	atomic_store(&pool->caller_asleep, 1);
 	while ((p = atomic_load(&pool->pending)) != 0)
-		futex_wait(&pool->pending, (uint32_t)p);
+		futex_wait(&pool->pending, p);
 	atomic_store(&pool->caller_asleep, 0);
 }
 
@@ -132,7 +168,7 @@ void pg_pool_run(struct pg_pool *pool, pg_pool_fn fn, void *arg)
 	}
 	pool->fn = fn;
 	pool->arg = arg;
-	atomic_store(&pool->pending, pool->n_threads - 1);
+	atomic_store(&pool->pending, (uint32_t)pool->n_threads - 1);
 	bump_gen(pool);
 	fn(arg, 0, pool->n_threads);
 	wait_done(pool);
