@@ -7,8 +7,13 @@ llama.cpp as packaged by llama-cpp-python, and writes them in the format
 tests/test_tokenizer.c reads:
 
     # comment
+    P <pre-tokenizer>    (the cases after it: "smollm" is the file as is)
     T <parse_special 0|1> <prompt as lowercase hex>
     I <token ids separated by spaces>
+
+The other pre-tokenizers (llama-bpe, default, gpt-2) run on SmolLM2's
+vocabulary relabelled in a vocabulary-only copy of the file, so that their
+regexes are checked against llama.cpp without a Llama 3 download.
 
 Usage: gen-tokenizer-ref.py [model.gguf] > tests/data/tokenizer-smollm2.txt
 The model defaults to $PAGODA_MODEL.  CI does not run this: it compares
@@ -17,7 +22,9 @@ against the stored output.
 import os
 import random
 import sys
+import tempfile
 
+import gguf
 import llama_cpp
 
 CASES = [
@@ -86,16 +93,27 @@ def random_cases(n, seed=20240607):
     return out
 
 
-def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PAGODA_MODEL")
-    if not path:
-        sys.exit("usage: gen-tokenizer-ref.py model.gguf (or set PAGODA_MODEL)")
+def relabel(src, dst, pre):
+    """A copy of src's metadata (no tensors) with tokenizer.ggml.pre = pre."""
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, arch=r.fields["general.architecture"].contents())
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        v = pre if name == "tokenizer.ggml.pre" else f.contents()
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, v, f.types[0], sub_type=f.types[-1])
+        else:
+            w.add_key_value(name, v, f.types[0])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+
+
+def emit(path, texts):
     llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
-    print("# tokenizer reference for %s" % os.path.basename(path))
-    print("# made by tests/ref/gen-tokenizer-ref.py with llama-cpp-python %s"
-          % llama_cpp.__version__)
-    print("# T <parse_special> <prompt hex> / I <ids>; add_bos requested")
-    for text in CASES + random_cases(120):
+    for text in texts:
         b = text.encode("utf-8")
         for special in (0, 1):
             if special and "<" not in text:
@@ -103,6 +121,24 @@ def main():
             ids = llm.tokenize(b, add_bos=True, special=bool(special))
             print("T %d %s" % (special, b.hex()))
             print("I %s" % " ".join(str(i) for i in ids))
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PAGODA_MODEL")
+    if not path:
+        sys.exit("usage: gen-tokenizer-ref.py model.gguf (or set PAGODA_MODEL)")
+    print("# tokenizer reference for %s" % os.path.basename(path))
+    print("# made by tests/ref/gen-tokenizer-ref.py with llama-cpp-python %s"
+          % llama_cpp.__version__)
+    print("# T <parse_special> <prompt hex> / I <ids>; add_bos requested")
+    print("P smollm")
+    emit(path, CASES + random_cases(120))
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre in ("llama-bpe", "default", "gpt-2"):
+            dst = os.path.join(tmp, pre + ".gguf")
+            relabel(path, dst, pre)
+            print("P %s" % pre)
+            emit(dst, CASES + random_cases(40, seed=len(pre)))
 
 
 if __name__ == "__main__":
