@@ -25,7 +25,7 @@ struct cand {
 
 /* Token counts over the penalty window, with the list of tokens seen. */
 struct window {
-	int32_t *ring;		/* (repeat_last_n) last accepted ids; NULL: all */
+	int32_t *ring;		/* (repeat_last_n) last ids; NULL: all */
 	int n_ring;		/* ring capacity */
 	int n_in_ring;
 	int ring_head;		/* next slot to write */
@@ -617,6 +617,13 @@ static int32_t sample_stochastic(struct pg_sampler *s, const float *logits)
 	return draw(s, s->cand, n, sum);
 }
 
+/*
+ * The log-probabilities are those of the penalised logits at temperature 1
+ * (what the model says, not what truncation left).  The chosen token's is
+ * computed whenever chosen_lp is given, so a caller may ask for it alone;
+ * one log-sum-exp pass over the vocabulary is its whole cost.  The
+ * penalised logits are left in logits[].
+ */
 int32_t pg_sampler_sample(struct pg_sampler *s, float *logits,
 			  float *chosen_lp, struct pg_logprob *top)
 {

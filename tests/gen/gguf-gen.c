@@ -42,6 +42,8 @@ static const char usage[] =
 "  --tied              no output.weight\n"
 "  --bias, --no-bias   Q/K/V biases on or off\n"
 "  --seed S            the seed of the weights (default 1)\n"
+"  --threads N         threads drawing weights (default: all CPUs; the\n"
+"                      file is the same whatever N)\n"
 "  --name S            general.name\n"
 "  --quiet             print nothing on success\n"
 "  --help              this text\n";
@@ -50,8 +52,8 @@ enum {
 	OPT_OUT = 256, OPT_PRESET, OPT_ARCH, OPT_BLOCKS, OPT_HIDDEN, OPT_HEADS,
 	OPT_KV_HEADS, OPT_FFN, OPT_VOCAB, OPT_VOCAB_FROM, OPT_CTX,
 	OPT_ROPE_BASE, OPT_RMS_EPS, OPT_TYPE, OPT_EMBD_TYPE, OPT_UNTIED,
-	OPT_TIED, OPT_BIAS, OPT_NO_BIAS, OPT_SEED, OPT_NAME, OPT_QUIET,
-	OPT_HELP,
+	OPT_TIED, OPT_BIAS, OPT_NO_BIAS, OPT_SEED, OPT_THREADS, OPT_NAME,
+	OPT_QUIET, OPT_HELP,
 };
 
 static const struct option longopts[] = {
@@ -75,6 +77,7 @@ static const struct option longopts[] = {
 	{ "bias", no_argument, NULL, OPT_BIAS },
 	{ "no-bias", no_argument, NULL, OPT_NO_BIAS },
 	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "name", required_argument, NULL, OPT_NAME },
 	{ "quiet", no_argument, NULL, OPT_QUIET },
 	{ "help", no_argument, NULL, OPT_HELP },
@@ -206,6 +209,7 @@ static void apply(struct cli *c, int opt, const char *arg)
 	case OPT_BIAS: c->o.qkv_bias = 1; c->bias_set = 1; break;
 	case OPT_NO_BIAS: c->o.qkv_bias = 0; c->bias_set = 1; break;
 	case OPT_SEED: c->o.seed = parse_u64(n, arg); break;
+	case OPT_THREADS: c->o.n_threads = parse_int(n, arg); break;
 	case OPT_NAME: c->o.name = arg; break;
 	case OPT_QUIET: c->quiet = 1; break;
 	}

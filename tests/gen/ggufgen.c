@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -600,7 +601,7 @@ static int copy_array(struct meta *m, const struct gguf_file *f,
 	if (gguf_get_arr(f, key, &et, &n))
 		return -EINVAL;
 	if (et != GGUF_STRING && !elem_bytes(et))
-		return -EINVAL;		/* arrays of arrays: not in vocabularies */
+		return -EINVAL;	/* arrays of arrays: not in vocabularies */
 	kv_arr(m, key, et, n);
 	if (et != GGUF_STRING) {
 		out_bytes(&m->w, gguf_get_arr_data(f, key), n * elem_bytes(et));
@@ -713,36 +714,121 @@ static void write_tensor_infos(struct out *w, const struct gen_plan *p)
 	}
 }
 
-/* write_data - every tensor, row by row, converted to its type. */
-static int write_data(struct out *w, const struct gen_plan *p, uint64_t seed)
+/*
+ * Rows are drawn and converted by n_threads threads into a batch buffer of
+ * about BATCH_BYTES, which is then written in order; rows are independent,
+ * so the bytes do not depend on the number of threads.
+ */
+#define BATCH_BYTES (8u << 20)
+#define MAX_THREADS 64
+
+struct batch {
+	const struct gen_tensor *t;
+	uint64_t seed;
+	uint64_t row0;		/* the tensor's first row in this batch */
+	size_t row_bytes;
+	uint8_t *dst;		/* (rows of the batch, row_bytes) */
+};
+
+struct worker {
+	const struct batch *b;
+	uint64_t r0, r1;	/* rows [r0, r1) of the batch */
+	float *row;		/* (ne[0]) scratch */
+	pthread_t th;
+};
+
+static void *worker_run(void *arg)
 {
+	struct worker *w = arg;
+	const struct batch *b = w->b;
+
+	for (uint64_t r = w->r0; r < w->r1; r++) {
+		gen_row(b->t, b->seed, b->row0 + r, w->row);
+		pg_quantize_row(b->t->type, w->row, b->dst + r * b->row_bytes,
+				(int64_t)b->t->ne[0]);
+	}
+	return NULL;
+}
+
+/*
+ * fill_batch - n_rows rows split over the workers (one for small batches);
+ * a thread that fails to start has its share run on this thread.
+ */
+static void fill_batch(struct worker *ws, int n_threads, const struct batch *b,
+		       uint64_t n_rows)
+{
+	int n = n_rows * b->t->ne[0] < 65536 ? 1 : n_threads;
+	int started[MAX_THREADS] = { 0 };
+
+	for (int i = 0; i < n; i++) {
+		ws[i].b = b;
+		ws[i].r0 = n_rows * (uint64_t)i / (uint64_t)n;
+		ws[i].r1 = n_rows * (uint64_t)(i + 1) / (uint64_t)n;
+	}
+	for (int i = 1; i < n; i++)
+		started[i] = !pthread_create(&ws[i].th, NULL, worker_run,
+					     &ws[i]);
+	worker_run(&ws[0]);
+	for (int i = 1; i < n; i++) {
+		if (started[i])
+			pthread_join(ws[i].th, NULL);
+		else
+			worker_run(&ws[i]);
+	}
+}
+
+static void write_tensor(struct out *w, struct worker *ws, int n_threads,
+			 const struct gen_tensor *t, uint64_t seed,
+			 uint8_t *buf)
+{
+	struct batch b = { .t = t, .seed = seed, .dst = buf };
+	uint64_t per;
+
+	b.row_bytes = pg_dtype_row_bytes(t->type, t->ne[0]);
+	per = BATCH_BYTES / b.row_bytes ? BATCH_BYTES / b.row_bytes : 1;
+	out_pad(w);
+	for (b.row0 = 0; b.row0 < t->ne[1] && !w->err; b.row0 += per) {
+		uint64_t n = t->ne[1] - b.row0 < per ? t->ne[1] - b.row0 : per;
+
+		fill_batch(ws, n_threads, &b, n);
+		out_bytes(w, buf, n * b.row_bytes);
+	}
+}
+
+static int n_threads_of(const struct ggufgen_opts *o)
+{
+	long n = o->n_threads > 0 ? o->n_threads :
+		 sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+/* write_data - every tensor, in batches of rows, converted to its type. */
+static int write_data(struct out *w, const struct gen_plan *p,
+		      const struct ggufgen_opts *o)
+{
+	struct worker ws[MAX_THREADS] = { 0 };
+	int n_threads = n_threads_of(o), rc = 0;
 	uint64_t max_ne0 = 0;
-	float *row;
-	void *q;
+	uint8_t *buf;
 
 	for (int i = 0; i < p->n; i++)
 		if (p->t[i].ne[0] > max_ne0)
 			max_ne0 = p->t[i].ne[0];
-	row = malloc(max_ne0 * sizeof(*row));
-	q = malloc(max_ne0 * sizeof(float));
-	if (!row || !q) {
-		free(row);
-		free(q);
-		return -ENOMEM;
+	buf = malloc(BATCH_BYTES + max_ne0 * sizeof(float));
+	for (int i = 0; i < n_threads && buf; i++) {
+		ws[i].row = malloc(max_ne0 * sizeof(float));
+		if (!ws[i].row)
+			rc = -ENOMEM;
 	}
-	for (int i = 0; i < p->n && !w->err; i++) {
-		const struct gen_tensor *t = &p->t[i];
-
-		out_pad(w);
-		for (uint64_t r = 0; r < t->ne[1] && !w->err; r++) {
-			gen_row(t, seed, r, row);
-			out_bytes(w, q, pg_quantize_row(t->type, row, q,
-							(int64_t)t->ne[0]));
-		}
-	}
-	free(row);
-	free(q);
-	return 0;
+	if (!buf)
+		rc = -ENOMEM;
+	for (int i = 0; i < p->n && !rc && !w->err; i++)
+		write_tensor(w, ws, n_threads, &p->t[i], o->seed, buf);
+	for (int i = 0; i < n_threads; i++)
+		free(ws[i].row);
+	free(buf);
+	return rc;
 }
 
 /* meta_build - all metadata into m's memory stream. */
@@ -784,7 +870,7 @@ static int write_model(struct out *w, const struct ggufgen_opts *o,
 	out_bytes(w, m->buf, m->len);
 	write_tensor_infos(w, p);
 	out_pad(w);
-	rc = write_data(w, p, o->seed);
+	rc = write_data(w, p, o);
 	if (rc)
 		return fail(err, err_len, rc, "out of memory");
 	if (w->err)

@@ -31,7 +31,7 @@ struct ggufgen_opts {
 	enum ggufgen_arch arch;
 	const char *name;	/* general.name; NULL: "pagoda-random" */
 	int n_blocks;
-	int hidden;		/* embedding_length; head_dim = hidden / n_heads */
+	int hidden;		/* embedding_length; head_dim = hidden/n_heads */
 	int n_heads;
 	int n_kv_heads;
 	int ffn;		/* feed_forward_length */
@@ -40,11 +40,13 @@ struct ggufgen_opts {
 	float rope_freq_base;
 	float rms_eps;
 	int qkv_bias;		/* attn_{q,k,v}.bias (F32); Qwen2 has them */
-	int untied;		/* write output.weight (else tied to token_embd) */
+	int untied;		/* write output.weight (else tied: token_embd) */
 	enum pg_dtype type;	/* the matrices: F32 F16 BF16 Q8_0 Q4_0 Q4_1 */
 	enum pg_dtype embd_type;/* token_embd.weight: `type` or Q8_0 */
 	uint64_t seed;
 	const char *vocab_from;	/* copy all tokenizer.* keys from this GGUF */
+	int n_threads;		/* drawing threads; <= 0: one per online CPU.
+				 * The bytes written do not depend on it. */
 };
 
 /*
