@@ -16,7 +16,7 @@
  *   - attention vs double over the stored (rounded) K and V: 1e-9;
  *   - kv_write, get_rows: exact;
  *   - each table's activation quantisers: bit-identical to the reference;
- *     its 1-row and 4-row quantised dots: within 1e-5 of sum |w x| of the
+ *     its 1-row, 4-row and 4x2 quantised dots: within 1e-5 of sum |w x| of the
  *     scalar dot (same integers, float sums in another order).
  * The same level on 1 and 2 threads must agree bit for bit: each output is
  * computed by the same code whatever the split.
@@ -636,37 +636,70 @@ static void check_table_quant(const struct pg_cpu_kernels *k)
 	      pg_cpu_isa_name(k->isa));
 }
 
-/* 1-row and 4-row dots of 4 random rows against the scalar dot. */
+/* The scalar dot of 4 rows with 2 tokens; *mag: sum |w x| of each. */
+static void ref_dots(enum pg_dtype t, const struct pg_matrix *m,
+		     const float *wf, const uint8_t *xq, size_t xs,
+		     float want[2][4], double mag[2][4])
+{
+	enum pg_dtype vt;
+	pg_dot_fn ref_dot = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
+	int64_t cols = m->n_cols;
+	float xd[2048];
+
+	for (int k = 0; k < 2; k++) {
+		pg_dequantize_row(vt, xq + (size_t)k * xs, xd, cols);
+		for (int r = 0; r < 4; r++) {
+			want[k][r] = ref_dot(cols, (const uint8_t *)m->data +
+					     r * m->row_bytes, xq + k * xs);
+			mag[k][r] = 0;
+			for (int64_t i = 0; i < cols; i++)
+				mag[k][r] += fabs((double)wf[r * cols + i] * xd[i]);
+		}
+	}
+}
+
+/* 1-row, 4-row and 4x2 dots of 4 random rows against the scalar dot. */
 static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
 			     int64_t cols)
 {
 	enum pg_dtype vt;
-	float *wf, x[2048], xd[2048], out4[4];
-	uint8_t xq[2048 * 4];
+	float *wf, x[2048], want[2][4], got[3][2][4];
+	double mag[2][4];
+	uint8_t xq[2048 * 8];
 	struct pg_matrix m = make_matrix(t, 4, cols, &wf);
 	pg_dot_fn dot = pg_cpu_dot_for(k, t, &vt);
-	pg_dot_fn ref_dot = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
 	pg_dot4_fn dot4 = pg_cpu_dot4_for(k, t);
+	pg_dot4x2_fn dot4x2 = pg_cpu_dot4x2_for(k, t);
+	size_t xs = vt == PG_F32 ? (size_t)cols * 4 :
+		    pg_dtype_row_bytes(vt, (uint64_t)cols);
+	static const char *what[3] = { "dot", "dot4", "dot4x2" };
 
-	fill(x, (size_t)cols);
-	pg_quantize_row(vt, x, xq, cols);
-	pg_dequantize_row(vt, xq, xd, cols);
-	if (dot4)
-		dot4(cols, m.data, m.row_bytes, xq, out4);
-	for (int r = 0; r < 4; r++) {
-		const uint8_t *wr = (const uint8_t *)m.data + r * m.row_bytes;
-		float want = ref_dot(cols, wr, xq), got = dot(cols, wr, xq);
-		double a = 0;
-
-		for (int64_t i = 0; i < cols; i++)
-			a += fabs((double)wf[r * cols + i] * xd[i]);
-		CHECK(fabs(got - want) <= 1e-5 * a, "%s dot %s n=%lld: %g vs %g",
-		      pg_cpu_isa_name(k->isa), pg_dtype_name(t),
-		      (long long)cols, got, want);
-		CHECK(!dot4 || fabs(out4[r] - want) <= 1e-5 * a,
-		      "%s dot4 %s n=%lld: %g vs %g", pg_cpu_isa_name(k->isa),
-		      pg_dtype_name(t), (long long)cols, out4[r], want);
+	for (int j = 0; j < 2; j++) {
+		fill(x, (size_t)cols);
+		pg_quantize_row(vt, x, xq + j * xs, cols);
 	}
+	ref_dots(t, &m, wf, xq, xs, want, mag);
+	for (int j = 0; j < 2; j++)
+		for (int r = 0; r < 4; r++) {
+			got[0][j][r] = dot(cols, (const uint8_t *)m.data +
+					   r * m.row_bytes, xq + j * xs);
+			got[1][j][r] = got[0][j][r];
+		}
+	if (dot4)
+		for (int j = 0; j < 2; j++)
+			dot4(cols, m.data, m.row_bytes, xq + j * xs, got[1][j]);
+	memcpy(got[2], got[1], sizeof(got[1]));
+	if (dot4x2)
+		dot4x2(cols, m.data, m.row_bytes, xq, xs, got[2][0], 4);
+	for (int v = 0; v < 3; v++)
+		for (int j = 0; j < 2; j++)
+			for (int r = 0; r < 4; r++)
+				CHECK(fabs(got[v][j][r] - want[j][r]) <=
+				      1e-5 * mag[j][r],
+				      "%s %s %s n=%lld: %g vs %g",
+				      pg_cpu_isa_name(k->isa), what[v],
+				      pg_dtype_name(t), (long long)cols,
+				      got[v][j][r], want[j][r]);
 	free(wf);
 	free((void *)m.data);
 }

@@ -63,6 +63,17 @@ pg_dot4_fn pg_cpu_dot4_for(const struct pg_cpu_kernels *k, enum pg_dtype t)
 	}
 }
 
+pg_dot4x2_fn pg_cpu_dot4x2_for(const struct pg_cpu_kernels *k,
+			       enum pg_dtype t)
+{
+	switch (t) {
+	case PG_Q8_0: return k->dot4x2_q8_0;
+	case PG_Q4_0: return k->dot4x2_q4_0;
+	case PG_Q4_1: return k->dot4x2_q4_1;
+	default: return NULL;
+	}
+}
+
 static void cpu_destroy(struct pg_backend *be)
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);

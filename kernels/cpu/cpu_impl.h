@@ -28,6 +28,14 @@ typedef float (*pg_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*pg_dot4_fn)(int64_t n, const void *w, size_t w_stride,
 			   const void *x, float *out);
 
+/*
+ * A tile of 4 weight rows x 2 tokens: out[t * out_stride + r] = row r . x_t,
+ * rows w_stride bytes apart, tokens x_stride bytes apart.
+ */
+typedef void (*pg_dot4x2_fn)(int64_t n, const void *w, size_t w_stride,
+			     const void *x, size_t x_stride, float *out,
+			     size_t out_stride);
+
 /* Quantise n floats (a multiple of 32) to the activation type at dst. */
 typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
 
@@ -46,6 +54,9 @@ struct pg_cpu_kernels {
 	pg_dot4_fn dot4_q8_0;		/* optional (NULL): 4 rows at once */
 	pg_dot4_fn dot4_q4_0;		/* optional */
 	pg_dot4_fn dot4_q4_1;		/* optional */
+	pg_dot4x2_fn dot4x2_q8_0;	/* optional: 4 rows x 2 tokens */
+	pg_dot4x2_fn dot4x2_q4_0;	/* optional */
+	pg_dot4x2_fn dot4x2_q4_1;	/* optional */
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1 */
 	pg_axpy_fn axpy_f32;
@@ -90,6 +101,10 @@ pg_dot_fn pg_cpu_dot_for(const struct pg_cpu_kernels *k, enum pg_dtype t,
 /* The 4-row dot for weights of type t, or NULL when the table has none. */
 pg_dot4_fn pg_cpu_dot4_for(const struct pg_cpu_kernels *k, enum pg_dtype t);
 
+/* The 4x2 tile for weights of type t, or NULL when the table has none. */
+pg_dot4x2_fn pg_cpu_dot4x2_for(const struct pg_cpu_kernels *k,
+			       enum pg_dtype t);
+
 /* The scalar loops, also used by the SIMD tables for their tails. */
 float pg_dot_f32_ref(int64_t n, const void *w, const void *x);
 float pg_dot_f16_ref(int64_t n, const void *w, const void *x);
@@ -122,6 +137,15 @@ void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
 		       const void *x, float *out);
 void pg_dot4_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
 		       const void *x, float *out);
+void pg_dot4x2_q8_0_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride);
+void pg_dot4x2_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride);
+void pg_dot4x2_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride);
 void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n);
 void pg_axpy_f32_avx2(int n, float a, const void *v, float *acc);

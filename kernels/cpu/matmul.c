@@ -31,6 +31,7 @@ struct mm_ctx {
 	float *y;		/* (n, n_rows) */
 	pg_dot_fn dot;
 	pg_dot4_fn dot4;	/* or NULL */
+	pg_dot4x2_fn dot4x2;	/* or NULL */
 	int64_t chunk_rows;
 	int64_t n_chunks;
 	_Atomic int64_t next_chunk;
@@ -64,21 +65,39 @@ static void mm_token(const struct mm_ctx *c, int64_t r0, int64_t r1,
 		yt[r] = c->dot(nc, wd + (size_t)r * rb, xt);
 }
 
+/* Tokens t and t + 1 against rows r0 .. r1 - 1, in 4 x 2 tiles. */
+static void mm_pair(const struct mm_ctx *c, int64_t r0, int64_t r1, int t)
+{
+	const uint8_t *wd = c->w->data;
+	const uint8_t *xt = (const uint8_t *)c->xq + (size_t)t * c->xq_row_bytes;
+	size_t rb = c->w->row_bytes, nr = (size_t)c->w->n_rows;
+	float *yt = c->y + (size_t)t * nr;
+	int64_t r = r0;
+
+	for (; r + 4 <= r1; r += 4)
+		c->dot4x2(c->w->n_cols, wd + (size_t)r * rb, rb, xt,
+			  c->xq_row_bytes, yt + r, nr);
+	mm_token(c, r, r1, xt, yt);
+	mm_token(c, r, r1, xt + c->xq_row_bytes, yt + nr);
+}
+
 /* Rows r0 .. r1 - 1 of W against every token. */
 static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1)
 {
 	int64_t nr = c->w->n_rows;
+	int t = 0;
 
-	for (int t = 0; t < c->n; t++) {
-		const uint8_t *xt = (const uint8_t *)c->xq +
-				    (size_t)t * c->xq_row_bytes;
-		float *yt = c->y + (size_t)t * (size_t)nr;
-
-		mm_token(c, r0, r1, xt, yt);
-		if (c->bias)
-			for (int64_t r = r0; r < r1; r++)
-				yt[r] += c->bias[r];
-	}
+	if (c->dot4x2)
+		for (; t + 2 <= c->n; t += 2)
+			mm_pair(c, r0, r1, t);
+	for (; t < c->n; t++)
+		mm_token(c, r0, r1, (const uint8_t *)c->xq +
+			 (size_t)t * c->xq_row_bytes, c->y + (size_t)t * nr);
+	if (!c->bias)
+		return;
+	for (t = 0; t < c->n; t++)
+		for (int64_t r = r0; r < r1; r++)
+			c->y[(size_t)t * nr + r] += c->bias[r];
 }
 
 static void mm_chunk(struct mm_ctx *c, int64_t chunk)
@@ -165,6 +184,7 @@ void pg_cpu_matmul(struct pg_backend *be, const struct pg_matrix *w,
 
 	c.dot = pg_cpu_dot_for(cpu->k, w->type, &vt);
 	c.dot4 = pg_cpu_dot4_for(cpu->k, w->type);
+	c.dot4x2 = pg_cpu_dot4x2_for(cpu->k, w->type);
 	if (vt == PG_F32) {
 		c.xq = x;
 		c.xq_row_bytes = (size_t)w->n_cols * sizeof(float);

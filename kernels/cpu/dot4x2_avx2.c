@@ -1,0 +1,159 @@
+/*
+ * dot4x2_avx2.c - AVX2 tiles of 4 weight rows x 2 tokens for quantised
+ * matmuls of several tokens (prompts): each weight block is unpacked once
+ * for both tokens and each activation block loaded once for four rows.
+ *
+ * The block scales of the 4 rows are converted together: their first 4
+ * bytes (d and m for Q4_1; d and two quants otherwise) go into one vector
+ * of 8 halves, converted in one instruction; lanes 2r hold d_r, lanes
+ * 2r + 1 hold m_r (meaningful for Q4_1 only).  Same integer products as
+ * dot_avx2.c, so the same results up to float summation order.
+ * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
+ */
+#include "cpu_impl.h"
+#include "simd_avx2.h"
+
+enum tile_kind { TILE_Q8_0, TILE_Q4_0, TILE_Q4_1 };
+
+/* Byte sizes and offsets of the weight and activation blocks. */
+static inline size_t wblock_bytes(enum tile_kind k)
+{
+	return k == TILE_Q8_0 ? sizeof(struct pg_block_q8_0) :
+	       k == TILE_Q4_0 ? sizeof(struct pg_block_q4_0) :
+	       sizeof(struct pg_block_q4_1);
+}
+
+static inline size_t wqs_offset(enum tile_kind k)
+{
+	return k == TILE_Q4_1 ? 4 : 2;
+}
+
+static inline size_t xblock_bytes(enum tile_kind k)
+{
+	return k == TILE_Q4_1 ? sizeof(struct pg_block_q8_1) :
+	       sizeof(struct pg_block_q8_0);
+}
+
+static inline size_t xqs_offset(enum tile_kind k)
+{
+	return k == TILE_Q4_1 ? 4 : 2;
+}
+
+/* The first 4 bytes of the block of each row: (d_r, m_r) as 8 floats. */
+static inline __m256 row_scales(const uint8_t *w0, size_t stride)
+{
+	int32_t v0, v1, v2, v3;
+	__m128i h;
+
+	__builtin_memcpy(&v0, w0, 4);
+	__builtin_memcpy(&v1, w0 + stride, 4);
+	__builtin_memcpy(&v2, w0 + 2 * stride, 4);
+	__builtin_memcpy(&v3, w0 + 3 * stride, 4);
+	h = _mm_insert_epi32(_mm_cvtsi32_si128(v0), v1, 1);
+	h = _mm_insert_epi32(_mm_insert_epi32(h, v2, 2), v3, 3);
+	return _mm256_cvtph_ps(h);
+}
+
+/* A token's (d, s) as (d, s, d, s, ...); s is junk except for Q8_1. */
+static inline __m256 tok_scales(const uint8_t *xb)
+{
+	int32_t v;
+
+	__builtin_memcpy(&v, xb, 4);
+	return _mm256_cvtph_ps(_mm_set1_epi32(v));
+}
+
+/* The 32 weights of a block, as the u8 / s8 operand of maddubs. */
+static inline __m256i wquants(enum tile_kind k, const uint8_t *wb)
+{
+	const uint8_t *qs = wb + wqs_offset(k);
+
+	if (k == TILE_Q8_0)
+		return _mm256_loadu_si256((const void *)qs);
+	if (k == TILE_Q4_0)
+		return _mm256_sub_epi8(unpack_nibbles(qs), _mm256_set1_epi8(8));
+	return unpack_nibbles(qs);
+}
+
+/* Integer dot of a weight block with an activation block: 8 int32 sums. */
+static inline __m256i block_dot(enum tile_kind k, __m256i wq, __m256i xq)
+{
+	return k == TILE_Q4_1 ? dot_u8s8(wq, xq) : dot_s8s8(wq, xq);
+}
+
+/*
+ * out[t * out_stride + r] = row r of w . token t of x, r < 4, t < 2.
+ * w: 4 rows, w_stride bytes apart; x: 2 rows, x_stride bytes apart.
+ */
+static inline __attribute__((always_inline)) void
+tile_4x2(enum tile_kind k, int64_t n, const void *w,
+			    size_t ws, const void *x, size_t xs, float *out,
+			    size_t os)
+{
+	__m256 acc[2][4], ms[2];
+	const uint8_t *wp = w, *xp = x;
+
+	for (int t = 0; t < 2; t++) {
+		ms[t] = _mm256_setzero_ps();
+		for (int r = 0; r < 4; r++)
+			acc[t][r] = _mm256_setzero_ps();
+	}
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		const uint8_t *wb = wp + (size_t)i * wblock_bytes(k);
+		const uint8_t *xb = xp + (size_t)i * xblock_bytes(k);
+		__m256 wsc = row_scales(wb, ws);
+		__m256i xq[2];
+		/* products of scales, read back as broadcasts: load ports are
+		 * idle here, shuffle ports are not */
+		float f[2][8] __attribute__((aligned(32)));
+
+		for (int t = 0; t < 2; t++) {
+			const uint8_t *xt = xb + (size_t)t * xs;
+			__m256 ft = _mm256_mul_ps(wsc, tok_scales(xt));
+
+			xq[t] = _mm256_loadu_si256((const void *)(xt + xqs_offset(k)));
+			_mm256_store_ps(f[t], ft);
+			if (k == TILE_Q4_1)
+				ms[t] = _mm256_add_ps(ms[t], ft);
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			__m256i wq = wquants(k, wb + (size_t)r * ws);
+
+#pragma GCC unroll 2
+			for (int t = 0; t < 2; t++) {
+				__m256i p = block_dot(k, wq, xq[t]);
+
+				acc[t][r] = _mm256_fmadd_ps(
+					_mm256_broadcast_ss(&f[t][2 * r]),
+					_mm256_cvtepi32_ps(p), acc[t][r]);
+			}
+		}
+	}
+	for (int t = 0; t < 2; t++) {
+		float m[8];
+
+		_mm256_storeu_ps(m, ms[t]);
+		for (int r = 0; r < 4; r++)
+			out[(size_t)t * os + (size_t)r] = hsum256(acc[t][r]) +
+				(k == TILE_Q4_1 ? m[2 * r + 1] : 0.0f);
+	}
+}
+
+void pg_dot4x2_q8_0_avx2(int64_t n, const void *w, size_t ws, const void *x,
+			 size_t xs, float *out, size_t os)
+{
+	tile_4x2(TILE_Q8_0, n, w, ws, x, xs, out, os);
+}
+
+void pg_dot4x2_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *x,
+			 size_t xs, float *out, size_t os)
+{
+	tile_4x2(TILE_Q4_0, n, w, ws, x, xs, out, os);
+}
+
+void pg_dot4x2_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *x,
+			 size_t xs, float *out, size_t os)
+{
+	tile_4x2(TILE_Q4_1, n, w, ws, x, xs, out, os);
+}
