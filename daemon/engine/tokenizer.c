@@ -14,7 +14,12 @@
  *
  * Invalid UTF-8 is cut into pieces as if each bad byte were U+FFFD (as
  * llama.cpp does) but the bytes themselves are kept and tokenised one by
- * one, so that decoding gives the input back.
+ * one, so that decoding gives the input back; only a byte the vocabulary
+ * has no symbol for (0xff in SmolLM2's) becomes U+FFFD, as in llama.cpp.
+ *
+ * A tokenizer is read-only once loaded: the regexes are compiled (and JIT
+ * compiled) at load, and each call keeps its match data, merge heap and
+ * word cache to itself, so threads may share one.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
@@ -452,7 +457,9 @@ static int load_tokens(struct pg_tokenizer *t, const struct gguf_file *f,
 		return -EINVAL;
 	}
 	t->n_vocab = (int32_t)n;
-	if ((rc = map_resize(&t->map, &t->str, 1u << (33 - __builtin_clz((unsigned)n)))))
+	/* at least twice as many slots as tokens */
+	if ((rc = map_resize(&t->map, &t->str,
+			     (size_t)1 << (33 - __builtin_clz((unsigned)n)))))
 		return rc;
 	for (int32_t i = 0; i < t->n_vocab; i++) {
 		struct gguf_str s;
