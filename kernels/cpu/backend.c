@@ -15,17 +15,18 @@
 
 enum pg_cpu_isa pg_cpu_isa_best(void)
 {
+	int avx2, avx512;
+
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f") &&
-	    __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl") &&
-	    __builtin_cpu_supports("avx512dq") &&
-	    __builtin_cpu_supports("fma"))
-		return PG_ISA_AVX512;
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    __builtin_cpu_supports("f16c"))
-		return PG_ISA_AVX2;
-	return PG_ISA_SCALAR;
+	avx2 = __builtin_cpu_supports("avx2") &&
+	       __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+	/* the AVX-512 table also runs AVX2 loops */
+	avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+		 __builtin_cpu_supports("avx512bw") &&
+		 __builtin_cpu_supports("avx512vl") &&
+		 __builtin_cpu_supports("avx512dq");
+	return avx512 ? PG_ISA_AVX512 : avx2 ? PG_ISA_AVX2 : PG_ISA_SCALAR;
 }
 
 const char *pg_cpu_isa_name(enum pg_cpu_isa isa)
