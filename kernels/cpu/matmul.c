@@ -4,9 +4,9 @@
  *
  * Quantised weights take activations quantised once per call (Q8_0, Q8_1
  * for Q4_1) by all threads into the backend's scratch.  Rows of W are then
- * dealt in chunks (each thread's first chunk fixed, the rest from an atomic
- * counter), and inside a chunk blocks of PG_MM_ROWS rows are swept over all
- * tokens so that they stay in L1 while used.  The dot loops come from the
+ * dealt in chunks from an atomic counter, and inside a chunk blocks of
+ * PG_MM_ROWS rows are swept over all tokens (4 rows x 2 tokens a tile
+ * where the table has one) so that they stay in L1 while used.  The dot loops come from the
  * ISA table; this file holds no intrinsics.
  */
 #include <stdatomic.h>
@@ -110,16 +110,17 @@ static void mm_chunk(struct mm_ctx *c, int64_t chunk)
 		mm_rows(c, r, r + PG_MM_ROWS < r1 ? r + PG_MM_ROWS : r1);
 }
 
+/* Chunks are all dealt from the counter: a thread the scheduler delays
+ * (a busy machine) then holds up no chunk of its own. */
 static void mm_worker(void *arg, int ith, int nth)
 {
 	struct mm_ctx *c = arg;
-	int64_t chunk = ith;
+	int64_t chunk;
 
-	while (chunk < c->n_chunks) {
+	while ((chunk = atomic_fetch_add_explicit(&c->next_chunk, 1,
+						  memory_order_relaxed)) <
+	       c->n_chunks)
 		mm_chunk(c, chunk);
-		chunk = atomic_fetch_add_explicit(&c->next_chunk, 1,
-						  memory_order_relaxed);
-	}
 }
 
 /* Grow the scratch to want bytes if possible; return what it holds. */
@@ -148,7 +149,7 @@ static void mm_run(struct pg_cpu_backend *cpu, struct mm_ctx *c)
 	per = (per + PG_MM_ROWS - 1) / PG_MM_ROWS * PG_MM_ROWS;
 	c->chunk_rows = per;
 	c->n_chunks = (nr + per - 1) / per;
-	atomic_store(&c->next_chunk, nth);
+	atomic_store(&c->next_chunk, 0);
 	pg_pool_run(cpu->pool, mm_worker, c);
 }
 
