@@ -1,11 +1,12 @@
 /*
  * attention.c - the attention op: causal, grouped-query scaled dot-product
- * attention over paged KV storage, one (row, head) pair per work item.
+ * attention over paged KV storage.
  *
  * Keys are taken a page run at a time (at most PG_ATTN_CHUNK of them): their
  * scores go to a small stack buffer, the running maximum is updated once per
  * run (online softmax), and V rows are accumulated in f32 through the ISA
  * table's dot and axpy loops, which read F32, F16 or BF16 pages directly.
+ * Work is shared by rows (prompts) or by runs of heads (decode).
  * It does not write the KV pages (kv_write.c does).
  */
 #include <math.h>
@@ -87,29 +88,47 @@ static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 		out[i] = acc[i] / st.l;
 }
 
+/* Query heads h0 .. h1 - 1 of one row, in order: heads sharing a KV head
+ * follow each other, so its K and V are read from memory once. */
+static void attn_heads(const struct attn_ctx *c, const struct pg_attn_seq *seq,
+		       int i, int h0, int h1)
+{
+	int hd = c->kv->head_dim, group = c->n_heads / c->kv->n_kv_heads;
+	size_t row = (size_t)(seq->first_row + i);
+	int n_keys = seq->n_ctx - seq->n_rows + i + 1;
+
+	for (int h = h0; h < h1; h++) {
+		size_t o = (row * (size_t)c->n_heads + (size_t)h) * (size_t)hd;
+
+		attn_one(c, seq, n_keys, h / group, c->q + o, c->out + o);
+	}
+}
+
+/*
+ * Many rows (prompts): whole rows dealt round-robin, since later rows of a
+ * causal sequence have more keys.  Few rows (decode): each row's heads
+ * split into contiguous runs, one per thread.
+ */
 static void attn_worker(void *arg, int ith, int nth)
 {
 	const struct attn_ctx *c = arg;
-	int hd = c->kv->head_dim, group = c->n_heads / c->kv->n_kv_heads;
-	size_t stride = (size_t)c->n_heads * (size_t)hd;
-	int64_t item = 0;
+	int n_rows = 0, k = 0;
 
-	/* items are dealt round-robin: later rows have more keys */
+	for (int s = 0; s < c->n_seqs; s++)
+		n_rows += c->seqs[s].n_rows;
 	for (int s = 0; s < c->n_seqs; s++) {
 		const struct pg_attn_seq *seq = &c->seqs[s];
 
-		for (int i = 0; i < seq->n_rows; i++) {
-			size_t row = (size_t)(seq->first_row + i);
-			int n_keys = seq->n_ctx - seq->n_rows + i + 1;
+		for (int i = 0; i < seq->n_rows; i++, k++) {
+			int64_t h0, h1;
 
-			for (int h = 0; h < c->n_heads; h++, item++) {
-				size_t o = row * stride + (size_t)h * hd;
-
-				if (item % nth != ith)
-					continue;
-				attn_one(c, seq, n_keys, h / group, c->q + o,
-					 c->out + o);
+			if (n_rows >= 2 * nth) {
+				if (k % nth == ith)
+					attn_heads(c, seq, i, 0, c->n_heads);
+				continue;
 			}
+			pg_split(c->n_heads, ith, nth, &h0, &h1);
+			attn_heads(c, seq, i, (int)h0, (int)h1);
 		}
 	}
 }
