@@ -5,7 +5,7 @@
  * Keys are taken a page run at a time (at most PG_ATTN_CHUNK of them): their
  * scores go to a small stack buffer, the running maximum is updated once per
  * run (online softmax), and V rows are accumulated in f32 through the ISA
- * table's dot and axpy loops, which read F32, F16 or BF16 pages directly.
+ * table's attention loops, which read F32, F16 or BF16 pages directly.
  * Work is shared by rows (prompts) or by runs of heads (decode).
  * It does not write the KV pages (kv_write.c does).
  */
@@ -26,8 +26,6 @@ struct attn_ctx {
 	int n_seqs;
 	float scale;
 	float *out;			/* (rows, n_heads * head_dim) */
-	pg_dot_fn dot;
-	pg_axpy_fn axpy;
 };
 
 /* Running state of one query's softmax: max m, sum l, weighted V in acc. */
@@ -41,14 +39,13 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
 		     const float *q, struct attn_state *st)
 {
 	const struct pg_kv_layout *kv = c->kv;
-	size_t row_bytes = (size_t)kv->head_dim * pg_dtype_block_bytes(kv->type);
-	const uint8_t *kr = pg_kv_row(kv, c->block, 0, kvh, slot0);
-	const uint8_t *vr = pg_kv_row(kv, c->block, 1, kvh, slot0);
 	float s[PG_ATTN_CHUNK], mx = st->m;
 
+	c->k->attn_scores(kv->type, n, kv->head_dim,
+			  pg_kv_row(kv, c->block, 0, kvh, slot0), q, s);
 	for (int j = 0; j < n; j++) {
-		s[j] = c->dot(kv->head_dim, kr + j * row_bytes, q) * c->scale;
-		mx = fmaxf(mx, s[j]);
+		s[j] *= c->scale;
+		mx = s[j] > mx ? s[j] : mx;	/* fmaxf() is a libm call */
 	}
 	if (mx > st->m) {
 		float r = expf(st->m - mx);	/* 0 on the first run */
@@ -57,12 +54,9 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
 		st->l *= r;
 		st->m = mx;
 	}
-	for (int j = 0; j < n; j++) {
-		float p = expf(s[j] - mx);
-
-		st->l += p;
-		c->axpy(kv->head_dim, p, vr + j * row_bytes, st->acc);
-	}
+	st->l += c->k->exp_sum(n, s, mx);
+	c->k->attn_values(kv->type, n, kv->head_dim, s,
+			  pg_kv_row(kv, c->block, 1, kvh, slot0), st->acc);
 }
 
 /* out = softmax(q K^T * scale) V over positions 0 .. n_keys - 1. */
@@ -145,19 +139,5 @@ void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
 		.scale = scale, .out = out,
 	};
 
-	switch (kv->type) {
-	case PG_F16:
-		c.dot = cpu->k->dot_f16;
-		c.axpy = cpu->k->axpy_f16;
-		break;
-	case PG_BF16:
-		c.dot = cpu->k->dot_bf16;
-		c.axpy = cpu->k->axpy_bf16;
-		break;
-	default:
-		c.dot = cpu->k->dot_f32;
-		c.axpy = cpu->k->axpy_f32;
-		break;
-	}
 	pg_pool_run(cpu->pool, attn_worker, &c);
 }

@@ -69,6 +69,14 @@ struct pg_cpu_kernels {
 	/* out[i] = x[i] * s * w[i] for n values */
 	void (*scale_mul)(int64_t n, const float *x, float s, const float *w,
 			  float *out);
+	/* s[j] = k_j . q for n keys of hd values of KV type t, rows hd apart */
+	void (*attn_scores)(enum pg_dtype t, int n, int hd, const void *k,
+			    const float *q, float *s);
+	/* acc += sum of p[j] v_j over n rows of hd values of KV type t */
+	void (*attn_values)(enum pg_dtype t, int n, int hd, const float *p,
+			    const void *v, float *acc);
+	/* s[j] = exp(s[j] - max) for n values; returns their sum */
+	float (*exp_sum)(int n, float *s, float max);
 	/* gate[i] = silu(gate[i]) * up[i] */
 	void (*silu_mul)(int64_t n, float *gate, const float *up);
 	/* x[i] += y[i] */
@@ -122,6 +130,11 @@ float pg_sumsq_ref(int64_t n, const float *x);
 void pg_scale_mul_ref(int64_t n, const float *x, float s, const float *w,
 		      float *out);
 void pg_silu_mul_ref(int64_t n, float *gate, const float *up);
+void pg_attn_scores_ref(enum pg_dtype t, int n, int hd, const void *k,
+			const float *q, float *s);
+void pg_attn_values_ref(enum pg_dtype t, int n, int hd, const float *p,
+			const void *v, float *acc);
+float pg_exp_sum_ref(int n, float *s, float max);
 void pg_add_ref(int64_t n, float *x, const float *y);
 
 /* The AVX2 loops the AVX-512 table reuses where 512 bits give nothing. */
@@ -157,6 +170,11 @@ void pg_scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
 		       float *out);
 void pg_silu_mul_avx2(int64_t n, float *gate, const float *up);
 void pg_add_avx2(int64_t n, float *x, const float *y);
+void pg_attn_scores_avx2(enum pg_dtype t, int n, int hd, const void *k,
+			 const float *q, float *s);
+void pg_attn_values_avx2(enum pg_dtype t, int n, int hd, const float *p,
+			 const void *v, float *acc);
+float pg_exp_sum_avx2(int n, float *s, float max);
 
 /* The ops, one per file. */
 void pg_cpu_get_rows(struct pg_backend *be, const struct pg_matrix *m,

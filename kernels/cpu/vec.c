@@ -63,6 +63,41 @@ void pg_silu_mul_ref(int64_t n, float *gate, const float *up)
 		gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+/* k: (n, hd) of type t; q: (hd); s: (n) */
+void pg_attn_scores_ref(enum pg_dtype t, int n, int hd, const void *k,
+			const float *q, float *s)
+{
+	size_t row = (size_t)hd * pg_dtype_block_bytes(t);
+	pg_dot_fn dot = t == PG_F16 ? pg_dot_f16_ref :
+			t == PG_BF16 ? pg_dot_bf16_ref : pg_dot_f32_ref;
+
+	for (int j = 0; j < n; j++)
+		s[j] = dot(hd, (const uint8_t *)k + j * row, q);
+}
+
+/* p: (n); v: (n, hd) of type t; acc: (hd) */
+void pg_attn_values_ref(enum pg_dtype t, int n, int hd, const float *p,
+			const void *v, float *acc)
+{
+	size_t row = (size_t)hd * pg_dtype_block_bytes(t);
+	pg_axpy_fn axpy = t == PG_F16 ? pg_axpy_f16_ref :
+			  t == PG_BF16 ? pg_axpy_bf16_ref : pg_axpy_f32_ref;
+
+	for (int j = 0; j < n; j++)
+		axpy(hd, p[j], (const uint8_t *)v + j * row, acc);
+}
+
+float pg_exp_sum_ref(int n, float *s, float max)
+{
+	float sum = 0.0f;
+
+	for (int j = 0; j < n; j++) {
+		s[j] = expf(s[j] - max);
+		sum += s[j];
+	}
+	return sum;
+}
+
 void pg_add_ref(int64_t n, float *x, const float *y)
 {
 	for (int64_t i = 0; i < n; i++)
@@ -85,6 +120,9 @@ const struct pg_cpu_kernels pg_cpu_kernels_scalar = {
 	.scale = pg_scale_ref,
 	.sumsq = pg_sumsq_ref,
 	.scale_mul = pg_scale_mul_ref,
+	.attn_scores = pg_attn_scores_ref,
+	.attn_values = pg_attn_values_ref,
+	.exp_sum = pg_exp_sum_ref,
 	.silu_mul = pg_silu_mul_ref,
 	.add = pg_add_ref,
 };

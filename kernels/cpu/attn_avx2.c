@@ -1,0 +1,157 @@
+/*
+ * attn_avx2.c - AVX2 inner loops of attention: scores of a run of keys
+ * against one query, the exponentials of a softmax run, and the weighted
+ * sum of a run of V rows, for F32, F16 and BF16 pages.
+ *
+ * Scores are taken 8 keys at a time and reduced together; V rows are summed
+ * into 64-dim slices of the accumulator held in registers across the run.
+ * head_dim must be a multiple of 8 here (else the reference loops run).
+ * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
+ */
+#include "cpu_impl.h"
+#include "simd_avx2.h"
+
+/* 8 values of KV type t at p (element index i) as floats. */
+static inline __m256 load8(enum pg_dtype t, const void *p, size_t i)
+{
+	if (t == PG_F16)
+		return load_f16x8((const uint16_t *)p + i);
+	if (t == PG_BF16)
+		return load_bf16x8((const uint16_t *)p + i);
+	return _mm256_loadu_ps((const float *)p + i);
+}
+
+/* Lane j of the result: the sum of the 8 lanes of a[j]. */
+static inline __m256 hsum8x8(const __m256 a[8])
+{
+	__m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]),
+				   _mm256_hadd_ps(a[2], a[3]));
+	__m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]),
+				   _mm256_hadd_ps(a[6], a[7]));
+
+	return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20),
+			     _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
+/* s[0..7] = keys k0 .. k0 + 7 . q; k: rows of hd elements of type t. */
+static inline __attribute__((always_inline)) void
+scores8(enum pg_dtype t, int hd, const void *k, size_t k0, const float *q,
+	float *s)
+{
+	__m256 a[8];
+
+	for (int j = 0; j < 8; j++)
+		a[j] = _mm256_setzero_ps();
+	for (int d = 0; d < hd; d += 8) {
+		__m256 qv = _mm256_loadu_ps(q + d);
+
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++)
+			a[j] = _mm256_fmadd_ps(load8(t, k, (k0 + (size_t)j) * (size_t)hd + (size_t)d),
+					       qv, a[j]);
+	}
+	_mm256_storeu_ps(s, hsum8x8(a));
+}
+
+static inline __attribute__((always_inline)) void
+scores(enum pg_dtype t, int n, int hd, const void *k, const float *q, float *s)
+{
+	int j = 0;
+
+	for (; j + 8 <= n; j += 8)
+		scores8(t, hd, k, (size_t)j, q, s + j);
+	for (; j < n; j++) {
+		__m256 a = _mm256_setzero_ps();
+
+		for (int d = 0; d < hd; d += 8)
+			a = _mm256_fmadd_ps(load8(t, k, (size_t)j * (size_t)hd + (size_t)d),
+					    _mm256_loadu_ps(q + d), a);
+		s[j] = hsum256(a);
+	}
+}
+
+void pg_attn_scores_avx2(enum pg_dtype t, int n, int hd, const void *k,
+			 const float *q, float *s)
+{
+	if (hd % 8)
+		pg_attn_scores_ref(t, n, hd, k, q, s);
+	else if (t == PG_F16)
+		scores(PG_F16, n, hd, k, q, s);
+	else if (t == PG_BF16)
+		scores(PG_BF16, n, hd, k, q, s);
+	else
+		scores(PG_F32, n, hd, k, q, s);
+}
+
+/* acc[d0 .. d0 + 63] += sum of p[j] v_j[d0 ..], the slice in registers. */
+static inline __attribute__((always_inline)) void
+values64(enum pg_dtype t, int n, int hd, int d0, const float *p,
+	 const void *v, float *acc)
+{
+	__m256 a[8];
+
+	for (int r = 0; r < 8; r++)
+		a[r] = _mm256_loadu_ps(acc + d0 + 8 * r);
+	for (int j = 0; j < n; j++) {
+		__m256 pj = _mm256_broadcast_ss(&p[j]);
+		size_t base = (size_t)j * (size_t)hd + (size_t)d0;
+
+#pragma GCC unroll 8
+		for (int r = 0; r < 8; r++)
+			a[r] = _mm256_fmadd_ps(pj, load8(t, v, base + 8 * (size_t)r), a[r]);
+	}
+	for (int r = 0; r < 8; r++)
+		_mm256_storeu_ps(acc + d0 + 8 * r, a[r]);
+}
+
+/* The same for a slice of 8 values (what is left after 64-wide slices). */
+static inline __attribute__((always_inline)) void
+values8(enum pg_dtype t, int n, int hd, int d0, const float *p,
+	const void *v, float *acc)
+{
+	__m256 a = _mm256_loadu_ps(acc + d0);
+
+	for (int j = 0; j < n; j++)
+		a = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[j]),
+				    load8(t, v, (size_t)j * (size_t)hd + (size_t)d0), a);
+	_mm256_storeu_ps(acc + d0, a);
+}
+
+static inline __attribute__((always_inline)) void
+values(enum pg_dtype t, int n, int hd, const float *p, const void *v,
+       float *acc)
+{
+	int d = 0;
+
+	for (; d + 64 <= hd; d += 64)
+		values64(t, n, hd, d, p, v, acc);
+	for (; d < hd; d += 8)
+		values8(t, n, hd, d, p, v, acc);
+}
+
+void pg_attn_values_avx2(enum pg_dtype t, int n, int hd, const float *p,
+			 const void *v, float *acc)
+{
+	if (hd % 8)
+		pg_attn_values_ref(t, n, hd, p, v, acc);
+	else if (t == PG_F16)
+		values(PG_F16, n, hd, p, v, acc);
+	else if (t == PG_BF16)
+		values(PG_BF16, n, hd, p, v, acc);
+	else
+		values(PG_F32, n, hd, p, v, acc);
+}
+
+float pg_exp_sum_avx2(int n, float *s, float max)
+{
+	__m256 vm = _mm256_set1_ps(max), sum = _mm256_setzero_ps();
+	int j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		__m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+
+		_mm256_storeu_ps(s + j, e);
+		sum = _mm256_add_ps(sum, e);
+	}
+	return hsum256(sum) + pg_exp_sum_ref(n - j, s + j, max);
+}
