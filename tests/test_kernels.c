@@ -595,12 +595,14 @@ static void check_attention(void)
 		{ PG_F16, 16, 128, 2, 1, 2, { 200, 5 }, { 1, 5 } },
 		{ PG_BF16, 7, 64, 4, 3, 1, { 15 }, { 15 } },
 		{ PG_F32, 16, 64, 1, 4, 1, { 33 }, { 33 } },
+		{ PG_F16, 16, 40, 2, 2, 1, { 50 }, { 3 } },	/* 8-wide slices */
+		{ PG_BF16, 7, 20, 1, 3, 1, { 30 }, { 30 } },	/* reference path */
 	};
 
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		check_attn_case(&cases[c]);
 	printf("kv_write, attention: F32/F16/BF16, pages 16 and 7, "
-	       "head_dim 64 and 128, GQA 1, 3, 4\n");
+	       "head_dim 20, 40, 64 and 128, GQA 1, 2, 3, 4\n");
 }
 
 /* ---- the ISA tables' inner loops, directly ---- */
