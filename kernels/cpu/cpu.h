@@ -29,6 +29,10 @@ const char *pg_cpu_isa_name(enum pg_cpu_isa isa);
  * online CPU) at instruction-set level isa (clamped to what the processor
  * has).  Returns NULL and sets errno on failure (ENOMEM, or the error of
  * pthread_create).  Destroy with be->ops->destroy(be).
+ *
+ * Ops of one backend must be called from one thread at a time (they share
+ * its pool and scratch); separate backends are independent.  Between ops
+ * the pool's threads spin for up to 0.2 ms, then sleep.
  */
 struct pg_backend *pg_cpu_backend_create(int n_threads, enum pg_cpu_isa isa);
 
