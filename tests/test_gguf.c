@@ -45,7 +45,7 @@ static struct spec valid_spec(void)
 static void build(struct gb *b, const struct spec *s)
 {
 	static const char *const words[] = { "alpha", "beta", "", "δέλτα" };
-	uint64_t ne_a[1] = { 32 }, ne_b[2] = { s->b_ne0, 2 };
+	uint64_t ne_a[1] = { 32 }, ne_b[5] = { s->b_ne0, 2, 1, 1, 1 };
 	uint8_t data[128 + 68];
 
 	gb_header(b, s->version, s->n_tensors, s->n_kv);
