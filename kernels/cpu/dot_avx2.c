@@ -300,11 +300,12 @@ static inline void quant_block_q8(const float *x, int8_t *qs, float *d,
 
 	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
 	m = _mm_max_ss(m, _mm_movehdup_ps(m));
+	/* llama.cpp's activation rounding: x * (127 / amax), half to even */
 	*d = _mm_cvtss_f32(m) / 127.0f;
-	__m256 id = _mm256_set1_ps(*d != 0.0f ? 1.0f / *d : 0.0f);
+	__m256 id = _mm256_set1_ps(*d != 0.0f ? 127.0f / _mm_cvtss_f32(m) : 0.0f);
 
 	for (int k = 0; k < 4; k++)
-		q[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], id)));
+		q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
 	*sum = hsum256_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
 					    _mm256_add_epi32(q[2], q[3])));
 	__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),

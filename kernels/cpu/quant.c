@@ -20,12 +20,14 @@ static float absmax(const float *x, int n)
 	return m;
 }
 
-/* x: (n) floats; dst: (n / 32) Q8_0 blocks.  d = amax / 127. */
-void pg_quant_q8_0_ref(const float *x, void *dst, int64_t n)
+/*
+ * Weights, as llama.cpp's reference quantiser: d = amax / 127,
+ * q = roundf(x / d) (halves away from zero).
+ */
+static void quant_q8_0_weights(const float *x, struct pg_block_q8_0 *b,
+			       int64_t nb)
 {
-	struct pg_block_q8_0 *b = dst;
-
-	for (int64_t i = 0; i < n / PG_QK; i++, x += PG_QK) {
+	for (int64_t i = 0; i < nb; i++, x += PG_QK) {
 		float d = absmax(x, PG_QK) / 127.0f;
 		float id = d ? 1.0f / d : 0.0f;
 
@@ -35,21 +37,49 @@ void pg_quant_q8_0_ref(const float *x, void *dst, int64_t n)
 	}
 }
 
+/*
+ * Activations, as llama.cpp quantises them before a matmul: d = amax / 127
+ * but q = x * (127 / amax) rounded half to even.  Matching this rounding
+ * exactly (not just its accuracy) keeps pagoda's logits bit-identical to
+ * llama.cpp's wherever the rest of the computation is the same.
+ * Returns sum(q) for Q8_1.
+ */
+static int quant_block_act(const float *x, int8_t *qs, float *d)
+{
+	float amax = absmax(x, PG_QK);
+	float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+	int sum = 0;
+
+	*d = amax / 127.0f;
+	for (int j = 0; j < PG_QK; j++) {
+		qs[j] = (int8_t)nearbyintf(x[j] * id);
+		sum += qs[j];
+	}
+	return sum;
+}
+
+/* x: (n) floats; dst: (n / 32) Q8_0 blocks (activations). */
+void pg_quant_q8_0_ref(const float *x, void *dst, int64_t n)
+{
+	struct pg_block_q8_0 *b = dst;
+	float d;
+
+	for (int64_t i = 0; i < n / PG_QK; i++, x += PG_QK) {
+		quant_block_act(x, b[i].qs, &d);
+		b[i].d = pg_fp32_to_fp16(d);
+	}
+}
+
 /* As Q8_0, plus s = d * sum(q) for the Q4_1 dot's minimum term. */
 void pg_quant_q8_1_ref(const float *x, void *dst, int64_t n)
 {
 	struct pg_block_q8_1 *b = dst;
+	float d;
+	int sum;
 
 	for (int64_t i = 0; i < n / PG_QK; i++, x += PG_QK) {
-		float d = absmax(x, PG_QK) / 127.0f;
-		float id = d ? 1.0f / d : 0.0f;
-		int sum = 0;
-
+		sum = quant_block_act(x, b[i].qs, &d);
 		b[i].d = pg_fp32_to_fp16(d);
-		for (int j = 0; j < PG_QK; j++) {
-			b[i].qs[j] = (int8_t)roundf(x[j] * id);
-			sum += b[i].qs[j];
-		}
 		b[i].s = pg_fp32_to_fp16((float)sum * d);
 	}
 }
@@ -132,7 +162,7 @@ size_t pg_quantize_row(enum pg_dtype type, const float *src, void *dst,
 		quant_q4_1(src, dst, n / PG_QK);
 		break;
 	case PG_Q8_0:
-		pg_quant_q8_0_ref(src, dst, n);
+		quant_q8_0_weights(src, dst, n / PG_QK);
 		break;
 	case PG_Q8_1:
 		pg_quant_q8_1_ref(src, dst, n);

@@ -75,19 +75,6 @@ static inline __m256i dot_s8s8(__m256i a, __m256i b)
 	return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
-/* roundf() of 8 floats: halves away from zero, exactly as the C library. */
-static inline __m256 round_away(__m256 v)
-{
-	__m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-	__m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
-	__m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0f),
-				       _mm256_sub_ps(v, t));
-	__m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-
-	return _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(
-					_mm256_set1_ps(1.0f), sign)));
-}
-
 /*
  * expf of 8 floats, about 2 ulp: 2^n * p(r), n = round(x / ln 2), r the
  * remainder (ln 2 split in two for exactness), p a degree-7 polynomial.
