@@ -35,6 +35,15 @@ check "tokenize prints a list" grep -q '^\[[0-9]' "$tmp/t1"
 check "stdin: one line per input line" test "$(wc -l <"$tmp/t2")" -eq 2
 check "stdin first line = argument" test "$(head -n1 "$tmp/t2")" = "$(cat "$tmp/t1")"
 
+# a vocabulary-only file tokenizes like the full model but cannot run
+$gen --preset tiny --vocab-only --out "$tmp/vocab.gguf" >/dev/null ||
+	{ echo "FAIL: gguf-gen --vocab-only"; exit 1; }
+$bin --model "$tmp/vocab.gguf" --tokenize "hello world" >"$tmp/t3"
+check "vocab-only file tokenizes" cmp -s "$tmp/t1" "$tmp/t3"
+$bin --model "$tmp/vocab.gguf" --prompt x 2>"$tmp/e"; rc=$?
+check "vocab-only file cannot complete" test $rc -eq 1
+check "vocab-only refusal says why" grep -q "can only tokenize" "$tmp/e"
+
 # errors: usage (2), missing model (1) with a message that says what to do
 $bin $m >/dev/null 2>"$tmp/e"; rc=$?
 check "nothing to do is a usage error" test $rc -eq 2

@@ -39,6 +39,7 @@ static const char usage[] =
 "  --type T            f32 f16 bf16 q8_0 q4_0 q4_1 (the matrices)\n"
 "  --embd-type T       token embedding: the --type or q8_0\n"
 "  --untied            write output.weight (default: tied to token_embd)\n"
+"  --vocab-only        write the metadata and vocabulary only, no tensors\n"
 "  --tied              no output.weight\n"
 "  --bias, --no-bias   Q/K/V biases on or off\n"
 "  --seed S            the seed of the weights (default 1)\n"
@@ -51,7 +52,7 @@ static const char usage[] =
 enum {
 	OPT_OUT = 256, OPT_PRESET, OPT_ARCH, OPT_BLOCKS, OPT_HIDDEN, OPT_HEADS,
 	OPT_KV_HEADS, OPT_FFN, OPT_VOCAB, OPT_VOCAB_FROM, OPT_CTX,
-	OPT_ROPE_BASE, OPT_RMS_EPS, OPT_TYPE, OPT_EMBD_TYPE, OPT_UNTIED,
+	OPT_ROPE_BASE, OPT_RMS_EPS, OPT_TYPE, OPT_EMBD_TYPE, OPT_UNTIED, OPT_VOCAB_ONLY,
 	OPT_TIED, OPT_BIAS, OPT_NO_BIAS, OPT_SEED, OPT_THREADS, OPT_NAME,
 	OPT_QUIET, OPT_HELP,
 };
@@ -73,6 +74,7 @@ static const struct option longopts[] = {
 	{ "type", required_argument, NULL, OPT_TYPE },
 	{ "embd-type", required_argument, NULL, OPT_EMBD_TYPE },
 	{ "untied", no_argument, NULL, OPT_UNTIED },
+	{ "vocab-only", no_argument, NULL, OPT_VOCAB_ONLY },
 	{ "tied", no_argument, NULL, OPT_TIED },
 	{ "bias", no_argument, NULL, OPT_BIAS },
 	{ "no-bias", no_argument, NULL, OPT_NO_BIAS },
@@ -205,6 +207,7 @@ static void apply(struct cli *c, int opt, const char *arg)
 		c->embd_set = 1;
 		break;
 	case OPT_UNTIED: c->o.untied = 1; break;
+	case OPT_VOCAB_ONLY: c->o.vocab_only = 1; break;
 	case OPT_TIED: c->o.untied = 0; break;
 	case OPT_BIAS: c->o.qkv_bias = 1; c->bias_set = 1; break;
 	case OPT_NO_BIAS: c->o.qkv_bias = 0; c->bias_set = 1; break;
@@ -254,7 +257,9 @@ int main(int argc, char **argv)
 		die("%s", err);
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	s = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
-	if (!c.quiet && !stat(c.out, &st))
+	if (!c.quiet && c.o.vocab_only && !stat(c.out, &st))
+		printf("%s: vocabulary only, %.1f kB\n", c.out, st.st_size / 1e3);
+	else if (!c.quiet && !stat(c.out, &st))
 		printf("%s: %d blocks, hidden %d, %s, %.1f MB in %.2f s (%.0f MB/s)\n",
 		       c.out, c.o.n_blocks, c.o.hidden,
 		       pg_dtype_name(c.o.type), st.st_size / 1e6, s,

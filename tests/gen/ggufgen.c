@@ -243,6 +243,8 @@ static int plan_build(struct gen_plan *p, const struct ggufgen_opts *o,
 	p->t = calloc((size_t)o->n_blocks * 12 + 3, sizeof(*p->t));
 	if (!p->t)
 		return -ENOMEM;
+	if (o->vocab_only)
+		return 0;
 	plan_add(p, "token_embd.weight", h, (uint64_t)n_vocab, o->embd_type);
 	for (int b = 0; b < o->n_blocks; b++)
 		plan_block(p, o, b);

@@ -45,6 +45,8 @@ struct ggufgen_opts {
 	enum pg_dtype embd_type;/* token_embd.weight: `type` or Q8_0 */
 	uint64_t seed;
 	const char *vocab_from;	/* copy all tokenizer.* keys from this GGUF */
+	int vocab_only;		/* metadata only, no tensors (as llama.cpp's
+				   vocab files, for tokenizer-only use) */
 	int n_threads;		/* drawing threads; <= 0: one per online CPU.
 				 * The bytes written do not depend on it. */
 };
