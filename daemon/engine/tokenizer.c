@@ -357,10 +357,18 @@ struct pre_def {
 	"| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+" \
 	"|[" WS "]+(?![^" WS "])|[" WS "]+"
 
+/* Qwen2: Llama 3's, but digits one at a time. */
+#define RE_QWEN2 \
+	"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])" \
+	"|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
+	"| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+" \
+	"|[" WS "]+(?![^" WS "])|[" WS "]+"
+
 static const struct pre_def pre_table[] = {
 	{ "default\0", 0, 0, { "[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2,
 			       "\\p{N}+", "[0-9][0-9][0-9]" } },
 	{ "llama3\0llama-v3\0llama-bpe\0", 1, 1, { RE_LLAMA3 } },
+	{ "qwen2\0", 0, 0, { RE_QWEN2 } },
 	{ "smollm\0starcoder\0refact\0codeshell\0", 0, 0,
 	  { "\\p{N}", RE_GPT2 } },
 	{ "gpt2\0gpt-2\0phi-2\0mpt\0olmo\0", 0, 0, { RE_GPT2 } },

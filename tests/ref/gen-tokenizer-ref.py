@@ -11,7 +11,7 @@ tests/test_tokenizer.c reads:
     T <parse_special 0|1> <prompt as lowercase hex>
     I <token ids separated by spaces>
 
-The other pre-tokenizers (llama-bpe, default, gpt-2) run on SmolLM2's
+The other pre-tokenizers (llama-bpe, default, gpt-2, qwen2) run on SmolLM2's
 vocabulary relabelled in a vocabulary-only copy of the file, so that their
 regexes are checked against llama.cpp without a Llama 3 download.
 
@@ -134,7 +134,7 @@ def main():
     print("P smollm")
     emit(path, CASES + random_cases(120))
     with tempfile.TemporaryDirectory() as tmp:
-        for pre in ("llama-bpe", "default", "gpt-2"):
+        for pre in ("llama-bpe", "default", "gpt-2", "qwen2"):
             dst = os.path.join(tmp, pre + ".gguf")
             relabel(path, dst, pre)
             print("P %s" % pre)
