@@ -112,6 +112,31 @@ static int read_arch(struct loader *l)
 		     (int)(a.len > 64 ? 64 : a.len), a.ptr);
 }
 
+/*
+ * RoPE variants this build does not apply are refused rather than run with
+ * the wrong positions: linear/YaRN scaling and per-dimension frequency
+ * factors (Llama 3.1's rope_freqs).
+ */
+static int check_rope_variant(struct loader *l)
+{
+	char key[128];
+	struct gguf_str type;
+	float factor = 1.0f;
+
+	snprintf(key, sizeof(key), "%s.rope.scaling.type", l->arch);
+	if (!gguf_get_str(l->f, key, &type) && !gguf_str_eq(type, "none")) {
+		snprintf(key, sizeof(key), "%s.rope.scaling.factor", l->arch);
+		gguf_get_f32(l->f, key, &factor);
+		if (factor != 1.0f && factor != 0.0f)
+			return lfail(l, "%s.rope.scaling.type is \"%.*s\" with factor %g: RoPE scaling is not supported yet (expected none)",
+				     l->arch, (int)(type.len > 32 ? 32 : type.len),
+				     type.ptr, (double)factor);
+	}
+	if (gguf_find_tensor(l->f, "rope_freqs.weight"))
+		return lfail(l, "tensor rope_freqs.weight: per-dimension RoPE frequency factors (Llama 3.1 and later) are not supported yet");
+	return 0;
+}
+
 static int read_hparams(struct loader *l)
 {
 	struct pg_hparams *hp = &l->m->hp;
@@ -143,7 +168,7 @@ static int read_hparams(struct loader *l)
 		return rc;
 	if (hp->n_rot % 2)
 		return lfail(l, "%s.rope.dimension_count %d: expected an even number", l->arch, hp->n_rot);
-	return 0;
+	return check_rope_variant(l);
 }
 
 /* Find a tensor and check its shape is exactly (ne0, ne1). */
