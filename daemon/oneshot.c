@@ -276,22 +276,10 @@ bad:
 	return -1;
 }
 
-/* The model path: --model, $PAGODA_MODEL, or the default model's cache path. */
+/* The model path: --model, else the default model's (model.h). */
 static const char *model_path(const struct options *o, char *buf, size_t len)
 {
-	const char *dir = getenv("PAGODA_MODEL_DIR");
-	const char *home = getenv("HOME");
-
-	if (o->model)
-		return o->model;
-	if (getenv("PAGODA_MODEL") && *getenv("PAGODA_MODEL"))
-		return getenv("PAGODA_MODEL");
-	if (dir && *dir)
-		snprintf(buf, len, "%s/%s", dir, PAGODA_DEFAULT_MODEL);
-	else
-		snprintf(buf, len, "%s/.cache/pagoda/models/%s", home ? home : ".",
-			 PAGODA_DEFAULT_MODEL);
-	return buf;
+	return o->model ? o->model : pg_model_default_path(buf, len);
 }
 
 /* Read all of FILE ('-': standard input) into a NUL-terminated buffer. */

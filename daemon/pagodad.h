@@ -5,9 +5,6 @@
 #ifndef PAGODA_PAGODAD_H
 #define PAGODA_PAGODAD_H
 
-/* The default model's file name inside the model directory. */
-#define PAGODA_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 /*
  * pagodad_main - run pagodad with its command line; returns the process
  * exit status (0 success, 1 failure, 2 usage error).

@@ -48,7 +48,6 @@
 #include "daemon/engine/forward.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
-#include "daemon/pagodad.h"
 
 #define LOGIT_MAX 2.0
 #define LOGIT_MEAN 0.25
@@ -317,20 +316,6 @@ static int report(const struct totals *t)
 	return ok ? 0 : 1;
 }
 
-static const char *default_model(char *buf, size_t len)
-{
-	const char *dir = getenv("PAGODA_MODEL_DIR"), *home = getenv("HOME");
-
-	if (getenv("PAGODA_MODEL") && *getenv("PAGODA_MODEL"))
-		return getenv("PAGODA_MODEL");
-	if (dir && *dir)
-		snprintf(buf, len, "%s/%s", dir, PAGODA_DEFAULT_MODEL);
-	else
-		snprintf(buf, len, "%s/.cache/pagoda/models/%s", home ? home : ".",
-			 PAGODA_DEFAULT_MODEL);
-	return buf;
-}
-
 int main(void)
 {
 	struct pg_forward_params fp = pg_forward_params_default();
@@ -343,7 +328,7 @@ int main(void)
 	FILE *f;
 	int rc;
 
-	if (pg_model_load(default_model(path, sizeof(path)), 0, &m, err,
+	if (pg_model_load(pg_model_default_path(path, sizeof(path)), 0, &m, err,
 			  sizeof(err))) {
 		fprintf(stderr, "test_golden: skipped: %s (run scripts/fetch-model)\n", err);
 		return 77;

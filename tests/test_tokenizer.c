@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon/engine/gguf.h"
+#include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
 
 static int n_fail;
@@ -848,26 +849,10 @@ static void test_speed(const struct pg_tokenizer *t)
 	free(s);
 }
 
-static const char *model_path(char *buf, size_t n)
-{
-	const char *p = getenv("PAGODA_MODEL"), *dir, *home;
-
-	if (p && *p)
-		return p;
-	dir = getenv("PAGODA_MODEL_DIR");
-	home = getenv("HOME");
-	if (dir && *dir)
-		snprintf(buf, n, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-	else
-		snprintf(buf, n, "%s/.cache/pagoda/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-			 home ? home : "");
-	return buf;
-}
-
 int main(void)
 {
 	char buf[4096], err[256];
-	const char *path = model_path(buf, sizeof(buf));
+	const char *path = pg_model_default_path(buf, sizeof(buf));
 	struct gguf_file *f;
 	struct pg_tokenizer *t;
 	int rc;

@@ -43,6 +43,22 @@ static int lfail(struct loader *l, const char *fmt, ...)
 	return -EINVAL;
 }
 
+const char *pg_model_default_path(char *buf, size_t len)
+{
+	const char *model = getenv("PAGODA_MODEL");
+	const char *dir = getenv("PAGODA_MODEL_DIR");
+	const char *home = getenv("HOME");
+
+	if (model && *model)
+		return model;
+	if (dir && *dir)
+		snprintf(buf, len, "%s/%s", dir, PG_DEFAULT_MODEL);
+	else
+		snprintf(buf, len, "%s/.cache/pagoda/models/%s",
+			 home && *home ? home : ".", PG_DEFAULT_MODEL);
+	return buf;
+}
+
 const char *pg_arch_name(enum pg_arch a)
 {
 	return a == PG_ARCH_QWEN2 ? "qwen2" : "llama";

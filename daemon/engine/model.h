@@ -80,6 +80,17 @@ int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
 /* pg_model_free - unmap and free; NULL is allowed. */
 void pg_model_free(struct pg_model *m);
 
+/* The default model's file name inside the model directory. */
+#define PG_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+/*
+ * pg_model_default_path - where the default model is looked for: the file
+ * named by $PAGODA_MODEL, else PG_DEFAULT_MODEL in $PAGODA_MODEL_DIR (by
+ * default ~/.cache/pagoda/models, where scripts/fetch-model puts it).
+ * Returns $PAGODA_MODEL itself or buf (len bytes) filled in.
+ */
+const char *pg_model_default_path(char *buf, size_t len);
+
 /* pg_arch_name - "llama", "qwen2". */
 const char *pg_arch_name(enum pg_arch a);
 
