@@ -375,21 +375,22 @@ static int emit_stdout(void *ctx, const char *text, size_t len)
 /* The prompt text, wrapped in the chat template with --chat (malloc'd). */
 static char *prompt_text(const struct options *o, const struct pg_model *m)
 {
-	size_t len;
+	size_t len, tlen = m->chat_template ? strlen(m->chat_template) : 0;
 	char *text = o->prompt_file ? read_all(o->prompt_file, &len)
 				    : strdup(o->prompt);
 	struct pg_chat_msg msg = { .role = "user" };
-	char *out = NULL;
+	char *out = NULL, *sys;
 	int fmt;
 
 	if (!text || !o->chat)
 		return text;
-	fmt = pg_chat_detect(m->chat_template,
-			     m->chat_template ? strlen(m->chat_template) : 0);
+	fmt = pg_chat_detect(m->chat_template, tlen);
+	sys = pg_chat_default_system(m->chat_template, tlen);
 	msg.content = text;
 	if (pg_chat_render(fmt < 0 ? PG_CHAT_CHATML : (enum pg_chat_format)fmt,
-			   &msg, 1, 1, NULL, &out))
+			   &msg, 1, 1, sys, &out))
 		out = NULL;
+	free(sys);
 	free(text);
 	return out;
 }

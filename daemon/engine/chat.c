@@ -102,6 +102,25 @@ int pg_chat_detect(const char *tmpl, size_t len)
 	return -1;
 }
 
+char *pg_chat_default_system(const char *tmpl, size_t len)
+{
+	static const char open[] = "<|im_start|>system\n";
+	const char *p, *end, *start;
+
+	if (!tmpl)
+		return NULL;
+	p = memmem(tmpl, len, open, sizeof(open) - 1);
+	if (!p)
+		return NULL;
+	start = p + sizeof(open) - 1;
+	end = memmem(start, len - (size_t)(start - tmpl), "<|im_end|>", 10);
+	/* a literal only: an expression or a quote means the text is computed */
+	if (!end || end == start || memchr(start, '{', (size_t)(end - start)) ||
+	    memchr(start, '\'', (size_t)(end - start)))
+		return NULL;
+	return strndup(start, (size_t)(end - start));
+}
+
 const char *pg_chat_format_name(enum pg_chat_format fmt)
 {
 	switch (fmt) {

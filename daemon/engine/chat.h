@@ -28,6 +28,14 @@ struct pg_chat_msg {
  */
 int pg_chat_detect(const char *tmpl, size_t len);
 
+/*
+ * pg_chat_default_system - the system message a ChatML template inserts
+ * when the conversation has none (SmolLM2's and Qwen's templates carry one
+ * as a literal "<|im_start|>system\n...<|im_end|>").  Returns a malloc'd
+ * copy, or NULL when the template has none (or on ENOMEM).
+ */
+char *pg_chat_default_system(const char *tmpl, size_t len);
+
 /* pg_chat_format_name - "chatml", "llama3", "llama2". */
 const char *pg_chat_format_name(enum pg_chat_format fmt);
 
