@@ -153,8 +153,25 @@ static void test_errors(void)
 	      "unknown format");
 }
 
+static void test_default_system(void)
+{
+	static const char computed[] =
+		"<|im_start|>system\n{{ system_message }}<|im_end|>";
+	char *sys = pg_chat_default_system(smol_template, strlen(smol_template));
+
+	CHECK(sys && !strcmp(sys, SMOL_SYSTEM), "SmolLM2's default system: %s",
+	      sys ? sys : "(none)");
+	free(sys);
+	CHECK(!pg_chat_default_system(llama3_template, strlen(llama3_template)),
+	      "Llama 3's template has no default system message");
+	CHECK(!pg_chat_default_system(computed, strlen(computed)),
+	      "a computed system message is not a default");
+	CHECK(!pg_chat_default_system(NULL, 0), "no template");
+}
+
 int main(void)
 {
+	test_default_system();
 	test_detect();
 	test_chatml();
 	test_llama3();
