@@ -447,6 +447,7 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 	struct pg_forward *fw = NULL;
 	struct pg_gen_stats st;
 	char err[512];
+	double load_s;
 	int32_t *ids;
 	int n, rc;
 
@@ -458,13 +459,14 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 		fprintf(stderr, "pagodad: %s\n", err);
 		return 1;
 	}
+	load_s = pg_now() - t_start;	/* model mapped, backend and KV pool up */
 	ids = tokenize_prompt(o, m, &n);
 	rc = ids ? pg_generate(fw, m, ids, n, &o->gen, emit_stdout, NULL, NULL,
 			       &st, err, sizeof(err)) : -EINVAL;
 	if (rc && ids)
 		fprintf(stderr, "pagodad: %s\n", err);
 	if (!rc)
-		print_figures(o, fw, pg_now() - t_start - st.prefill_s - st.decode_s, &st);
+		print_figures(o, fw, load_s, &st);
 	free(ids);
 	pg_forward_destroy(fw);
 	return rc ? 1 : 0;
