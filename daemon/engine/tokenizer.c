@@ -23,6 +23,7 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
+#include <ctype.h>
 #include <errno.h>
 #include <pcre2.h>
 #include <stdarg.h>
@@ -42,6 +43,7 @@ enum {
 	TA_UNUSED = 1 << 4,
 	TA_BYTE = 1 << 5,
 	TA_EOG = 1 << 6,
+	TA_RSTRIP = 1 << 7, /* text after it loses its leading white space */
 };
 
 enum tok_model { MODEL_BPE, MODEL_SPM };
@@ -635,7 +637,11 @@ static int is_eog_text(const char *s, size_t n)
 	static const char *const names[] = {
 		"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
 		"<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
-		"<|end_of_text|>", "<end_of_utterance>",
+		"<|end_of_text|>", "<end_of_utterance>", "</s>", "[EOT]",
+		"[EOS]", "<eos>", "<turn|>", "<|tool_response>",
+		"<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+		"<｜end▁of▁sentence｜>", /* DeepSeek */
+		"[e~[",
 		/* FIM pad, repository and file separators, as llama.cpp */
 		"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
 		"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
@@ -690,6 +696,51 @@ static int build_special(struct pg_tokenizer *t)
 	qsort_r(t->special, (size_t)t->n_special, sizeof(int32_t),
 		cmp_special, t);
 	return 0;
+}
+
+/* name_is_phi3 - general.name, lower-cased, contains "phi-3" or "phi3". */
+static int name_is_phi3(const struct gguf_file *f)
+{
+	struct gguf_str s;
+	char low[256];
+	size_t n;
+
+	if (gguf_get_str(f, "general.name", &s))
+		return 0;
+	n = s.len < sizeof(low) - 1 ? s.len : sizeof(low) - 1;
+	for (size_t i = 0; i < n; i++)
+		low[i] = (char)tolower((unsigned char)s.ptr[i]);
+	low[n] = 0;
+	return strstr(low, "phi-3") || strstr(low, "phi3");
+}
+
+static void set_rstrip(struct pg_tokenizer *t, const char *s, int on)
+{
+	int32_t id = map_find(t, s, strlen(s));
+
+	if (id < 0)
+		return;
+	if (on)
+		t->attr[id] |= TA_RSTRIP;
+	else
+		t->attr[id] &= (uint8_t)~TA_RSTRIP;
+}
+
+/*
+ * mark_rstrip - as llama.cpp, by the model's name: Phi-3's special tokens
+ * (and "</s>") eat the white space after them, except <unk>, <s> and
+ * <|endoftext|>.
+ */
+static void mark_rstrip(struct pg_tokenizer *t, const struct gguf_file *f)
+{
+	if (!name_is_phi3(f))
+		return;
+	for (int32_t i = 0; i < t->n_special; i++)
+		t->attr[t->special[i]] |= TA_RSTRIP;
+	set_rstrip(t, "</s>", 1);
+	set_rstrip(t, "<unk>", 0);
+	set_rstrip(t, "<s>", 0);
+	set_rstrip(t, "<|endoftext|>", 0);
 }
 
 /* byte_token_text - the value of a "<0xNN>" token, or -1. */
@@ -904,6 +955,7 @@ int pg_tokenizer_load(const struct gguf_file *f, struct pg_tokenizer **out,
 	    (rc = load_specials(t, f, err, err_len)) ||
 	    (rc = build_special(t)) || (rc = build_pieces(t)))
 		goto out_free;
+	mark_rstrip(t, f);
 	build_byte_tables(t);
 	*out = t;
 	return 0;
@@ -1517,10 +1569,19 @@ static int frag_push(struct frag **v, size_t *n, size_t *cap,
 	return 0;
 }
 
-/* split_on - cut every text fragment of in[] at each occurrence of s. */
+/* is_space - C's isspace() in the "C" locale, which llama.cpp strips. */
+static int is_space(char c)
+{
+	return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/*
+ * split_on - cut every text fragment of in[] at each occurrence of s; with
+ * rstrip, the text after an occurrence loses its leading white space.
+ */
 static int split_on(const char *text, const struct frag *in, size_t n_in,
-		    const char *s, size_t sl, int32_t id, struct frag **out,
-		    size_t *n_out, size_t *cap)
+		    const char *s, size_t sl, int32_t id, int rstrip,
+		    struct frag **out, size_t *n_out, size_t *cap)
 {
 	int rc = 0;
 
@@ -1541,6 +1602,8 @@ static int split_on(const char *text, const struct frag *in, size_t n_in,
 					       (struct frag){ 0, 0, id });
 			off += left + sl;
 			len -= left + sl;
+			while (rstrip && len && is_space(text[off]))
+				off++, len--;
 		}
 		if (!rc && (in[k].id >= 0 || len))
 			rc = frag_push(out, n_out, cap, in[k].id >= 0 ? in[k] :
@@ -1574,7 +1637,8 @@ static int partition(const struct pg_tokenizer *t, const char *text,
 			continue;
 		if (!sl || !memmem(text, len, s, sl))
 			continue;
-		rc = split_on(text, a, n_a, s, sl, id, &b, &n_b, &cap_b);
+		rc = split_on(text, a, n_a, s, sl, id,
+			      !!(t->attr[id] & TA_RSTRIP), &b, &n_b, &cap_b);
 		tmp = a, a = b, b = tmp;
 		cap = cap_a, cap_a = cap_b, cap_b = cap;
 		n_a = n_b;
