@@ -50,8 +50,10 @@ int pg_tokenizer_is_eog(const struct pg_tokenizer *t, int32_t id);
  * control and user-defined tokens written in the text (e.g. "<|im_start|>")
  * as single tokens; otherwise they are plain text.  Writes at most max_out
  * ids to out and returns the total number of tokens (which may exceed
- * max_out: call again with a larger buffer), or -ENOMEM.  Invalid UTF-8 is
- * tokenised byte by byte, as the reference implementations do.
+ * max_out: call again with a larger buffer), or -ENOMEM.  Bytes that are
+ * not valid UTF-8 are kept as themselves where the vocabulary can spell
+ * them, so that detokenising gives the input back (llama.cpp replaces each
+ * with U+FFFD first; on valid UTF-8 the two agree).
  */
 int64_t pg_tokenize(const struct pg_tokenizer *t, const char *text,
 		    size_t len, int add_bos, int parse_special, int32_t *out,
