@@ -66,7 +66,10 @@ static int emit_token(struct gen *g, int32_t id, int *stopped)
 
 	if (n < 0)
 		return n;
-	*stopped = pg_stop_feed(g->stop, buf, (size_t)n, &out, &out_len);
+	n = pg_stop_feed(g->stop, buf, (size_t)n, &out, &out_len);
+	if (n < 0)
+		return n;
+	*stopped = n;
 	if (out_len && g->emit && g->emit(g->ctx, out, out_len))
 		return 1;
 	return 0;

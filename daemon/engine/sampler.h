@@ -84,7 +84,8 @@ void pg_stop_free(struct pg_stop *st);
  * pg_stop_feed - append len bytes of generated text.  Returns 1 when a stop
  * string is now complete (the text to emit ends before it), else 0.  After
  * the call *emit_len bytes of the text fed so far (counted from the last
- * call's end) may be emitted; the rest is held back.
+ * call's end) may be emitted; the rest is held back.  Returns -ENOMEM when
+ * the text could not be taken (nothing changed; *emit_len is 0).
  */
 int pg_stop_feed(struct pg_stop *st, const char *text, size_t len,
 		 const char **emit, size_t *emit_len);
