@@ -65,7 +65,7 @@ const char *pg_forward_isa_name(const struct pg_forward *fw);
 
 /*
  * pg_forward_batch - run tokens (n_tokens in all, at most max_batch_tokens)
- * of n_seqs sequences.  Positions continue each sequence's kv->n_ctx; pages
+ * of n_seqs distinct sequences (each at most once per call).  Positions continue each sequence's kv->n_ctx; pages
  * are reserved first, so on -ENOSPC (pool exhausted) nothing was computed
  * and no sequence advanced.  On success each kv->n_ctx grows by its
  * n_tokens and logits receives, sequence by sequence, n_tokens rows (when
