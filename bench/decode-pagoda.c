@@ -32,40 +32,36 @@ static void die(const char *msg, const char *detail)
 }
 
 /* Run n ids into a fresh sequence, returning seconds taken. */
-static double run_pp(struct pg_forward *fw, const int32_t *ids, int n,
-		     float *logits)
+static double run_pp(struct pg_forward *fw, struct pg_kvc *kvc,
+		     const int32_t *ids, int n, float *logits)
 {
-	struct pg_seq_kv kv = { 0 };
-	int max = pg_forward_max_batch(fw);
+	struct pg_kvc_seq *s = pg_kvc_seq_new(kvc, 0);
 	double t0 = pg_now();
 
-	for (int off = 0; off < n; off += max) {
-		struct pg_fw_seq sq = { .kv = &kv,
-					.n_tokens = n - off < max ? n - off : max };
-
-		if (pg_forward_batch(fw, ids + off, sq.n_tokens, &sq, 1, logits))
-			die("forward pass failed (KV pool too small?)", NULL);
-	}
+	if (!s || pg_run_tokens(fw, kvc, s, ids, n, 0, logits))
+		die("forward pass failed (KV pages too few?)", NULL);
 	t0 = pg_now() - t0;
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
+	pg_kvc_seq_free(kvc, s);
+	/* timing runs must not find their own tokens cached */
+	pg_kvc_evict(kvc, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
 	return t0;
 }
 
-static double run_tg(struct pg_forward *fw, const int32_t *ids, int n,
-		     float *logits)
+static double run_tg(struct pg_forward *fw, struct pg_kvc *kvc,
+		     const int32_t *ids, int n, float *logits)
 {
-	struct pg_seq_kv kv = { 0 };
-	struct pg_fw_seq sq = { .kv = &kv, .n_tokens = 1 };
+	struct pg_kvc_seq *s = pg_kvc_seq_new(kvc, 0);
 	double t0;
 
-	if (pg_forward_batch(fw, ids, 1, &sq, 1, logits))
+	if (!s || pg_run_tokens(fw, kvc, s, ids, 1, 0, logits))
 		die("forward pass failed", NULL);
 	t0 = pg_now();
 	for (int i = 1; i <= n; i++)
-		if (pg_forward_batch(fw, &ids[i], 1, &sq, 1, logits))
+		if (pg_run_tokens(fw, kvc, s, &ids[i], 1, 0, logits))
 			die("forward pass failed", NULL);
 	t0 = pg_now() - t0;
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
+	pg_kvc_seq_free(kvc, s);
+	pg_kvc_evict(kvc, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
 	return t0;
 }
 
@@ -103,6 +99,7 @@ int main(int argc, char **argv)
 	struct pg_forward_params fp = pg_forward_params_default();
 	struct bench_opts o;
 	struct pg_forward *fw;
+	struct pg_kvc *kvc;
 	struct pg_model *m;
 	char err[1024];
 	double best_pp = 1e30, best_tg = 1e30;
@@ -117,18 +114,19 @@ int main(int argc, char **argv)
 	fp.n_pages = (o.pp + o.tg + 64) / fp.page_tokens + 2;
 	if (pg_forward_create(m, &fp, &fw, err, sizeof(err)))
 		die(err, NULL);
+	kvc = pg_kvc_for_forward(fw, m);
 	n_ids = (o.pp > o.tg ? o.pp : o.tg) + 1;
 	ids = malloc(sizeof(*ids) * (size_t)n_ids);
 	logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
-	if (!ids || !logits)
+	if (!ids || !logits || !kvc)
 		die("out of memory", NULL);
 	srand(1);
 	for (int i = 0; i < n_ids; i++)
 		ids[i] = rand() % m->hp.n_vocab;
-	run_pp(fw, ids, o.pp < 64 ? o.pp : 64, logits);	/* warm-up */
+	run_pp(fw, kvc, ids, o.pp < 64 ? o.pp : 64, logits);	/* warm-up */
 	for (int r = 0; r < o.reps; r++) {
-		double pp = run_pp(fw, ids, o.pp, logits);
-		double tg = run_tg(fw, ids, o.tg, logits);
+		double pp = run_pp(fw, kvc, ids, o.pp, logits);
+		double tg = run_tg(fw, kvc, ids, o.tg, logits);
 
 		best_pp = pp < best_pp ? pp : best_pp;
 		best_tg = tg < best_tg ? tg : best_tg;
@@ -141,6 +139,7 @@ int main(int argc, char **argv)
 	       o.pp / best_pp, o.tg, o.tg / best_tg);
 	free(ids);
 	free(logits);
+	pg_kvc_destroy(kvc);
 	pg_forward_destroy(fw);
 	pg_model_free(m);
 	return 0;

@@ -445,6 +445,7 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 {
 	struct pg_forward_params fp = pg_forward_params_default();
 	struct pg_forward *fw = NULL;
+	struct pg_kvc *kvc;
 	struct pg_gen_stats st;
 	char err[512];
 	double load_s;
@@ -460,14 +461,18 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 		return 1;
 	}
 	load_s = pg_now() - t_start;	/* model mapped, backend and KV pool up */
-	ids = tokenize_prompt(o, m, &n);
-	rc = ids ? pg_generate(fw, m, ids, n, &o->gen, emit_stdout, NULL, NULL,
-			       &st, err, sizeof(err)) : -EINVAL;
+	kvc = pg_kvc_for_forward(fw, m);
+	ids = kvc ? tokenize_prompt(o, m, &n) : NULL;
+	if (!kvc)
+		fprintf(stderr, "pagodad: out of memory for the KV page table\n");
+	rc = ids ? pg_generate(fw, kvc, m, ids, n, &o->gen, emit_stdout, NULL,
+			       NULL, &st, err, sizeof(err)) : -EINVAL;
 	if (rc && ids)
 		fprintf(stderr, "pagodad: %s\n", err);
 	if (!rc)
 		print_figures(o, fw, load_s, &st);
 	free(ids);
+	pg_kvc_destroy(kvc);
 	pg_forward_destroy(fw);
 	return rc ? 1 : 0;
 }

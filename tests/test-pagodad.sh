@@ -61,7 +61,7 @@ check "truncated model exits 1" test $rc -eq 1
 check "truncated model says so" grep -q "truncated" "$tmp/e"
 $bin $m --prompt "hello" --ctx-size 4 --max-tokens 20 --ignore-eos 2>"$tmp/e" >/dev/null; rc=$?
 check "context overflow exits 1" test $rc -eq 1
-check "context overflow says what to change" grep -q "KV pool" "$tmp/e"
+check "context overflow says what to change" grep -q -- "--ctx-size" "$tmp/e"
 $bin $m --prompt x --top-p 7 2>"$tmp/e" >/dev/null; rc=$?
 check "bad sampling parameter exits 1" test $rc -eq 1
 check "bad sampling parameter is named" grep -q "top_p" "$tmp/e"

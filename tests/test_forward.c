@@ -6,7 +6,10 @@
  *  - decoding one token at a time equals prefill (same code path);
  *  - two sequences in one batch equal each run alone (batch invariance),
  *    with an odd page size so that contexts cross pages;
- *  - a full KV pool gives -ENOSPC and advances nothing.
+ *  - a second run of a prompt takes its full pages from the prefix cache
+ *    and gives the same logits;
+ *  - a full KV pool gives -ENOSPC and advances nothing; bad token and
+ *    page ids are refused.
  *
  * The reference is written from the formulas, with dequantised weights,
  * F32 everywhere and a contiguous KV cache: it shares no kernel code.
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 #include "daemon/engine/forward.h"
+#include "daemon/engine/generate.h"
 #include "daemon/engine/model.h"
 #include "tests/gen/ggufgen.h"
 
@@ -185,12 +189,18 @@ static double rel_err(const float *a, const float *b, size_t n)
 	return num / den;
 }
 
-static struct pg_forward *make_fw(const struct pg_model *m, enum pg_cpu_isa isa,
-				  int threads, int page_tokens, int n_pages,
-				  enum pg_dtype kv_type)
+/* A forward pass and the page accounting over its KV pages. */
+struct rig {
+	struct pg_forward *fw;
+	struct pg_kvc *kvc;
+	const struct pg_model *m;
+};
+
+static int make_rig(struct rig *r, const struct pg_model *m,
+		    enum pg_cpu_isa isa, int threads, int page_tokens,
+		    int n_pages, enum pg_dtype kv_type)
 {
 	struct pg_forward_params p = pg_forward_params_default();
-	struct pg_forward *fw = NULL;
 	char err[512];
 
 	p.isa = isa;
@@ -199,97 +209,150 @@ static struct pg_forward *make_fw(const struct pg_model *m, enum pg_cpu_isa isa,
 	p.n_pages = n_pages;
 	p.kv_type = kv_type;
 	p.max_batch_tokens = 64;
-	if (pg_forward_create(m, &p, &fw, err, sizeof(err)))
+	*r = (struct rig){ .m = m };
+	if (pg_forward_create(m, &p, &r->fw, err, sizeof(err))) {
 		fprintf(stderr, "pg_forward_create: %s\n", err);
-	return fw;
+		return -1;
+	}
+	r->kvc = pg_kvc_for_forward(r->fw, m);
+	return r->kvc ? 0 : -1;
 }
 
-static float *engine_prefill(struct pg_forward *fw, const struct pg_model *m,
-			     const int32_t *ids, int n)
+static void free_rig(struct rig *r)
 {
-	float *lg = malloc(sizeof(float) * (size_t)n * m->hp.n_vocab);
-	struct pg_seq_kv kv = { 0 };
-	struct pg_fw_seq sq = { .kv = &kv, .n_tokens = n, .logits_all = 1 };
-	int rc = pg_forward_batch(fw, ids, n, &sq, 1, lg);
+	pg_kvc_destroy(r->kvc);
+	pg_forward_destroy(r->fw);
+}
 
-	CHECK(rc == 0 && kv.n_ctx == n, "prefill rc %d n_ctx %d", rc, kv.n_ctx);
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
+static float *engine_prefill(struct rig *r, const int32_t *ids, int n)
+{
+	float *lg = malloc(sizeof(float) * (size_t)n * r->m->hp.n_vocab);
+	struct pg_kvc_seq *s = pg_kvc_seq_new(r->kvc, 0);
+	int rc = pg_run_tokens(r->fw, r->kvc, s, ids, n, 1, lg);
+
+	CHECK(rc == 0 && pg_kvc_seq_len(s) == n, "prefill rc %d len %d", rc,
+	      pg_kvc_seq_len(s));
+	pg_kvc_seq_free(r->kvc, s);
 	return lg;
 }
 
-static void check_decode_equals_prefill(struct pg_forward *fw,
-					const struct pg_model *m,
-					const int32_t *ids, int n,
-					const float *prefill, const char *what)
+static void check_decode_equals_prefill(struct rig *r, const int32_t *ids,
+					int n, const float *prefill,
+					const char *what)
 {
-	int V = m->hp.n_vocab;
+	int V = r->m->hp.n_vocab;
 	float *lg = malloc(sizeof(float) * V);
-	struct pg_seq_kv kv = { 0 };
+	struct pg_kvc_seq *s = pg_kvc_seq_new(r->kvc, 0);
 	double worst = 0;
 
 	for (int t = 0; t < n; t++) {
-		struct pg_fw_seq sq = { .kv = &kv, .n_tokens = 1 };
 		double e;
 
-		CHECK(pg_forward_batch(fw, &ids[t], 1, &sq, 1, lg) == 0, "decode step");
+		CHECK(pg_run_tokens(r->fw, r->kvc, s, &ids[t], 1, 0, lg) == 0,
+		      "decode step");
 		e = rel_err(lg, prefill + (size_t)t * V, V);
 		worst = e > worst ? e : worst;
 	}
 	CHECK(worst < 1e-4, "%s: decode differs from prefill by %.3g", what, worst);
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
+	pg_kvc_seq_free(r->kvc, s);
 	free(lg);
 }
 
-static void check_batch_invariance(struct pg_forward *fw,
-				   const struct pg_model *m, const int32_t *ids,
+/* Reserve n more tokens for s and describe them for a batch. */
+static struct pg_fw_seq batch_part(struct rig *r, struct pg_kvc_seq *s, int n)
+{
+	struct pg_kvc_copy copies[4];
+	int n_copies = 0;
+
+	CHECK(pg_kvc_seq_reserve(r->kvc, s, pg_kvc_seq_len(s) + n, copies,
+				 &n_copies) == 0 && n_copies == 0, "reserve");
+	return (struct pg_fw_seq){ .pages = pg_kvc_seq_pages(s),
+				   .n_past = pg_kvc_seq_len(s), .n_tokens = n };
+}
+
+static void check_batch_invariance(struct rig *r, const int32_t *ids,
 				   const char *what)
 {
-	int V = m->hp.n_vocab;
-	struct pg_seq_kv a = { 0 }, b = { 0 };
+	int V = r->m->hp.n_vocab;
 	float *alone = malloc(sizeof(float) * 2 * V), *both = malloc(sizeof(float) * 2 * V);
-	struct pg_fw_seq sa = { .kv = &a, .n_tokens = 9 }, sb = { .kv = &b, .n_tokens = 5 };
+	struct pg_kvc_seq *a = pg_kvc_seq_new(r->kvc, 0), *b = pg_kvc_seq_new(r->kvc, 0);
 	struct pg_fw_seq two[2];
 	int32_t batch[14];
 
 	/* alone: A gets 9 tokens, then B gets 5 */
-	CHECK(pg_forward_batch(fw, ids, 9, &sa, 1, alone) == 0, "A alone");
-	CHECK(pg_forward_batch(fw, ids + 20, 5, &sb, 1, alone + V) == 0, "B alone");
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &a);
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &b);
-	/* together in one batch */
+	CHECK(pg_run_tokens(r->fw, r->kvc, a, ids, 9, 0, alone) == 0, "A alone");
+	CHECK(pg_run_tokens(r->fw, r->kvc, b, ids + 20, 5, 0, alone + V) == 0, "B alone");
+	pg_kvc_seq_free(r->kvc, a);
+	pg_kvc_seq_free(r->kvc, b);
+	/* together in one batch, on fresh pages (no prefix lookup) */
+	a = pg_kvc_seq_new(r->kvc, 0);
+	b = pg_kvc_seq_new(r->kvc, 0);
 	memcpy(batch, ids, sizeof(int32_t) * 9);
 	memcpy(batch + 9, ids + 20, sizeof(int32_t) * 5);
-	two[0] = (struct pg_fw_seq){ .kv = &a, .n_tokens = 9 };
-	two[1] = (struct pg_fw_seq){ .kv = &b, .n_tokens = 5 };
-	CHECK(pg_forward_batch(fw, batch, 14, two, 2, both) == 0, "A+B batch");
+	two[0] = batch_part(r, a, 9);
+	two[1] = batch_part(r, b, 5);
+	CHECK(pg_forward_batch(r->fw, batch, 14, two, 2, both) == 0, "A+B batch");
 	CHECK(rel_err(both, alone, V) < 1e-4 && rel_err(both + V, alone + V, V) < 1e-4,
 	      "%s: batching changed logits (%.3g, %.3g)", what,
 	      rel_err(both, alone, V), rel_err(both + V, alone + V, V));
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &a);
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &b);
+	pg_kvc_seq_free(r->kvc, a);
+	pg_kvc_seq_free(r->kvc, b);
 	free(alone);
 	free(both);
 }
 
+/* The second run of a prompt takes its full pages from the prefix cache
+ * and gives the same logits as computing them. */
+static void check_prefix_reuse(struct rig *r, const int32_t *ids,
+			       const char *what)
+{
+	int V = r->m->hp.n_vocab, cached;
+	float *first = malloc(sizeof(float) * V), *second = malloc(sizeof(float) * V);
+	struct pg_kvc_seq *s = pg_kvc_seq_new(r->kvc, 0);
+
+	CHECK(pg_run_tokens(r->fw, r->kvc, s, ids, 23, 0, first) == 0, "first run");
+	pg_kvc_seq_free(r->kvc, s);
+	s = pg_kvc_seq_new(r->kvc, 0);
+	cached = pg_kvc_seq_match(r->kvc, s, ids, 23);
+	CHECK(cached == 21, "%s: %d of 23 tokens cached (want 3 pages of 7)", what,
+	      cached);
+	CHECK(pg_run_tokens(r->fw, r->kvc, s, ids + cached, 23 - cached, 0,
+			    second) == 0, "second run");
+	CHECK(rel_err(second, first, V) < 1e-5, "%s: cached prefix changed logits (%.3g)",
+	      what, rel_err(second, first, V));
+	pg_kvc_seq_free(r->kvc, s);
+	free(first);
+	free(second);
+}
+
 static void check_pool_full(const struct pg_model *m, const int32_t *ids)
 {
-	struct pg_forward *fw = make_fw(m, PG_ISA_SCALAR, 1, 4, 3, PG_F32);
+	struct pg_kvc_stats st;
+	struct pg_kvc_seq *s;
+	struct rig r;
 	float *lg = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
-	struct pg_seq_kv kv = { 0 };
-	struct pg_fw_seq sq = { .kv = &kv, .n_tokens = 12 };
 	int rc;
 
-	if (!fw)
+	if (make_rig(&r, m, PG_ISA_SCALAR, 1, 4, 3, PG_F32))
 		return;
-	CHECK(pg_forward_batch(fw, ids, 12, &sq, 1, lg) == 0, "12 tokens fit 3 pages of 4");
-	sq.n_tokens = 1;
-	rc = pg_forward_batch(fw, ids, 1, &sq, 1, lg);
-	CHECK(rc == -ENOSPC && kv.n_ctx == 12, "13th token: rc %d n_ctx %d", rc, kv.n_ctx);
-	CHECK(pg_forward_batch(fw, (int32_t[]){ -1 }, 1, &sq, 1, lg) == -EINVAL,
-	      "bad token id refused");
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
-	CHECK(pg_kv_pool_n_free(pg_forward_kv_pool(fw)) == 3, "pages returned");
-	pg_forward_destroy(fw);
+	s = pg_kvc_seq_new(r.kvc, 0);
+	CHECK(pg_run_tokens(r.fw, r.kvc, s, ids, 12, 0, lg) == 0,
+	      "12 tokens fit 3 pages of 4");
+	rc = pg_run_tokens(r.fw, r.kvc, s, ids, 1, 0, lg);
+	CHECK(rc == -ENOSPC && pg_kvc_seq_len(s) == 12, "13th token: rc %d len %d",
+	      rc, pg_kvc_seq_len(s));
+	CHECK(pg_forward_batch(r.fw, (int32_t[]){ -1 }, 1,
+			       &(struct pg_fw_seq){ .pages = pg_kvc_seq_pages(s),
+						    .n_past = 0, .n_tokens = 1 },
+			       1, lg) == -EINVAL, "bad token id refused");
+	CHECK(pg_forward_batch(r.fw, ids, 1,
+			       &(struct pg_fw_seq){ .pages = (int32_t[]){ 3 },
+						    .n_past = 0, .n_tokens = 1 },
+			       1, lg) == -EINVAL, "bad page id refused");
+	pg_kvc_seq_free(r.kvc, s);
+	pg_kvc_get_stats(r.kvc, &st);
+	CHECK(st.n_free + st.n_cached == 3 && st.n_used == 0, "pages returned");
+	free_rig(&r);
 	free(lg);
 }
 
@@ -324,22 +387,25 @@ static void run_model(const char *preset, enum ggufgen_arch arch,
 	ref = ref_forward(m, ids, 24);
 	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_best(); isa++) {
 		for (int threads = 1; threads <= 2; threads++) {
-			struct pg_forward *fw = make_fw(m, isa, threads, 7, 32, PG_F32);
+			struct rig r;
 			float *lg;
 			double e;
 
-			if (!fw)
+			if (make_rig(&r, m, isa, threads, 7, 32, PG_F32)) {
+				CHECK(0, "cannot set up the engine");
 				continue;
-			lg = engine_prefill(fw, m, ids, 24);
+			}
+			lg = engine_prefill(&r, ids, 24);
 			e = rel_err(lg, ref, (size_t)24 * m->hp.n_vocab);
 			CHECK(e < tol, "%s %s x%d: prefill vs reference %.3g (tolerance %.3g)",
 			      what, pg_cpu_isa_name(isa), threads, e, tol);
 			printf("%-24s %-7s threads %d: prefill vs reference %.2e\n",
 			       what, pg_cpu_isa_name(isa), threads, e);
-			check_decode_equals_prefill(fw, m, ids, 24, lg, what);
-			check_batch_invariance(fw, m, ids, what);
+			check_decode_equals_prefill(&r, ids, 24, lg, what);
+			check_batch_invariance(&r, ids, what);
+			check_prefix_reuse(&r, ids, what);
 			free(lg);
-			pg_forward_destroy(fw);
+			free_rig(&r);
 		}
 	}
 	check_pool_full(m, ids);

@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "daemon/engine/forward.h"
+#include "daemon/engine/generate.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
 
@@ -192,18 +193,19 @@ static void check_tokens(const struct pg_model *m, const struct record *r,
 }
 
 /* Prompt + greedy in one batch; compare every pos line. */
+static struct pg_kvc *kvc;	/* page accounting over fw's KV pages */
+
 static void check_teacher(struct pg_forward *fw, const struct pg_model *m,
 			  const struct record *r, struct totals *t)
 {
 	int V = m->hp.n_vocab, n = r->n_tokens + r->n_greedy;
 	int32_t seq[2 * MAX_TOK];
 	float *lg = malloc(sizeof(float) * (size_t)n * V);
-	struct pg_seq_kv kv = { 0 };
-	struct pg_fw_seq sq = { .kv = &kv, .n_tokens = n, .logits_all = 1 };
+	struct pg_kvc_seq *s = pg_kvc_seq_new(kvc, 0);
 
 	memcpy(seq, r->tokens, sizeof(int32_t) * r->n_tokens);
 	memcpy(seq + r->n_tokens, r->greedy, sizeof(int32_t) * r->n_greedy);
-	if (!lg || pg_forward_batch(fw, seq, n, &sq, 1, lg)) {
+	if (!lg || !s || pg_run_tokens(fw, kvc, s, seq, n, 1, lg)) {
 		fprintf(stderr, "record %d: forward pass failed\n", t->records);
 		t->logit_bad++;
 		goto out;
@@ -239,7 +241,7 @@ static void check_teacher(struct pg_forward *fw, const struct pg_model *m,
 		t->first_positions += r->pos[i] == 0;
 	}
 out:
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
+	pg_kvc_seq_free(kvc, s);
 	free(lg);
 }
 
@@ -261,18 +263,16 @@ static void check_greedy(struct pg_forward *fw, const struct pg_model *m,
 			 const struct record *r, struct totals *t)
 {
 	float *lg = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
-	struct pg_seq_kv kv = { 0 };
-	struct pg_fw_seq sq = { .kv = &kv, .n_tokens = r->n_tokens };
+	struct pg_kvc_seq *s = pg_kvc_seq_new(kvc, 0);
 	int i = 0, rc;
-	int32_t id;
+	int32_t id = -1;
 
-	rc = pg_forward_batch(fw, r->tokens, r->n_tokens, &sq, 1, lg);
+	rc = pg_run_tokens(fw, kvc, s, r->tokens, r->n_tokens, 0, lg);
 	for (; !rc && i < r->n_greedy; i++) {
 		id = argmax(lg, m->hp.n_vocab);
 		if (id != r->greedy[i])
 			break;
-		sq.n_tokens = 1;
-		rc = pg_forward_batch(fw, &id, 1, &sq, 1, lg);
+		rc = pg_run_tokens(fw, kvc, s, &id, 1, 0, lg);
 	}
 	t->greedy_tokens += r->n_greedy;
 	t->greedy_tokens_matched += i;
@@ -289,7 +289,7 @@ static void check_greedy(struct pg_forward *fw, const struct pg_model *m,
 		else
 			t->greedy_bad++;
 	}
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &kv);
+	pg_kvc_seq_free(kvc, s);
 	free(lg);
 }
 
@@ -342,7 +342,8 @@ int main(void)
 	f = fopen(data, "r");
 	fp.max_batch_tokens = 2 * MAX_TOK;
 	fp.n_pages = 256;
-	if (!f || !r || pg_forward_create(m, &fp, &fw, err, sizeof(err))) {
+	if (!f || !r || pg_forward_create(m, &fp, &fw, err, sizeof(err)) ||
+	    !(kvc = pg_kvc_for_forward(fw, m))) {
 		fprintf(stderr, "test_golden: cannot open %s or start the engine\n", data);
 		return 1;
 	}
@@ -359,6 +360,7 @@ int main(void)
 	if (rc < 0)
 		fprintf(stderr, "test_golden: %s: malformed record %d\n", data, t.records);
 	rc = rc < 0 ? 1 : report(&t);
+	pg_kvc_destroy(kvc);
 	pg_forward_destroy(fw);
 	pg_model_free(m);
 	free(r);

@@ -5,7 +5,9 @@
  * Per block: x += Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n) with n =
  * rmsnorm(x); then x += Wdown · (silu(Wgate·n) * (Wup·n)) with n =
  * rmsnorm(x).  K and V go into the sequences' KV pages before attention
- * reads them back through the page tables.  No intrinsics here.
+ * reads them back through the page tables, which the caller owns
+ * (kvcache.h): this file never decides which page a token goes to.  No
+ * intrinsics here.
  */
 #include <errno.h>
 #include <math.h>
@@ -14,13 +16,14 @@
 #include <string.h>
 
 #include "forward.h"
+#include "kv.h"
 
 /* One device and the contiguous range of blocks it runs. */
 struct pg_stage {
 	struct pg_backend *be;
 	int first_block;
 	int n_blocks;
-	struct pg_kv_pool *kv;
+	struct pg_kv_store *kv;
 };
 
 /* Activations of one call, max_batch_tokens rows each. */
@@ -135,12 +138,12 @@ int pg_forward_create(const struct pg_model *m,
 			 p->n_threads, strerror(errno));
 		goto out_free;
 	}
-	rc = pg_kv_pool_create(fw->p.n_pages, p->page_tokens, st->n_blocks,
-			       hp->n_kv_heads, hp->head_dim, p->kv_type, &st->kv);
+	rc = pg_kv_store_create(fw->p.n_pages, p->page_tokens, st->n_blocks,
+				hp->n_kv_heads, hp->head_dim, p->kv_type, &st->kv);
 	if (!rc)
 		rc = alloc_scratch(fw);
 	if (rc) {
-		snprintf(err, err_len, "cannot allocate the KV pool (%d pages of %zu bytes) and scratch: %s",
+		snprintf(err, err_len, "cannot allocate the KV pages (%d pages of %zu bytes) and scratch: %s",
 			 fw->p.n_pages,
 			 pg_kv_page_bytes_for(p->page_tokens, st->n_blocks,
 					      hp->n_kv_heads, hp->head_dim,
@@ -160,7 +163,7 @@ void pg_forward_destroy(struct pg_forward *fw)
 	if (!fw)
 		return;
 	for (int i = 0; i < fw->n_stages; i++) {
-		pg_kv_pool_destroy(fw->stage[i].kv);
+		pg_kv_store_destroy(fw->stage[i].kv);
 		if (fw->stage[i].be)
 			fw->stage[i].be->ops->destroy(fw->stage[i].be);
 	}
@@ -168,9 +171,20 @@ void pg_forward_destroy(struct pg_forward *fw)
 	free(fw);
 }
 
-struct pg_kv_pool *pg_forward_kv_pool(struct pg_forward *fw)
+int pg_forward_n_pages(const struct pg_forward *fw)
 {
-	return fw->stage[0].kv;
+	return fw->p.n_pages;
+}
+
+int pg_forward_page_tokens(const struct pg_forward *fw)
+{
+	return fw->p.page_tokens;
+}
+
+void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst)
+{
+	for (int i = 0; i < fw->n_stages; i++)
+		pg_kv_store_copy(fw->stage[i].kv, src, dst);
 }
 
 int pg_forward_max_batch(const struct pg_forward *fw)
@@ -188,12 +202,25 @@ const char *pg_forward_isa_name(const struct pg_forward *fw)
 	return pg_cpu_isa_name(pg_cpu_backend_isa(fw->stage[0].be));
 }
 
-/* Check the batch, reserve its pages and lay out positions and slots. */
+/* A sequence's page table covers its positions with ids in range. */
+static int pages_ok(const struct pg_forward *fw, const struct pg_fw_seq *sq)
+{
+	int pt = fw->p.page_tokens;
+	int n_pages = (sq->n_past + sq->n_tokens + pt - 1) / pt;
+
+	if (!sq->pages || sq->n_past < 0 || sq->n_tokens < 1)
+		return 0;
+	for (int i = 0; i < n_pages; i++)
+		if (sq->pages[i] < 0 || sq->pages[i] >= fw->p.n_pages)
+			return 0;
+	return 1;
+}
+
+/* Check the batch and lay out positions, slots and attention spans. */
 static int prepare(struct pg_forward *fw, const int32_t *tokens, int n_tokens,
 		   const struct pg_fw_seq *seqs, int n_seqs, int *n_out)
 {
-	struct pg_kv_pool *pool = fw->stage[0].kv;
-	int pt = fw->p.page_tokens, row = 0, rc;
+	int pt = fw->p.page_tokens, row = 0;
 
 	if (n_tokens > fw->p.max_batch_tokens)
 		return -E2BIG;
@@ -202,28 +229,29 @@ static int prepare(struct pg_forward *fw, const int32_t *tokens, int n_tokens,
 	for (int i = 0; i < n_tokens; i++)
 		if (tokens[i] < 0 || tokens[i] >= fw->m->hp.n_vocab)
 			return -EINVAL;
-	for (int i = 0; i < n_seqs; i++)
-		row += seqs[i].n_tokens > 0 ? seqs[i].n_tokens : n_tokens + 1;
+	for (int i = 0; i < n_seqs; i++) {
+		if (!pages_ok(fw, &seqs[i]))
+			return -EINVAL;
+		row += seqs[i].n_tokens;
+	}
 	if (row != n_tokens)
 		return -EINVAL;
-	for (int i = 0; i < n_seqs; i++)
-		if ((rc = pg_seq_kv_reserve(pool, seqs[i].kv,
-					    seqs[i].kv->n_ctx + seqs[i].n_tokens)))
-			return rc;
 	*n_out = 0;
 	row = 0;
 	for (int i = 0; i < n_seqs; i++) {
 		const struct pg_fw_seq *sq = &seqs[i];
 
 		fw->s.aseqs[i] = (struct pg_attn_seq){
-			.pages = sq->kv->pages,
-			.n_ctx = sq->kv->n_ctx + sq->n_tokens,
+			.pages = sq->pages,
+			.n_ctx = sq->n_past + sq->n_tokens,
 			.first_row = row,
 			.n_rows = sq->n_tokens,
 		};
 		for (int j = 0; j < sq->n_tokens; j++, row++) {
-			fw->s.pos[row] = sq->kv->n_ctx + j;
-			fw->s.slots[row] = pg_seq_kv_slot(sq->kv, pt, fw->s.pos[row]);
+			int pos = sq->n_past + j;
+
+			fw->s.pos[row] = pos;
+			fw->s.slots[row] = sq->pages[pos / pt] * pt + pos % pt;
 			if (sq->logits_all || j == sq->n_tokens - 1)
 				fw->s.out_rows[(*n_out)++] = row;
 		}
@@ -248,8 +276,8 @@ static void attention_layer(struct pg_forward *fw, struct pg_stage *st,
 		  hp->rope_base, hp->rope_mode);
 	ops->rope(be, s->k, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, s->pos,
 		  hp->rope_base, hp->rope_mode);
-	ops->kv_write(be, pg_kv_pool_layout(st->kv), lb, s->k, s->v, n, s->slots);
-	ops->attention(be, pg_kv_pool_layout(st->kv), lb, s->q, hp->n_heads,
+	ops->kv_write(be, pg_kv_store_layout(st->kv), lb, s->k, s->v, n, s->slots);
+	ops->attention(be, pg_kv_store_layout(st->kv), lb, s->q, hp->n_heads,
 		       s->aseqs, n_seqs, 1.0f / sqrtf((float)hp->head_dim),
 		       s->att);
 	ops->matmul(be, &w->wo, s->att, n, NULL, s->xb2);
@@ -316,7 +344,5 @@ int pg_forward_batch(struct pg_forward *fw, const int32_t *tokens,
 		if (si == fw->n_stages - 1)
 			head(fw, st, n_out, logits);
 	}
-	for (int i = 0; i < n_seqs; i++)
-		seqs[i].kv->n_ctx += seqs[i].n_tokens;
 	return 0;
 }

@@ -15,14 +15,13 @@
 #include <stdint.h>
 
 #include "../../kernels/cpu/cpu.h"
-#include "kv.h"
 #include "model.h"
 
 struct pg_forward_params {
 	int n_threads;		/* CPU threads; <= 0: all online CPUs */
 	enum pg_cpu_isa isa;	/* clamped to what the CPU has */
 	int max_batch_tokens;	/* rows one call may carry */
-	int n_pages;		/* KV pages in the pool */
+	int n_pages;		/* KV pages in each stage's storage */
 	int page_tokens;	/* tokens per KV page */
 	enum pg_dtype kv_type;	/* F16 (default), F32 or BF16 */
 };
@@ -30,9 +29,14 @@ struct pg_forward_params {
 /* pg_forward_params_default - 2 threads, best ISA, 512 tokens, F16 KV. */
 struct pg_forward_params pg_forward_params_default(void);
 
-/* One sequence's share of a batch; its tokens are contiguous in the batch. */
+/*
+ * One sequence's share of a batch; its tokens are contiguous in the batch.
+ * Pages are the caller's (kvcache.h decides which page holds what): the
+ * page table must already cover positions 0 .. n_past + n_tokens - 1.
+ */
 struct pg_fw_seq {
-	struct pg_seq_kv *kv;	/* the sequence's page table and length */
+	const int32_t *pages;	/* page ids, one per page_tokens positions */
+	int n_past;		/* positions already in the KV pages */
 	int n_tokens;		/* tokens of this sequence in the batch */
 	int logits_all;		/* logits for every token, else the last only */
 };
@@ -51,8 +55,15 @@ int pg_forward_create(const struct pg_model *m,
 /* pg_forward_destroy - free; NULL is allowed. */
 void pg_forward_destroy(struct pg_forward *fw);
 
-/* pg_forward_kv_pool - the KV pool sequences reserve pages from. */
-struct pg_kv_pool *pg_forward_kv_pool(struct pg_forward *fw);
+/* Pages of the KV storage (ids 0 .. n - 1) and tokens per page. */
+int pg_forward_n_pages(const struct pg_forward *fw);
+int pg_forward_page_tokens(const struct pg_forward *fw);
+
+/*
+ * pg_forward_copy_page - copy page src's K and V to page dst in every
+ * stage (the copy-on-write that kvcache.h asks for).
+ */
+void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst);
 
 /* pg_forward_max_batch - max_batch_tokens of the parameters. */
 int pg_forward_max_batch(const struct pg_forward *fw);
@@ -65,12 +76,12 @@ const char *pg_forward_isa_name(const struct pg_forward *fw);
 
 /*
  * pg_forward_batch - run tokens (n_tokens in all, at most max_batch_tokens)
- * of n_seqs distinct sequences (each at most once per call).  Positions continue each sequence's kv->n_ctx; pages
- * are reserved first, so on -ENOSPC (pool exhausted) nothing was computed
- * and no sequence advanced.  On success each kv->n_ctx grows by its
- * n_tokens and logits receives, sequence by sequence, n_tokens rows (when
+ * of n_seqs distinct sequences (each at most once per call).  Sequence i's
+ * tokens take positions n_past .. n_past + n_tokens - 1; their K and V are
+ * written into its pages and attention reads positions 0 .. through the
+ * page table.  logits receives, sequence by sequence, n_tokens rows (when
  * logits_all) or one row of n_vocab floats.  Returns 0, -E2BIG (batch too
- * large), -ENOSPC, -ENOMEM, -EINVAL (token id out of range, bad counts).
+ * large), -EINVAL (token id or page id out of range, bad counts).
  */
 int pg_forward_batch(struct pg_forward *fw, const int32_t *tokens,
 		     int n_tokens, const struct pg_fw_seq *seqs, int n_seqs,

@@ -30,8 +30,9 @@ const char *pg_finish_name(enum pg_finish f)
 
 struct gen {
 	struct pg_forward *fw;
+	struct pg_kvc *kvc;
+	struct pg_kvc_seq *seq;
 	const struct pg_model *m;
-	struct pg_seq_kv kv;
 	struct pg_sampler *sampler;
 	struct pg_stop *stop;
 	struct pg_detok_stream detok;
@@ -40,20 +41,68 @@ struct gen {
 	void *ctx;
 };
 
-/* Run n ids of the sequence in chunks of the batch limit; logits of the last. */
-static int feed(struct gen *g, const int32_t *ids, int n)
+struct pg_kvc *pg_kvc_for_forward(const struct pg_forward *fw,
+				  const struct pg_model *m)
 {
-	int max = pg_forward_max_batch(g->fw);
+	struct pg_kvc_params p = {
+		.n_pages = pg_forward_n_pages(fw),
+		.page_tokens = pg_forward_page_tokens(fw),
+		.salt = (uint64_t)m->weight_bytes * 0x9e3779b97f4a7c15ull ^
+			(uint64_t)m->hp.n_vocab,
+	};
+	struct pg_kvc *c;
 
+	return pg_kvc_create(&p, &c) ? NULL : c;
+}
+
+/* One chunk: reserve, copy on write, forward, record. */
+static int run_chunk(struct pg_forward *fw, struct pg_kvc *kvc,
+		     struct pg_kvc_seq *s, const int32_t *ids, int n,
+		     int logits_all, float *logits)
+{
+	struct pg_kvc_copy copies[4];
+	struct pg_fw_seq sq;
+	int n_copies = 0, rc;
+
+	rc = pg_kvc_seq_reserve(kvc, s, pg_kvc_seq_len(s) + n, copies, &n_copies);
+	if (rc)
+		return rc;
+	for (int i = 0; i < n_copies; i++)
+		pg_forward_copy_page(fw, copies[i].src, copies[i].dst);
+	sq = (struct pg_fw_seq){
+		.pages = pg_kvc_seq_pages(s),
+		.n_past = pg_kvc_seq_len(s),
+		.n_tokens = n,
+		.logits_all = logits_all,
+	};
+	rc = pg_forward_batch(fw, ids, n, &sq, 1, logits);
+	if (!rc)
+		pg_kvc_seq_append(kvc, s, ids, n);
+	return rc;
+}
+
+int pg_run_tokens(struct pg_forward *fw, struct pg_kvc *kvc,
+		  struct pg_kvc_seq *s, const int32_t *ids, int n,
+		  int logits_all, float *logits)
+{
+	int max = pg_forward_max_batch(fw);
+
+	if (logits_all && n > max)
+		return -E2BIG;
 	for (int off = 0; off < n; off += max) {
 		int len = n - off < max ? n - off : max;
-		struct pg_fw_seq sq = { .kv = &g->kv, .n_tokens = len };
-		int rc = pg_forward_batch(g->fw, ids + off, len, &sq, 1, g->logits);
+		int rc = run_chunk(fw, kvc, s, ids + off, len, logits_all, logits);
 
 		if (rc)
 			return rc;
 	}
 	return 0;
+}
+
+/* Run n ids of the sequence; logits of the last. */
+static int feed(struct gen *g, const int32_t *ids, int n)
+{
+	return pg_run_tokens(g->fw, g->kvc, g->seq, ids, n, 0, g->logits);
 }
 
 /* Pass a token's text through the UTF-8 stream and the stop matcher. */
@@ -131,13 +180,41 @@ static int decode_loop(struct gen *g, const struct pg_gen_params *p,
 	return finish_text(g, stopped);
 }
 
-int pg_generate(struct pg_forward *fw, const struct pg_model *m,
+/* Prefill: take what the prefix cache holds, compute the rest. */
+static int prefill(struct gen *g, const int32_t *prompt, int n_prompt,
+		   struct pg_gen_stats *stats)
+{
+	int cached = pg_kvc_seq_match(g->kvc, g->seq, prompt, n_prompt);
+
+	if (cached < 0)
+		return cached;
+	stats->n_cached = cached;
+	return feed(g, prompt + cached, n_prompt - cached);
+}
+
+static void report_error(int rc, struct pg_forward *fw,
+			 const struct pg_model *m, const struct pg_gen_stats *st,
+			 char *err, size_t err_len)
+{
+	if (rc == -ENOSPC)
+		snprintf(err, err_len, "the context (%d prompt + %d generated tokens) does not fit in the KV cache of %d pages of %d tokens; raise the cache size (--ctx-size) or lower max tokens",
+			 st->n_prompt, st->n_gen, pg_forward_n_pages(fw),
+			 pg_forward_page_tokens(fw));
+	else if (rc == -EINVAL)
+		snprintf(err, err_len, "a token id is out of range (the vocabulary has %d tokens)",
+			 m->hp.n_vocab);
+	else if (rc < 0)
+		snprintf(err, err_len, "generation failed: %s", strerror(-rc));
+}
+
+int pg_generate(struct pg_forward *fw, struct pg_kvc *kvc,
+		const struct pg_model *m,
 		const int32_t *prompt, int n_prompt,
 		const struct pg_gen_params *p, pg_gen_emit_fn emit, void *ctx,
 		int32_t *out_ids, struct pg_gen_stats *stats, char *err,
 		size_t err_len)
 {
-	struct gen g = { .fw = fw, .m = m, .emit = emit, .ctx = ctx };
+	struct gen g = { .fw = fw, .kvc = kvc, .m = m, .emit = emit, .ctx = ctx };
 	double t0;
 	int rc;
 
@@ -151,28 +228,20 @@ int pg_generate(struct pg_forward *fw, const struct pg_model *m,
 	g.sampler = pg_sampler_create(&p->sampling, m->hp.n_vocab);
 	g.stop = pg_stop_create(p->stop, p->n_stop);
 	g.logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+	g.seq = pg_kvc_seq_new(kvc, 0);
 	rc = -ENOMEM;
-	if (!g.sampler || !g.stop || !g.logits)
+	if (!g.sampler || !g.stop || !g.logits || !g.seq)
 		goto out;
 	for (int i = 0; i < n_prompt; i++)
 		pg_sampler_accept(g.sampler, prompt[i]);
 	t0 = pg_now();
-	rc = feed(&g, prompt, n_prompt);
+	rc = prefill(&g, prompt, n_prompt, stats);
 	stats->prefill_s = pg_now() - t0;
 	if (!rc)
 		rc = decode_loop(&g, p, out_ids, stats);
 out:
-	if (rc == -ENOSPC)
-		snprintf(err, err_len, "the context (%d prompt + %d generated tokens) does not fit in the KV pool of %d pages of %d tokens; raise the pool size or lower max tokens",
-			 n_prompt, stats->n_gen,
-			 pg_kv_pool_n_pages(pg_forward_kv_pool(fw)),
-			 pg_kv_pool_layout(pg_forward_kv_pool(fw))->page_tokens);
-	else if (rc == -EINVAL)
-		snprintf(err, err_len, "a token id is out of range (the vocabulary has %d tokens)",
-			 m->hp.n_vocab);
-	else if (rc < 0)
-		snprintf(err, err_len, "generation failed: %s", strerror(-rc));
-	pg_seq_kv_release(pg_forward_kv_pool(fw), &g.kv);
+	report_error(rc, fw, m, stats, err, err_len);
+	pg_kvc_seq_free(kvc, g.seq);
 	pg_sampler_free(g.sampler);
 	pg_stop_free(g.stop);
 	free(g.logits);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "forward.h"
+#include "kvcache.h"
 #include "sampler.h"
 
 struct pg_gen_params {
@@ -31,6 +32,7 @@ enum pg_finish {
 
 struct pg_gen_stats {
 	int n_prompt;
+	int n_cached;		/* prompt tokens found in the prefix cache */
 	int n_gen;
 	double prefill_s;	/* wall time of the prompt */
 	double decode_s;	/* wall time of the generated tokens after the first */
@@ -44,13 +46,34 @@ struct pg_gen_stats {
 typedef int (*pg_gen_emit_fn)(void *ctx, const char *text, size_t len);
 
 /*
+ * pg_run_tokens - run n ids of sequence s (of cache kvc, over fw's pages):
+ * reserve its pages, make the copies copy-on-write asks for, run the ids in
+ * chunks of the batch limit and record them in s.  logits gets the last
+ * token's n_vocab floats, or n rows when logits_all (then n must fit one
+ * batch).  Returns 0, -ENOSPC (no pages: the chunk was not run, s holds the
+ * tokens before it), -E2BIG, -EINVAL, -ENOMEM.
+ */
+int pg_run_tokens(struct pg_forward *fw, struct pg_kvc *kvc,
+		  struct pg_kvc_seq *s, const int32_t *ids, int n,
+		  int logits_all, float *logits);
+
+/*
+ * pg_kvc_for_forward - a page cache over fw's KV pages (free with
+ * pg_kvc_destroy), salted with the model's identity.  NULL on ENOMEM.
+ */
+struct pg_kvc *pg_kvc_for_forward(const struct pg_forward *fw,
+				  const struct pg_model *m);
+
+/*
  * pg_generate - run prompt (n_prompt >= 1 ids) and generate.  Generated ids
  * go to out_ids (max_tokens of room) when it is not NULL.  Uses a fresh
- * sequence of fw's KV pool and frees it before returning.  Returns 0, or
- * -errno with a message in err (-ENOSPC: the context does not fit in the
- * KV pool; -EINVAL: bad parameters or ids; -ENOMEM).
+ * sequence of kvc, whose cached prefix is reused, and frees it before
+ * returning (its full pages stay cached).  Returns 0, or -errno with a
+ * message in err (-ENOSPC: the context does not fit in the KV pages;
+ * -EINVAL: bad parameters or ids; -ENOMEM).
  */
-int pg_generate(struct pg_forward *fw, const struct pg_model *m,
+int pg_generate(struct pg_forward *fw, struct pg_kvc *kvc,
+		const struct pg_model *m,
 		const int32_t *prompt, int n_prompt,
 		const struct pg_gen_params *p, pg_gen_emit_fn emit, void *ctx,
 		int32_t *out_ids, struct pg_gen_stats *stats, char *err,
