@@ -1,0 +1,925 @@
+/*
+ * engine.c - the serving engine's scheduler (see engine.h): requests and
+ * their samples, the running and waiting queues, one batch per step.
+ *
+ * The schedulable unit is a sample (struct seq).  Its tokens are the
+ * prompt then what it generated; the KV pages hold the first
+ * pg_kvc_seq_len of them, and the rest is work for the next steps.  A
+ * prefill, a chunk of one, a decode and the recompute after preemption
+ * are all "put the tokens not yet in KV through the forward"; a sample is
+ * drawn when the last of them went through.  This file does not compute
+ * anything itself (forward.c does) nor decide which page holds what
+ * (kvcache.c does).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+#include "tokenizer.h"
+
+enum seq_state {
+	SEQ_FORK = 0,	/* sample i > 0 before the prompt is computed */
+	SEQ_WAITING,	/* queued, no pages */
+	SEQ_RUNNING,	/* holds a page table */
+	SEQ_DONE,
+};
+
+struct req;
+
+struct seq {
+	struct req *req;
+	int index;			/* sample number */
+	enum seq_state state;
+	struct pg_kvc_seq *kv;		/* RUNNING only */
+	int32_t *toks;			/* (n_prompt + max_tokens) ids */
+	int n_toks;
+	int preempted;			/* waiting again after preemption */
+	int admitted;			/* ever admitted */
+	uint64_t admit_no;		/* admission order, newest highest */
+	struct pg_sampler *sampler;
+	struct pg_stop *stop;
+	struct pg_detok_stream detok;
+	struct pg_request_figures fig;
+	double t_first, t_last;		/* first and latest token */
+	int chunk;			/* tokens in this step's batch */
+};
+
+struct req {
+	struct req *next;
+	uint64_t id;
+	uint64_t client;
+	int priority;
+	int n;				/* samples */
+	int n_live;			/* samples not DONE */
+	int max_tokens;
+	int ignore_eos;
+	int forked;
+	int failed, cancelled;
+	int32_t *stop_ids;
+	int n_stop_ids;
+	double t_submit;
+	struct seq *seqs;		/* (n) */
+};
+
+struct client {
+	uint64_t id;
+	uint64_t last_turn;		/* 0: never admitted */
+};
+
+struct seq_list {
+	struct seq **v;
+	int n, cap;
+};
+
+struct pg_engine {
+	const struct pg_model *m;
+	struct pg_forward *fw;
+	struct pg_kvc *kvc;
+	struct pg_engine_config cfg;
+	int page_tokens;
+	int n_pages;
+	int n_vocab;
+	struct req *reqs;
+	uint64_t next_id;
+	uint64_t next_admit;
+	uint64_t turn;
+	struct seq_list running;	/* admission order, oldest first */
+	struct seq_list waiting;
+	struct client *clients;
+	int n_clients;
+	/* this step's batch */
+	int32_t *b_tokens;		/* (max_batch_tokens) */
+	struct pg_fw_seq *b_fw;		/* (max_batch_seqs) */
+	struct seq **b_seq;		/* (max_batch_seqs) */
+	int b_n_tokens, b_n_seqs;
+	float *logits;			/* (max_batch_seqs, n_vocab) */
+	float *scratch;			/* (n_vocab) */
+	struct pg_engine_stats st;
+	char msg[256];
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *pg_engine_strerror(int err)
+{
+	switch (err) {
+	case PG_ENGINE_OK: return "success";
+	case PG_ENGINE_EINVAL: return "invalid request or configuration";
+	case PG_ENGINE_ETOOBIG: return "request too large for the KV pool";
+	case PG_ENGINE_ENOMEM: return "out of memory";
+	case PG_ENGINE_ENOENT: return "no such request";
+	case PG_ENGINE_EFORWARD: return "the forward pass failed";
+	}
+	return "unknown error";
+}
+
+const char *pg_engine_finish_name(enum pg_engine_finish f)
+{
+	switch (f) {
+	case PG_ENGINE_FINISH_STOP: return "stop";
+	case PG_ENGINE_FINISH_LENGTH: return "length";
+	case PG_ENGINE_FINISH_CANCELLED: return "cancelled";
+	case PG_ENGINE_FINISH_ERROR: return "error";
+	}
+	return "unknown";
+}
+
+/* Leave a message on the handle and return err. */
+static int __attribute__((format(printf, 3, 4)))
+fail(struct pg_engine *e, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* ---- sequence lists ---- */
+
+static int list_push(struct seq_list *l, struct seq *s)
+{
+	if (l->n == l->cap) {
+		int cap = l->cap ? 2 * l->cap : 16;
+		struct seq **v = realloc(l->v, sizeof(*v) * (size_t)cap);
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = s;
+	return 0;
+}
+
+/* Remove s keeping the order (running is in admission order). */
+static void list_remove(struct seq_list *l, struct seq *s)
+{
+	for (int i = 0; i < l->n; i++) {
+		if (l->v[i] != s)
+			continue;
+		memmove(l->v + i, l->v + i + 1, sizeof(*l->v) * (size_t)(l->n - i - 1));
+		l->n--;
+		return;
+	}
+}
+
+/* ---- create / destroy ---- */
+
+struct pg_engine_config pg_engine_config_default(void)
+{
+	return (struct pg_engine_config){ .max_batch_seqs = 64, .prefix_cache = 1 };
+}
+
+static uint64_t model_salt(const struct pg_model *m)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (const char *p = m->name; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	h = (h ^ (uint64_t)m->hp.n_vocab) * 1099511628211ull;
+	h = (h ^ (uint64_t)m->hp.n_blocks) * 1099511628211ull;
+	return (h ^ (uint64_t)m->weight_bytes) * 1099511628211ull;
+}
+
+static int check_config(struct pg_engine_config *c, const struct pg_forward *fw,
+			char *err, size_t err_len)
+{
+	int max = pg_forward_max_batch(fw);
+
+	if (c->max_batch_tokens <= 0)
+		c->max_batch_tokens = max;
+	if (c->max_batch_seqs <= 0)
+		c->max_batch_seqs = 64;
+	if (c->max_batch_tokens > max) {
+		snprintf(err, err_len, "max_batch_tokens %d exceeds the forward pass's batch of %d tokens",
+			 c->max_batch_tokens, max);
+		return -EINVAL;
+	}
+	if (c->max_batch_seqs > c->max_batch_tokens)
+		c->max_batch_seqs = c->max_batch_tokens;
+	return 0;
+}
+
+static int alloc_batch(struct pg_engine *e)
+{
+	size_t ns = (size_t)e->cfg.max_batch_seqs;
+
+	e->b_tokens = malloc(sizeof(int32_t) * (size_t)e->cfg.max_batch_tokens);
+	e->b_fw = malloc(sizeof(*e->b_fw) * ns);
+	e->b_seq = malloc(sizeof(*e->b_seq) * ns);
+	e->logits = malloc(sizeof(float) * ns * (size_t)e->n_vocab);
+	e->scratch = malloc(sizeof(float) * (size_t)e->n_vocab);
+	if (!e->b_tokens || !e->b_fw || !e->b_seq || !e->logits || !e->scratch)
+		return -ENOMEM;
+	return 0;
+}
+
+int pg_engine_create(const struct pg_model *m, struct pg_forward *fw,
+		     const struct pg_engine_config *cfg,
+		     struct pg_engine **out, char *err, size_t err_len)
+{
+	struct pg_engine *e = calloc(1, sizeof(*e));
+	struct pg_kvc_params kp = { .salt = model_salt(m) };
+	int rc = -ENOMEM;
+
+	*out = NULL;
+	if (!e)
+		goto out_nomem;
+	e->m = m;
+	e->fw = fw;
+	e->cfg = *cfg;
+	e->n_vocab = m->hp.n_vocab;
+	e->n_pages = kp.n_pages = pg_forward_n_pages(fw);
+	e->page_tokens = kp.page_tokens = pg_forward_page_tokens(fw);
+	e->next_id = 1;
+	if ((rc = check_config(&e->cfg, fw, err, err_len)))
+		goto out_free;
+	rc = pg_kvc_create(&kp, &e->kvc);
+	if (rc == -EINVAL)
+		snprintf(err, err_len, "the forward pass has no usable KV pages (%d pages of %d tokens)",
+			 kp.n_pages, kp.page_tokens);
+	if (rc)
+		goto out_free;
+	if ((rc = alloc_batch(e)))
+		goto out_nomem;
+	*out = e;
+	return 0;
+out_nomem:
+	snprintf(err, err_len, "out of memory creating the engine");
+out_free:
+	pg_engine_destroy(e);
+	return rc;
+}
+
+static void seq_release(struct seq *s)
+{
+	pg_sampler_free(s->sampler);
+	pg_stop_free(s->stop);
+	free(s->toks);
+}
+
+static void req_free(struct req *r)
+{
+	for (int i = 0; i < r->n; i++)
+		seq_release(&r->seqs[i]);
+	free(r->seqs);
+	free(r->stop_ids);
+	free(r);
+}
+
+void pg_engine_destroy(struct pg_engine *e)
+{
+	if (!e)
+		return;
+	while (e->reqs) {
+		struct req *r = e->reqs;
+
+		e->reqs = r->next;
+		req_free(r);
+	}
+	pg_kvc_destroy(e->kvc);
+	free(e->running.v);
+	free(e->waiting.v);
+	free(e->clients);
+	free(e->b_tokens);
+	free(e->b_fw);
+	free(e->b_seq);
+	free(e->logits);
+	free(e->scratch);
+	free(e);
+}
+
+/* ---- submission ---- */
+
+static struct client *client_get(struct pg_engine *e, uint64_t id)
+{
+	struct client *c;
+
+	for (int i = 0; i < e->n_clients; i++)
+		if (e->clients[i].id == id)
+			return &e->clients[i];
+	c = realloc(e->clients, sizeof(*c) * (size_t)(e->n_clients + 1));
+	if (!c)
+		return NULL;
+	e->clients = c;
+	c += e->n_clients++;
+	*c = (struct client){ .id = id };
+	return c;
+}
+
+static int check_request(struct pg_engine *e, const struct pg_request *q)
+{
+	int64_t need;
+
+	if (q->n_prompt < 1 || !q->prompt)
+		return fail(e, PG_ENGINE_EINVAL, "the prompt is empty (at least one token is needed)");
+	if (q->max_tokens < 0 || q->n < 0 || q->n_stop < 0 || q->n_stop_ids < 0)
+		return fail(e, PG_ENGINE_EINVAL, "max_tokens, n and the stop counts must not be negative");
+	for (int i = 0; i < q->n_prompt; i++)
+		if (q->prompt[i] < 0 || q->prompt[i] >= e->n_vocab)
+			return fail(e, PG_ENGINE_EINVAL, "prompt token %d (id %d) is out of range (the vocabulary has %d tokens)",
+				    i, q->prompt[i], e->n_vocab);
+	if (pg_sampling_check(&q->sampling, e->msg, sizeof(e->msg)))
+		return PG_ENGINE_EINVAL;
+	need = ((int64_t)q->n_prompt + q->max_tokens + e->page_tokens - 1) /
+	       e->page_tokens;
+	if (need > e->n_pages)
+		return fail(e, PG_ENGINE_ETOOBIG, "the request needs %lld KV pages (%d prompt + %d max tokens, %d tokens a page) but the pool has %d",
+			    (long long)need, q->n_prompt, q->max_tokens,
+			    e->page_tokens, e->n_pages);
+	return 0;
+}
+
+/* Build one sample: its own tokens, sampler (seeded seed + index) and matcher. */
+static int seq_setup(struct pg_engine *e, struct req *r, const struct pg_request *q,
+		     int index)
+{
+	struct seq *s = &r->seqs[index];
+	struct pg_sampling sp = q->sampling;
+
+	sp.seed += (uint64_t)index;
+	s->req = r;
+	s->index = index;
+	s->state = index ? SEQ_FORK : SEQ_WAITING;
+	s->toks = malloc(sizeof(int32_t) * ((size_t)q->n_prompt + (size_t)q->max_tokens));
+	s->sampler = pg_sampler_create(&sp, e->n_vocab);
+	s->stop = pg_stop_create(q->stop, q->n_stop);
+	if (!s->toks || !s->sampler || !s->stop)
+		return -ENOMEM;
+	memcpy(s->toks, q->prompt, sizeof(int32_t) * (size_t)q->n_prompt);
+	s->n_toks = q->n_prompt;
+	for (int i = 0; i < q->n_prompt; i++)
+		pg_sampler_accept(s->sampler, q->prompt[i]);
+	s->fig.n_prompt = q->n_prompt;
+	return 0;
+}
+
+static struct req *req_new(struct pg_engine *e, const struct pg_request *q)
+{
+	struct req *r = calloc(1, sizeof(*r));
+	int n = q->n ? q->n : 1;
+
+	if (!r)
+		return NULL;
+	r->n = n;
+	r->seqs = calloc((size_t)n, sizeof(*r->seqs));
+	r->stop_ids = malloc(sizeof(int32_t) * (size_t)(q->n_stop_ids + 1));
+	if (!r->seqs || !r->stop_ids)
+		goto out_free;
+	for (int i = 0; i < n; i++)
+		if (seq_setup(e, r, q, i))
+			goto out_free;
+	if (q->n_stop_ids)
+		memcpy(r->stop_ids, q->stop_ids, sizeof(int32_t) * (size_t)q->n_stop_ids);
+	r->n_stop_ids = q->n_stop_ids;
+	r->n_live = n;
+	r->max_tokens = q->max_tokens;
+	r->ignore_eos = q->ignore_eos;
+	r->priority = q->priority;
+	r->client = q->client;
+	return r;
+out_free:
+	if (r->seqs)
+		for (int i = 0; i < n; i++)
+			seq_release(&r->seqs[i]);
+	free(r->seqs);
+	free(r->stop_ids);
+	free(r);
+	return NULL;
+}
+
+int pg_engine_submit(struct pg_engine *e, const struct pg_request *q,
+		     uint64_t *id)
+{
+	struct req *r;
+	int rc = check_request(e, q);
+
+	if (rc)
+		return rc;
+	r = req_new(e, q);
+	if (!r || !client_get(e, q->client) || list_push(&e->waiting, &r->seqs[0])) {
+		if (r)
+			req_free(r);
+		return fail(e, PG_ENGINE_ENOMEM, "out of memory queueing the request");
+	}
+	r->id = e->next_id++;
+	r->t_submit = now();
+	r->next = e->reqs;
+	e->reqs = r;
+	e->st.prompt_tokens += (uint64_t)q->n_prompt;
+	*id = r->id;
+	return 0;
+}
+
+/* ---- events and the end of a sample ---- */
+
+static void emit(struct pg_engine *e, const struct pg_engine_event *ev)
+{
+	if (e->cfg.on_event)
+		e->cfg.on_event(e->cfg.ctx, ev);
+}
+
+/* The text a sample still holds back, into buf (cap bytes); its length. */
+static size_t held_text(struct seq *s, char *buf, size_t cap)
+{
+	const char *out;
+	size_t len = 0, out_len;
+	int n = pg_detok_flush(&s->detok, buf, cap / 2);
+
+	if (n > 0 && pg_stop_feed(s->stop, buf, (size_t)n, &out, &out_len) == 0) {
+		memmove(buf, out, out_len);
+		len = out_len;
+	}
+	pg_stop_flush(s->stop, &out, &out_len);
+	if (out_len > cap - len)
+		out_len = cap - len;
+	memcpy(buf + len, out, out_len);
+	return len + out_len;
+}
+
+static void count_request(struct pg_engine *e, struct req *r)
+{
+	if (r->cancelled)
+		e->st.n_cancelled++;
+	else if (r->failed)
+		e->st.n_failed++;
+	else
+		e->st.n_done++;
+}
+
+/*
+ * End sample s: release its pages (full ones stay cached), leave the
+ * queues, send DONE.  The request is freed later, by sweep().
+ */
+static void finish(struct pg_engine *e, struct seq *s, enum pg_engine_finish f,
+		   int stopped_by_string)
+{
+	struct req *r = s->req;
+	struct pg_engine_event ev = { .type = PG_ENGINE_EV_DONE, .id = r->id,
+				      .sample = s->index, .finish = f,
+				      .fig = &s->fig };
+	char buf[256];
+
+	if (s->state == SEQ_RUNNING)
+		list_remove(&e->running, s);
+	else if (s->state == SEQ_WAITING)
+		list_remove(&e->waiting, s);
+	pg_kvc_seq_free(e->kvc, s->kv);
+	s->kv = NULL;
+	s->state = SEQ_DONE;
+	if (f == PG_ENGINE_FINISH_ERROR)
+		r->failed = 1;
+	if (s->fig.n_gen > 1)
+		s->fig.itl_s = (s->t_last - s->t_first) / (s->fig.n_gen - 1);
+	if (!stopped_by_string && f != PG_ENGINE_FINISH_CANCELLED &&
+	    f != PG_ENGINE_FINISH_ERROR) {
+		ev.text = buf;
+		ev.text_len = held_text(s, buf, sizeof(buf));
+	}
+	ev.last = --r->n_live == 0;
+	if (ev.last)
+		count_request(e, r);
+	emit(e, &ev);
+}
+
+/* Free the requests whose samples are all done. */
+static void sweep(struct pg_engine *e)
+{
+	struct req **pp = &e->reqs;
+
+	while (*pp) {
+		struct req *r = *pp;
+
+		if (r->n_live) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		req_free(r);
+	}
+}
+
+/* ---- sampling ---- */
+
+static int is_stop_id(const struct req *r, int32_t id)
+{
+	for (int i = 0; i < r->n_stop_ids; i++)
+		if (r->stop_ids[i] == id)
+			return 1;
+	return 0;
+}
+
+/* Pass token id through the UTF-8 stream and the stop matcher; send it. */
+static int emit_token(struct pg_engine *e, struct seq *s, int32_t id)
+{
+	struct pg_engine_event ev = { .type = PG_ENGINE_EV_TOKEN,
+				      .id = s->req->id, .sample = s->index,
+				      .token = id };
+	char buf[512];
+	int n = pg_detok_push(e->m->tok, &s->detok, id, 0, buf, sizeof(buf));
+	int stopped = 0;
+
+	if (n > 0)
+		stopped = pg_stop_feed(s->stop, buf, (size_t)n, &ev.text,
+				       &ev.text_len);
+	if (stopped < 0) {
+		ev.text_len = 0;
+		stopped = 0;
+	}
+	emit(e, &ev);
+	return stopped;
+}
+
+static void record_token(struct pg_engine *e, struct seq *s, int32_t id)
+{
+	double t = now();
+
+	pg_sampler_accept(s->sampler, id);
+	s->toks[s->n_toks++] = id;
+	if (s->fig.n_gen++ == 0) {
+		s->t_first = t;
+		s->fig.ttft_s = t - s->req->t_submit;
+	}
+	s->t_last = t;
+	e->st.generated_tokens++;
+}
+
+/* Draw s's next token from a logits row (not changed) and act on it. */
+static void sample_one(struct pg_engine *e, struct seq *s, const float *row)
+{
+	struct req *r = s->req;
+	int32_t id;
+
+	if (s->fig.n_gen >= r->max_tokens) {
+		finish(e, s, PG_ENGINE_FINISH_LENGTH, 0);
+		return;
+	}
+	memcpy(e->scratch, row, sizeof(float) * (size_t)e->n_vocab);
+	id = pg_sampler_sample(s->sampler, e->scratch, NULL, NULL);
+	if ((!r->ignore_eos && pg_tokenizer_is_eog(e->m->tok, id)) ||
+	    is_stop_id(r, id)) {
+		finish(e, s, PG_ENGINE_FINISH_STOP, 0);
+		return;
+	}
+	record_token(e, s, id);
+	if (emit_token(e, s, id))
+		finish(e, s, PG_ENGINE_FINISH_STOP, 1);
+	else if (s->fig.n_gen == r->max_tokens)
+		finish(e, s, PG_ENGINE_FINISH_LENGTH, 0);
+}
+
+static void admitted(struct pg_engine *e, struct seq *s, int n_cached)
+{
+	s->admit_no = ++e->next_admit;
+	if (s->admitted)
+		return;
+	s->admitted = 1;
+	s->fig.queue_s = now() - s->req->t_submit;
+	s->fig.n_cached = n_cached;
+}
+
+/*
+ * Sample 0 has just computed the prompt: the other samples take its pages
+ * (shared, copied on their first write) and join the running queue.
+ */
+static void fork_samples(struct pg_engine *e, struct seq *s0)
+{
+	struct req *r = s0->req;
+
+	r->forked = 1;
+	for (int i = 1; i < r->n; i++) {
+		struct seq *s = &r->seqs[i];
+
+		if (s->state != SEQ_FORK)
+			continue;
+		s->kv = pg_kvc_seq_fork(e->kvc, s0->kv);
+		if (!s->kv || list_push(&e->running, s)) {
+			finish(e, s, PG_ENGINE_FINISH_ERROR, 0);
+			continue;
+		}
+		s->state = SEQ_RUNNING;
+		admitted(e, s, s0->fig.n_cached);
+	}
+}
+
+/* s computed its last pending token; row holds its logits. */
+static void sample_seq(struct pg_engine *e, struct seq *s, const float *row)
+{
+	struct req *r = s->req;
+	int n = r->n;
+
+	if (s->index || r->forked || n == 1) {
+		sample_one(e, s, row);
+		return;
+	}
+	fork_samples(e, s);
+	for (int i = 0; i < n; i++)
+		if (r->seqs[i].state == SEQ_RUNNING && r->seqs[i].fig.n_gen == 0)
+			sample_one(e, &r->seqs[i], row);
+}
+
+/* ---- scheduling ---- */
+
+static void preempt(struct pg_engine *e, struct seq *s)
+{
+	list_remove(&e->running, s);
+	pg_kvc_seq_free(e->kvc, s->kv);
+	s->kv = NULL;
+	s->state = SEQ_WAITING;
+	s->preempted = 1;
+	s->fig.n_preempt++;
+	e->st.preemptions++;
+	if (list_push(&e->waiting, s))
+		finish(e, s, PG_ENGINE_FINISH_ERROR, 0);
+}
+
+/* The most recently admitted running sequence not in the batch, except s. */
+static struct seq *victim(struct pg_engine *e, const struct seq *s)
+{
+	for (int i = e->running.n - 1; i >= 0; i--) {
+		struct seq *v = e->running.v[i];
+
+		if (v != s && !v->chunk)
+			return v;
+	}
+	return NULL;
+}
+
+/* Reserve pages for chunk more tokens of s and add them to the batch. */
+static int batch_add(struct pg_engine *e, struct seq *s, int chunk)
+{
+	struct pg_kvc_copy cp[2];
+	int len = pg_kvc_seq_len(s->kv), n_cp = 0;
+	int rc = pg_kvc_seq_reserve(e->kvc, s->kv, len + chunk, cp, &n_cp);
+
+	if (rc)
+		return rc;
+	for (int i = 0; i < n_cp; i++)
+		pg_forward_copy_page(e->fw, cp[i].src, cp[i].dst);
+	memcpy(e->b_tokens + e->b_n_tokens, s->toks + len,
+	       sizeof(int32_t) * (size_t)chunk);
+	e->b_n_tokens += chunk;
+	e->b_seq[e->b_n_seqs++] = s;
+	s->chunk = chunk;
+	return 0;
+}
+
+static int batch_room(const struct pg_engine *e)
+{
+	if (e->b_n_seqs >= e->cfg.max_batch_seqs)
+		return 0;
+	return e->cfg.max_batch_tokens - e->b_n_tokens;
+}
+
+/*
+ * Add chunk tokens of running s, preempting the newest sequences not in
+ * the batch while pages are short.  -ENOSPC: s waits for this step.
+ */
+static int batch_add_running(struct pg_engine *e, struct seq *s, int chunk)
+{
+	for (;;) {
+		int rc = batch_add(e, s, chunk);
+		struct seq *v;
+
+		if (rc != -ENOSPC)
+			return rc;
+		v = victim(e, s);
+		if (!v)
+			return rc;
+		preempt(e, v);
+	}
+}
+
+/* Running sequences with tokens to compute: decodes (want 1) or prefills. */
+static void plan_running(struct pg_engine *e, int decodes)
+{
+	for (int i = 0; i < e->running.n; i++) {
+		struct seq *s = e->running.v[i];
+		int want = s->n_toks - pg_kvc_seq_len(s->kv);
+		int room = batch_room(e);
+
+		if (room <= 0)
+			return;
+		if (s->chunk || (want == 1) != decodes)
+			continue;
+		if (batch_add_running(e, s, want < room ? want : room) == -ENOMEM)
+			return;
+		/* a preemption may have shifted the list: find s again */
+		while (i >= 0 && (i >= e->running.n || e->running.v[i] != s))
+			i--;
+	}
+}
+
+static uint64_t client_turn(struct pg_engine *e, uint64_t id)
+{
+	struct client *c = client_get(e, id);
+
+	return c ? c->last_turn : 0;
+}
+
+/* Whether waiting a goes before b: preempted first, then fairness. */
+static int goes_before(struct pg_engine *e, const struct seq *a,
+		       const struct seq *b)
+{
+	uint64_t ta, tb;
+
+	if (a->preempted != b->preempted)
+		return a->preempted;
+	if (a->preempted)
+		return a->admit_no < b->admit_no;
+	ta = client_turn(e, a->req->client);
+	tb = client_turn(e, b->req->client);
+	if (ta != tb)
+		return ta < tb;
+	if (a->req->priority != b->req->priority)
+		return a->req->priority > b->req->priority;
+	return a->req->id < b->req->id;
+}
+
+static struct seq *pick_waiting(struct pg_engine *e)
+{
+	struct seq *best = NULL;
+
+	for (int i = 0; i < e->waiting.n; i++)
+		if (!best || goes_before(e, e->waiting.v[i], best))
+			best = e->waiting.v[i];
+	return best;
+}
+
+/*
+ * Admit s when the pages for all its pending tokens can be had (after the
+ * prefix cache supplied what it has); its first chunk joins the batch.
+ * Returns 0, or -ENOSPC / -ENOMEM with s still waiting.
+ */
+static int admit(struct pg_engine *e, struct seq *s, int room)
+{
+	int cached = 0, want, rc;
+	struct client *c;
+
+	s->kv = pg_kvc_seq_new(e->kvc, s->req->client);
+	if (!s->kv)
+		return -ENOMEM;
+	if (e->cfg.prefix_cache)
+		cached = pg_kvc_seq_match(e->kvc, s->kv, s->toks, s->n_toks);
+	rc = cached < 0 ? cached : -ENOSPC;
+	if (cached < 0 || pg_kvc_pages_needed(e->kvc, s->kv, s->n_toks) >
+			  pg_kvc_n_available(e->kvc))
+		goto out_free;
+	want = s->n_toks - cached;
+	if ((rc = list_push(&e->running, s)))
+		goto out_free;
+	if ((rc = batch_add(e, s, want < room ? want : room)))
+		goto out_unlist;
+	list_remove(&e->waiting, s);
+	s->state = SEQ_RUNNING;
+	s->preempted = 0;
+	e->st.cached_tokens += (uint64_t)cached;
+	admitted(e, s, cached);
+	if ((c = client_get(e, s->req->client)))
+		c->last_turn = ++e->turn;
+	return 0;
+out_unlist:
+	list_remove(&e->running, s);
+out_free:
+	pg_kvc_seq_free(e->kvc, s->kv);
+	s->kv = NULL;
+	return rc;
+}
+
+static void plan_admissions(struct pg_engine *e)
+{
+	int room;
+
+	while ((room = batch_room(e)) > 0 && e->waiting.n)
+		if (admit(e, pick_waiting(e), room))
+			return;
+}
+
+/* ---- the step ---- */
+
+static int run_batch(struct pg_engine *e)
+{
+	for (int i = 0; i < e->b_n_seqs; i++) {
+		struct seq *s = e->b_seq[i];
+
+		e->b_fw[i] = (struct pg_fw_seq){
+			.pages = pg_kvc_seq_pages(s->kv),
+			.n_past = pg_kvc_seq_len(s->kv),
+			.n_tokens = s->chunk,
+		};
+	}
+	e->st.forward_tokens += (uint64_t)e->b_n_tokens;
+	e->st.steps++;
+	return pg_forward_batch(e->fw, e->b_tokens, e->b_n_tokens, e->b_fw,
+				e->b_n_seqs, e->logits);
+}
+
+static void after_batch(struct pg_engine *e)
+{
+	for (int i = 0; i < e->b_n_seqs; i++) {
+		struct seq *s = e->b_seq[i];
+		int len = pg_kvc_seq_len(s->kv), chunk = s->chunk;
+
+		pg_kvc_seq_append(e->kvc, s->kv, s->toks + len, chunk);
+		s->chunk = 0;
+		if (len + chunk == s->n_toks)
+			sample_seq(e, s, e->logits + (size_t)i * (size_t)e->n_vocab);
+	}
+}
+
+static void fail_batch(struct pg_engine *e)
+{
+	for (int i = 0; i < e->b_n_seqs; i++) {
+		e->b_seq[i]->chunk = 0;
+		finish(e, e->b_seq[i], PG_ENGINE_FINISH_ERROR, 0);
+	}
+}
+
+int pg_engine_step(struct pg_engine *e)
+{
+	int n, rc;
+
+	e->b_n_tokens = e->b_n_seqs = 0;
+	plan_running(e, 1);
+	plan_running(e, 0);
+	plan_admissions(e);
+	n = e->b_n_seqs;
+	if (!n)
+		return 0;
+	rc = run_batch(e);
+	if (rc) {
+		fail_batch(e);
+		sweep(e);
+		return fail(e, PG_ENGINE_EFORWARD, "the forward pass failed: %s",
+			    strerror(-rc));
+	}
+	after_batch(e);
+	sweep(e);
+	return n;
+}
+
+/* ---- control and figures ---- */
+
+int pg_engine_cancel(struct pg_engine *e, uint64_t id)
+{
+	struct req *r;
+
+	for (r = e->reqs; r; r = r->next)
+		if (r->id == id && r->n_live)
+			break;
+	if (!r)
+		return fail(e, PG_ENGINE_ENOENT, "no request %llu in the engine",
+			    (unsigned long long)id);
+	r->cancelled = 1;
+	for (int i = 0; i < r->n; i++)
+		if (r->seqs[i].state != SEQ_DONE)
+			finish(e, &r->seqs[i], PG_ENGINE_FINISH_CANCELLED, 0);
+	sweep(e);
+	return 0;
+}
+
+int pg_engine_evict(struct pg_engine *e, const struct pg_kvc_evict *ev)
+{
+	int rc = pg_kvc_evict(e->kvc, ev);
+
+	if (rc == -EINVAL)
+		return fail(e, PG_ENGINE_EINVAL, "bad eviction request");
+	if (rc < 0)
+		return fail(e, PG_ENGINE_ENOMEM, "out of memory evicting");
+	return rc;
+}
+
+void pg_engine_stats(const struct pg_engine *e, struct pg_engine_stats *st)
+{
+	*st = e->st;
+	st->n_running = e->running.n;
+	st->n_waiting = e->waiting.n;
+	pg_kvc_get_stats(e->kvc, &st->kv);
+}
+
+int pg_engine_idle(const struct pg_engine *e)
+{
+	return !e->running.n && !e->waiting.n;
+}
+
+const struct pg_kvc *pg_engine_kvc(const struct pg_engine *e)
+{
+	return e->kvc;
+}
+
+const char *pg_engine_last_error(const struct pg_engine *e)
+{
+	return e->msg;
+}

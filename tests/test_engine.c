@@ -1,0 +1,577 @@
+/*
+ * test_engine.c - the serving engine's scheduler on a generated tiny model,
+ * greedy sampling throughout:
+ *
+ *  - batch invariance: 32 varied requests with staggered arrival and
+ *    chunked prefill give exactly the tokens each gives alone;
+ *  - prefix cache: a second request sharing a long prefix computes only
+ *    its new tokens and gives the same tokens as with the cache off;
+ *  - memory pressure: a pool far too small for the load still completes
+ *    every request unchanged, with preemptions, and ends with no page used;
+ *  - cancellation mid-prefill and mid-decode frees everything;
+ *  - n = 3 samples share the prompt's pages and agree;
+ *  - a request too large for the pool is refused at submission;
+ *  - fairness: one request of client B is not starved by 20 of client A;
+ *    within a client, priority goes first;
+ *  - a stop token ends generation before it.
+ *
+ * It does not check the forward pass's numbers (test_forward does).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/engine/engine.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/model.h"
+#include "tests/gen/ggufgen.h"
+
+static int failures;
+
+#define CHECK(cond, ...) do { if (!(cond)) { failures++; \
+	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+#define MAX_REQ 64
+#define MAX_GEN 64
+#define MAX_N 3
+
+/* What the events said, indexed by request id - 1 (ids start at 1). */
+struct result {
+	int32_t toks[MAX_N][MAX_GEN];
+	int n_toks[MAX_N];
+	int done[MAX_N];
+	enum pg_engine_finish finish[MAX_N];
+	struct pg_request_figures fig[MAX_N];
+	int done_rank;			/* order of the last DONE */
+};
+
+struct results {
+	struct result r[MAX_REQ];
+	int n_done;
+	int bad;			/* events that made no sense */
+};
+
+static void on_event(void *ctx, const struct pg_engine_event *ev)
+{
+	struct results *rs = ctx;
+	struct result *r;
+
+	if (ev->id < 1 || ev->id > MAX_REQ || ev->sample < 0 || ev->sample >= MAX_N) {
+		rs->bad++;
+		return;
+	}
+	r = &rs->r[ev->id - 1];
+	if (r->done[ev->sample]) {
+		rs->bad++;
+		return;
+	}
+	if (ev->type == PG_ENGINE_EV_TOKEN) {
+		if (r->n_toks[ev->sample] < MAX_GEN)
+			r->toks[ev->sample][r->n_toks[ev->sample]++] = ev->token;
+		return;
+	}
+	r->done[ev->sample] = 1;
+	r->finish[ev->sample] = ev->finish;
+	r->fig[ev->sample] = *ev->fig;
+	if (ev->last)
+		r->done_rank = ++rs->n_done;
+}
+
+/* ---- set-up ---- */
+
+static struct pg_model *make_model(void)
+{
+	char path[] = "/tmp/pagoda-test-engine-XXXXXX";
+	struct ggufgen_opts o;
+	struct pg_model *m = NULL;
+	char err[256];
+	int fd = mkstemp(path);
+
+	if (fd < 0)
+		return NULL;
+	close(fd);
+	ggufgen_preset(&o, "tiny");
+	o.seed = 7;
+	if (ggufgen_write(&o, path, err, sizeof(err)) ||
+	    pg_model_load(path, 0, &m, err, sizeof(err)))
+		fprintf(stderr, "model: %s\n", err);
+	unlink(path);
+	return m;
+}
+
+static struct pg_forward *make_fw(const struct pg_model *m, int n_pages,
+				  int page_tokens)
+{
+	struct pg_forward_params p = pg_forward_params_default();
+	struct pg_forward *fw = NULL;
+	char err[256];
+
+	p.n_threads = 1;
+	p.max_batch_tokens = 64;
+	p.n_pages = n_pages;
+	p.page_tokens = page_tokens;
+	if (pg_forward_create(m, &p, &fw, err, sizeof(err)))
+		fprintf(stderr, "forward: %s\n", err);
+	return fw;
+}
+
+static struct pg_engine *make_engine(const struct pg_model *m,
+				     struct pg_forward *fw, int max_tokens,
+				     int max_seqs, int cache, struct results *rs)
+{
+	struct pg_engine_config c = pg_engine_config_default();
+	struct pg_engine *e = NULL;
+	char err[256];
+
+	c.max_batch_tokens = max_tokens;
+	c.max_batch_seqs = max_seqs;
+	c.prefix_cache = cache;
+	c.on_event = on_event;
+	c.ctx = rs;
+	memset(rs, 0, sizeof(*rs));
+	if (pg_engine_create(m, fw, &c, &e, err, sizeof(err)))
+		fprintf(stderr, "engine: %s\n", err);
+	return e;
+}
+
+static void run_idle(struct pg_engine *e)
+{
+	int guard = 0;
+
+	while (!pg_engine_idle(e) && guard++ < 100000)
+		CHECK(pg_engine_step(e) >= 0, "step: %s", pg_engine_last_error(e));
+	CHECK(pg_engine_idle(e), "the engine never went idle");
+}
+
+/* A request's prompt: len ids drawn from seed, above the control tokens. */
+static void make_prompt(int32_t *out, int len, uint32_t seed)
+{
+	for (int i = 0; i < len; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		out[i] = 3 + (int32_t)((seed >> 8) % 300);
+	}
+}
+
+static struct pg_request request(const int32_t *prompt, int n, int max_tokens)
+{
+	return (struct pg_request){ .prompt = prompt, .n_prompt = n,
+				    .sampling = pg_sampling_default(),
+				    .max_tokens = max_tokens };
+}
+
+/* Whether every used page is back: none used, the rest free or cached. */
+static void check_pool_back(struct pg_engine *e, const char *what)
+{
+	struct pg_kvc_stats st;
+	char err[256];
+
+	pg_kvc_get_stats(pg_engine_kvc(e), &st);
+	CHECK(st.n_used == 0 && st.n_free + st.n_cached == st.n_pages,
+	      "%s: %d pages used, %d free, %d cached of %d", what, st.n_used,
+	      st.n_free, st.n_cached, st.n_pages);
+	CHECK(pg_kvc_check(pg_engine_kvc(e), err, sizeof(err)) == 0, "%s: %s",
+	      what, err);
+}
+
+/* The tokens req gives alone, on a fresh engine with the cache off. */
+static void run_alone(const struct pg_model *m, struct pg_forward *fw,
+		      const struct pg_request *req, struct result *out)
+{
+	static struct results rs;
+	struct pg_engine *e = make_engine(m, fw, 16, 8, 0, &rs);
+	uint64_t id;
+
+	CHECK(e && pg_engine_submit(e, req, &id) == 0, "alone: submit");
+	run_idle(e);
+	*out = rs.r[0];
+	pg_engine_destroy(e);
+}
+
+static int same_tokens(const struct result *a, const struct result *b, int s)
+{
+	return a->n_toks[s] == b->n_toks[s] &&
+	       !memcmp(a->toks[s], b->toks[s], sizeof(int32_t) * (size_t)a->n_toks[s]);
+}
+
+/* ---- the tests ---- */
+
+struct load {
+	int32_t prompt[MAX_REQ][64];
+	struct pg_request req[MAX_REQ];
+	int n;
+};
+
+static void make_load(struct load *l, int n, int max_prompt, int max_gen)
+{
+	l->n = n;
+	for (int i = 0; i < n; i++) {
+		int len = 1 + (i * 37) % max_prompt;
+
+		make_prompt(l->prompt[i], len, 100u + (uint32_t)i);
+		l->req[i] = request(l->prompt[i], len, 1 + (i * 13) % max_gen);
+	}
+}
+
+/* Run a load through e, submitting `per` requests every `every` steps. */
+static void run_load(struct pg_engine *e, const struct load *l, int per,
+		     int every)
+{
+	int next = 0, step = 0;
+	uint64_t id;
+
+	while (next < l->n || !pg_engine_idle(e)) {
+		for (int k = 0; k < per && next < l->n && step % every == 0; k++, next++)
+			CHECK(pg_engine_submit(e, &l->req[next], &id) == 0 &&
+			      id == (uint64_t)next + 1, "submit %d: %s", next,
+			      pg_engine_last_error(e));
+		CHECK(pg_engine_step(e) >= 0, "step: %s", pg_engine_last_error(e));
+		if (++step > 100000)
+			break;
+	}
+}
+
+static void check_against_alone(const struct pg_model *m, struct pg_forward *fw,
+				const struct load *l, const struct results *rs,
+				const char *what)
+{
+	static struct result alone;
+
+	CHECK(rs->bad == 0, "%s: %d stray events", what, rs->bad);
+	for (int i = 0; i < l->n; i++) {
+		const struct result *r = &rs->r[i];
+
+		run_alone(m, fw, &l->req[i], &alone);
+		CHECK(r->fig[0].n_prompt == l->req[i].n_prompt &&
+		      r->fig[0].n_gen == r->n_toks[0] && r->fig[0].queue_s >= 0 &&
+		      (!r->n_toks[0] || r->fig[0].ttft_s >= r->fig[0].queue_s),
+		      "%s: request %d: figures wrong", what, i);
+		CHECK(r->done[0] && r->finish[0] == alone.finish[0] &&
+		      same_tokens(r, &alone, 0),
+		      "%s: request %d (prompt %d, max %d): %d tokens, alone %d",
+		      what, i, l->req[i].n_prompt, l->req[i].max_tokens,
+		      r->n_toks[0], alone.n_toks[0]);
+	}
+}
+
+static void test_batch_invariance(const struct pg_model *m)
+{
+	static struct load l;
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 1024, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 8, 1, &rs) : NULL;
+	struct pg_engine_stats st;
+
+	CHECK(e, "batch: set-up");
+	if (!e)
+		goto out;
+	make_load(&l, 32, 60, 40);
+	run_load(e, &l, 3, 2);
+	pg_engine_stats(e, &st);
+	CHECK(st.n_done == 32 && st.generated_tokens > 32 * 8,
+	      "batch: %llu done, %llu tokens", (unsigned long long)st.n_done,
+	      (unsigned long long)st.generated_tokens);
+	CHECK(st.steps < st.generated_tokens / 3, "batch: %llu steps for %llu tokens: little batching",
+	      (unsigned long long)st.steps, (unsigned long long)st.generated_tokens);
+	fprintf(stderr, "batch: %llu steps, %llu tokens computed for %llu generated\n",
+		(unsigned long long)st.steps, (unsigned long long)st.forward_tokens,
+		(unsigned long long)st.generated_tokens);
+	check_against_alone(m, fw, &l, &rs, "batch");
+	check_pool_back(e, "batch");
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+static void test_prefix_cache(const struct pg_model *m)
+{
+	static struct results rs;
+	static struct result alone;
+	struct pg_forward *fw = make_fw(m, 256, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 8, 1, &rs) : NULL;
+	struct pg_engine_stats a, b;
+	int32_t p1[50], p2[50];
+	struct pg_request r1 = request(p1, 45, 6), r2 = request(p2, 47, 6);
+	uint64_t id;
+
+	CHECK(e, "prefix: set-up");
+	if (!e)
+		goto out;
+	make_prompt(p1, 50, 1);
+	memcpy(p2, p1, sizeof(int32_t) * 40);
+	make_prompt(p2 + 40, 10, 2);
+	CHECK(pg_engine_submit(e, &r1, &id) == 0, "prefix: submit 1");
+	run_idle(e);
+	pg_engine_stats(e, &a);
+	CHECK(pg_engine_submit(e, &r2, &id) == 0, "prefix: submit 2");
+	run_idle(e);
+	pg_engine_stats(e, &b);
+	/* 40 shared tokens are 10 full pages: 7 prompt tokens are computed,
+	 * then each generated token but the last */
+	CHECK(b.cached_tokens - a.cached_tokens == 40, "prefix: %llu cached",
+	      (unsigned long long)(b.cached_tokens - a.cached_tokens));
+	CHECK(rs.r[1].n_toks[0] >= 1 && b.forward_tokens - a.forward_tokens ==
+	      (uint64_t)(7 + rs.r[1].n_toks[0] - 1),
+	      "prefix: %llu tokens computed for %d generated",
+	      (unsigned long long)(b.forward_tokens - a.forward_tokens),
+	      rs.r[1].n_toks[0]);
+	CHECK(rs.r[1].fig[0].n_cached == 40, "prefix: figures say %d cached",
+	      rs.r[1].fig[0].n_cached);
+	run_alone(m, fw, &r2, &alone);
+	CHECK(same_tokens(&rs.r[1], &alone, 0), "prefix: tokens differ from the cache off");
+	CHECK(pg_engine_evict(e, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL }) ==
+	      (int)b.kv.n_cached, "prefix: evict all");
+	pg_engine_stats(e, &b);
+	CHECK(b.kv.n_cached == 0 && b.kv.n_free == b.kv.n_pages, "prefix: %d cached after evict",
+	      b.kv.n_cached);
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+static void test_memory_pressure(const struct pg_model *m)
+{
+	static struct load l;
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 24, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 8, 1, &rs) : NULL;
+	struct pg_engine_stats st;
+
+	CHECK(e, "pressure: set-up");
+	if (!e)
+		goto out;
+	make_load(&l, 16, 50, 40);
+	for (int i = 0; i < l.n; i++)	/* force long generations */
+		l.req[i].ignore_eos = 1;
+	run_load(e, &l, 16, 1);
+	pg_engine_stats(e, &st);
+	CHECK(st.preemptions > 0, "pressure: no preemption");
+	CHECK(st.n_done == (uint64_t)l.n && st.n_failed == 0,
+	      "pressure: %llu done, %llu failed", (unsigned long long)st.n_done,
+	      (unsigned long long)st.n_failed);
+	check_pool_back(e, "pressure");
+	check_against_alone(m, fw, &l, &rs, "pressure");
+	fprintf(stderr, "pressure: %llu preemptions, %llu tokens computed for %llu generated\n",
+		(unsigned long long)st.preemptions,
+		(unsigned long long)st.forward_tokens,
+		(unsigned long long)st.generated_tokens);
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+static void test_cancel(const struct pg_model *m)
+{
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 128, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 8, 1, &rs) : NULL;
+	struct pg_request r1, r2;
+	struct pg_engine_stats st;
+	int32_t p[60];
+	uint64_t a, b;
+
+	CHECK(e, "cancel: set-up");
+	if (!e)
+		goto out;
+	make_prompt(p, 60, 9);
+	r1 = request(p, 60, 20);
+	r2 = request(p + 30, 10, 30);
+	r2.ignore_eos = 1;
+	CHECK(pg_engine_submit(e, &r1, &a) == 0 && pg_engine_submit(e, &r2, &b) == 0,
+	      "cancel: submit");
+	pg_engine_step(e);
+	CHECK(pg_engine_cancel(e, a) == 0, "cancel: mid-prefill");
+	CHECK(rs.r[0].done[0] && rs.r[0].finish[0] == PG_ENGINE_FINISH_CANCELLED &&
+	      rs.r[0].n_toks[0] == 0, "cancel: no cancelled event mid-prefill");
+	for (int i = 0; i < 100 && rs.r[1].n_toks[0] < 3; i++)
+		pg_engine_step(e);
+	CHECK(rs.r[1].n_toks[0] == 3, "cancel: decode did not start");
+	CHECK(pg_engine_cancel(e, b) == 0, "cancel: mid-decode");
+	CHECK(rs.r[1].done[0] && rs.r[1].finish[0] == PG_ENGINE_FINISH_CANCELLED,
+	      "cancel: no cancelled event mid-decode");
+	CHECK(pg_engine_cancel(e, b) == PG_ENGINE_ENOENT, "cancel: twice");
+	CHECK(pg_engine_idle(e) && pg_engine_step(e) == 0, "cancel: not idle");
+	pg_engine_stats(e, &st);
+	CHECK(st.n_cancelled == 2, "cancel: %llu cancelled",
+	      (unsigned long long)st.n_cancelled);
+	check_pool_back(e, "cancel");
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+static void test_parallel_samples(const struct pg_model *m)
+{
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 128, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 8, 1, &rs) : NULL;
+	struct pg_request r;
+	struct pg_kvc_stats st;
+	int32_t p[20];
+	int max_used = 0;
+	uint64_t id;
+
+	CHECK(e, "n=3: set-up");
+	if (!e)
+		goto out;
+	make_prompt(p, 20, 11);
+	r = request(p, 18, 8);	/* the last prompt page is shared part-full */
+	r.ignore_eos = 1;
+	r.n = 3;
+	CHECK(pg_engine_submit(e, &r, &id) == 0, "n=3: submit");
+	while (!pg_engine_idle(e)) {
+		pg_engine_step(e);
+		pg_kvc_get_stats(pg_engine_kvc(e), &st);
+		max_used = st.n_used > max_used ? st.n_used : max_used;
+	}
+	CHECK(max_used < 3 * 5, "n=3: %d pages used at most (prompt: 5)", max_used);
+	CHECK(st.cow_copies >= 2, "n=3: %llu pages copied on write",
+	      (unsigned long long)st.cow_copies);
+	for (int s = 0; s < 3; s++)
+		CHECK(rs.r[0].done[s] && rs.r[0].n_toks[s] == 8 &&
+		      !memcmp(rs.r[0].toks[s], rs.r[0].toks[0], sizeof(int32_t) * 8),
+		      "n=3: sample %d differs", s);
+	CHECK(rs.r[0].done_rank == 1, "n=3: request not done once");
+	check_pool_back(e, "n=3");
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+static void test_refusal(const struct pg_model *m)
+{
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 8, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 8, 1, &rs) : NULL;
+	int32_t p[30];
+	struct pg_request r = request(p, 30, 2);
+	uint64_t id;
+
+	CHECK(e, "refusal: set-up");
+	if (!e)
+		goto out;
+	make_prompt(p, 30, 3);
+	CHECK(pg_engine_submit(e, &r, &id) == 0, "refusal: 32 tokens fit 8 pages of 4");
+	r.max_tokens = 3;
+	CHECK(pg_engine_submit(e, &r, &id) == PG_ENGINE_ETOOBIG &&
+	      strstr(pg_engine_last_error(e), "pages"),
+	      "refusal: not refused (%s)", pg_engine_last_error(e));
+	r.n_prompt = 0;
+	CHECK(pg_engine_submit(e, &r, &id) == PG_ENGINE_EINVAL, "refusal: empty prompt");
+	run_idle(e);
+	CHECK(rs.r[0].done[0], "refusal: the request that fits did not run");
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+static void test_fairness(const struct pg_model *m)
+{
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 256, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 2, 1, &rs) : NULL;
+	int32_t p[21][8];
+	struct pg_request r;
+	uint64_t id;
+
+	CHECK(e, "fairness: set-up");
+	if (!e)
+		goto out;
+	for (int i = 0; i < 21; i++) {
+		make_prompt(p[i], 8, 50u + (uint32_t)i);
+		r = request(p[i], 8, 10);
+		r.ignore_eos = 1;
+		r.client = i < 20 ? 1 : 2;
+		CHECK(pg_engine_submit(e, &r, &id) == 0, "fairness: submit");
+	}
+	run_idle(e);
+	CHECK(rs.r[20].done_rank && rs.r[20].done_rank <= 5,
+	      "fairness: client B's request finished %d of 21", rs.r[20].done_rank);
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+/* Within a client, a higher priority is admitted first. */
+static void test_priority(const struct pg_model *m)
+{
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 64, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 1, 1, &rs) : NULL;
+	int32_t p[8];
+	struct pg_request r;
+	uint64_t id;
+
+	CHECK(e, "priority: set-up");
+	if (!e)
+		goto out;
+	make_prompt(p, 8, 5);
+	for (int i = 0; i < 3; i++) {
+		r = request(p, 8, 4);
+		r.ignore_eos = 1;
+		r.priority = i == 2 ? 5 : 0;
+		CHECK(pg_engine_submit(e, &r, &id) == 0, "priority: submit");
+	}
+	run_idle(e);
+	CHECK(rs.r[2].done_rank == 1, "priority: finished %d of 3", rs.r[2].done_rank);
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+/* A stop token ends generation before it, with finish "stop". */
+static void test_stop_ids(const struct pg_model *m)
+{
+	static struct result alone;
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 64, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 16, 4, 1, &rs) : NULL;
+	int32_t p[10], stop;
+	struct pg_request r;
+	uint64_t id;
+	int at = 0;
+
+	CHECK(e, "stop: set-up");
+	if (!e)
+		goto out;
+	make_prompt(p, 10, 21);
+	r = request(p, 10, 12);
+	r.ignore_eos = 1;
+	run_alone(m, fw, &r, &alone);
+	stop = alone.toks[0][5];
+	while (alone.toks[0][at] != stop)
+		at++;
+	r.stop_ids = &stop;
+	r.n_stop_ids = 1;
+	CHECK(pg_engine_submit(e, &r, &id) == 0, "stop: submit");
+	run_idle(e);
+	CHECK(rs.r[0].finish[0] == PG_ENGINE_FINISH_STOP && rs.r[0].n_toks[0] == at,
+	      "stop: %s after %d tokens, want stop after %d",
+	      pg_engine_finish_name(rs.r[0].finish[0]), rs.r[0].n_toks[0], at);
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
+int main(void)
+{
+	struct pg_model *m = make_model();
+
+	if (!m)
+		return 1;
+	test_batch_invariance(m);
+	test_prefix_cache(m);
+	test_memory_pressure(m);
+	test_cancel(m);
+	test_parallel_samples(m);
+	test_refusal(m);
+	test_fairness(m);
+	test_priority(m);
+	test_stop_ids(m);
+	pg_model_free(m);
+	if (failures)
+		fprintf(stderr, "%d failures\n", failures);
+	return failures ? 1 : 0;
+}
