@@ -182,17 +182,6 @@ struct pg_engine_config pg_engine_config_default(void)
 	return (struct pg_engine_config){ .max_batch_seqs = 64, .prefix_cache = 1 };
 }
 
-static uint64_t model_salt(const struct pg_model *m)
-{
-	uint64_t h = 14695981039346656037ull;
-
-	for (const char *p = m->name; *p; p++)
-		h = (h ^ (uint8_t)*p) * 1099511628211ull;
-	h = (h ^ (uint64_t)m->hp.n_vocab) * 1099511628211ull;
-	h = (h ^ (uint64_t)m->hp.n_blocks) * 1099511628211ull;
-	return (h ^ (uint64_t)m->weight_bytes) * 1099511628211ull;
-}
-
 static int check_config(struct pg_engine_config *c, const struct pg_forward *fw,
 			char *err, size_t err_len)
 {
@@ -231,7 +220,7 @@ int pg_engine_create(const struct pg_model *m, struct pg_forward *fw,
 		     struct pg_engine **out, char *err, size_t err_len)
 {
 	struct pg_engine *e = calloc(1, sizeof(*e));
-	struct pg_kvc_params kp = { .salt = model_salt(m) };
+	struct pg_kvc_params kp = { .salt = pg_model_identity(m) };
 	int rc = -ENOMEM;
 
 	*out = NULL;

@@ -47,8 +47,7 @@ struct pg_kvc *pg_kvc_for_forward(const struct pg_forward *fw,
 	struct pg_kvc_params p = {
 		.n_pages = pg_forward_n_pages(fw),
 		.page_tokens = pg_forward_page_tokens(fw),
-		.salt = (uint64_t)m->weight_bytes * 0x9e3779b97f4a7c15ull ^
-			(uint64_t)m->hp.n_vocab,
+		.salt = pg_model_identity(m),
 	};
 	struct pg_kvc *c;
 

@@ -59,6 +59,17 @@ const char *pg_model_default_path(char *buf, size_t len)
 	return buf;
 }
 
+uint64_t pg_model_identity(const struct pg_model *m)
+{
+	uint64_t h = 14695981039346656037ull;	/* FNV-1a */
+
+	for (const char *p = m->name; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	h = (h ^ (uint64_t)m->hp.n_vocab) * 1099511628211ull;
+	h = (h ^ (uint64_t)m->hp.n_blocks) * 1099511628211ull;
+	return (h ^ (uint64_t)m->weight_bytes) * 1099511628211ull;
+}
+
 const char *pg_arch_name(enum pg_arch a)
 {
 	return a == PG_ARCH_QWEN2 ? "qwen2" : "llama";

@@ -11,6 +11,7 @@
 #define PAGODA_MODEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../../kernels/backend.h"
 
@@ -90,6 +91,13 @@ void pg_model_free(struct pg_model *m);
  * Returns $PAGODA_MODEL itself or buf (len bytes) filled in.
  */
 const char *pg_model_default_path(char *buf, size_t len);
+
+/*
+ * pg_model_identity - a 64-bit value that differs between models (name,
+ * shape, weight bytes): the salt of prefix-cache hashes, so that KV pages
+ * computed by one model are never found for another.
+ */
+uint64_t pg_model_identity(const struct pg_model *m);
 
 /* pg_arch_name - "llama", "qwen2". */
 const char *pg_arch_name(enum pg_arch a);
