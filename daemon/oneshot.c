@@ -36,6 +36,9 @@ struct options {
 	int quiet;
 	int threads;
 	int ctx_size;
+	size_t kv_bytes;
+	double kv_fraction;
+	struct pg_kv_mem kv_mem;
 	int batch;
 	enum pg_dtype kv_type;
 	struct pg_gen_params gen;
@@ -48,6 +51,7 @@ enum {
 	OPT_MIN_P, OPT_REPEAT, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP,
 	OPT_IGNORE_EOS, OPT_CTX, OPT_BATCH, OPT_KV_TYPE, OPT_TOKENIZE,
 	OPT_TOKENIZE_FILE, OPT_PARSE_SPECIAL, OPT_CHAT, OPT_VERSION,
+	OPT_KV_SIZE, OPT_KV_FRACTION, OPT_KV_LOCK, OPT_KV_HUGETLB, OPT_NUMA_NODE,
 };
 
 static const struct option long_opts[] = {
@@ -70,6 +74,11 @@ static const struct option long_opts[] = {
 	{ "ctx-size", required_argument, NULL, OPT_CTX },
 	{ "batch", required_argument, NULL, OPT_BATCH },
 	{ "kv-type", required_argument, NULL, OPT_KV_TYPE },
+	{ "kv-size", required_argument, NULL, OPT_KV_SIZE },
+	{ "kv-fraction", required_argument, NULL, OPT_KV_FRACTION },
+	{ "kv-lock", no_argument, NULL, OPT_KV_LOCK },
+	{ "kv-hugetlb", no_argument, NULL, OPT_KV_HUGETLB },
+	{ "numa-node", required_argument, NULL, OPT_NUMA_NODE },
 	{ "tokenize", required_argument, NULL, OPT_TOKENIZE },
 	{ "tokenize-file", required_argument, NULL, OPT_TOKENIZE_FILE },
 	{ "parse-special", no_argument, NULL, OPT_PARSE_SPECIAL },
@@ -93,6 +102,12 @@ static void usage(FILE *out)
 "      --ctx-size N          KV cache capacity in tokens (default 8192)\n"
 "      --batch N             tokens per forward pass (default 512)\n"
 "      --kv-type f16|bf16|f32  KV cache element type (default f16)\n"
+"      --kv-size SIZE        KV cache in bytes (K, M, G suffixes); overrides\n"
+"                            --ctx-size\n"
+"      --kv-fraction F       KV cache as a fraction (0..1) of available memory\n"
+"      --kv-lock             lock the KV cache in memory (mlock)\n"
+"      --kv-hugetlb          put the KV cache on explicit huge pages if any\n"
+"      --numa-node N         bind the KV cache to NUMA node N\n"
 "Prompt and generation:\n"
 "  -p, --prompt TEXT         the prompt\n"
 "      --prompt-file FILE    read the prompt from FILE ('-' for standard input)\n"
@@ -146,6 +161,33 @@ static int parse_float(const char *opt, const char *s, float *out)
 		return -1;
 	}
 	*out = v;
+	return 0;
+}
+
+/* A size in bytes with an optional K, M or G (binary) suffix. */
+static int parse_size(const char *opt, const char *s, size_t *out)
+{
+	char *end;
+	unsigned long long v;
+	int shift = 0;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (*end == 'K' || *end == 'k')
+		shift = 10;
+	else if (*end == 'M' || *end == 'm')
+		shift = 20;
+	else if (*end == 'G' || *end == 'g')
+		shift = 30;
+	if (shift)
+		end++;
+	if (errno || end == s || *end || *s == '-' || v == 0 ||
+	    v > (~0ull >> shift)) {
+		fprintf(stderr, "pagodad: %s '%s': expected a size in bytes such as 512M or 4G\n",
+			opt, s);
+		return -1;
+	}
+	*out = (size_t)(v << shift);
 	return 0;
 }
 
@@ -216,6 +258,22 @@ static int parse_other_opt(struct options *o, int c, const char *arg)
 	case OPT_CTX: return parse_int("--ctx-size", arg, 1, 1 << 24, &o->ctx_size);
 	case OPT_BATCH: return parse_int("--batch", arg, 1, 1 << 16, &o->batch);
 	case OPT_KV_TYPE: return parse_kv_type(arg, &o->kv_type);
+	case OPT_KV_SIZE: return parse_size("--kv-size", arg, &o->kv_bytes);
+	case OPT_KV_LOCK: o->kv_mem.lock = 1; return 0;
+	case OPT_KV_HUGETLB: o->kv_mem.hugetlb = 1; return 0;
+	case OPT_NUMA_NODE: return parse_int("--numa-node", arg, 0, 1023, &o->kv_mem.numa_node);
+	case OPT_KV_FRACTION: {
+		float f;
+
+		if (parse_float("--kv-fraction", arg, &f))
+			return -1;
+		if (!(f > 0 && f <= 1)) {
+			fprintf(stderr, "pagodad: --kv-fraction '%s': expected a number in (0, 1]\n", arg);
+			return -1;
+		}
+		o->kv_fraction = f;
+		return 0;
+	}
 	case OPT_TOKENIZE: o->tokenize = arg; return 0;
 	case OPT_TOKENIZE_FILE: o->tokenize_file = arg; return 0;
 	case OPT_PARSE_SPECIAL: o->parse_special = 1; return 0;
@@ -231,6 +289,7 @@ static void set_defaults(struct options *o)
 	o->ctx_size = 8192;
 	o->batch = 512;
 	o->kv_type = PG_F16;
+	o->kv_mem.numa_node = -1;
 	o->gen.sampling = pg_sampling_default();
 	o->gen.sampling.temperature = 0.8f;
 	o->gen.sampling.top_k = 40;
@@ -455,7 +514,11 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 	fp.n_threads = o->threads;
 	fp.max_batch_tokens = o->batch;
 	fp.kv_type = o->kv_type;
-	fp.n_pages = (o->ctx_size + fp.page_tokens - 1) / fp.page_tokens;
+	fp.kv_bytes = o->kv_bytes;
+	fp.kv_fraction = o->kv_fraction;
+	fp.kv_mem = o->kv_mem;
+	if (!o->kv_bytes && !o->kv_fraction)
+		fp.n_pages = (o->ctx_size + fp.page_tokens - 1) / fp.page_tokens;
 	if (pg_forward_create(m, &fp, &fw, err, sizeof(err))) {
 		fprintf(stderr, "pagodad: %s\n", err);
 		return 1;

@@ -62,6 +62,16 @@ check "truncated model says so" grep -q "truncated" "$tmp/e"
 $bin $m --prompt "hello" --ctx-size 4 --max-tokens 20 --ignore-eos 2>"$tmp/e" >/dev/null; rc=$?
 check "context overflow exits 1" test $rc -eq 1
 check "context overflow says what to change" grep -q -- "--ctx-size" "$tmp/e"
+$bin $m --prompt "hello" --max-tokens 4 --kv-size 64K --kv-lock --kv-hugetlb -q >/dev/null 2>"$tmp/e"
+check "KV cache by size, locked, on huge pages if any" test $? -eq 0
+$bin $m --prompt "hello" --kv-size 100 2>"$tmp/e" >/dev/null; rc=$?
+check "KV cache too small for a page exits 1" test $rc -eq 1
+check "KV cache too small says so" grep -q "leaves no page" "$tmp/e"
+$bin $m --prompt "hello" --numa-node 1000 2>"$tmp/e" >/dev/null; rc=$?
+check "absent NUMA node exits 1" test $rc -eq 1
+check "absent NUMA node is named" grep -q "NUMA node 1000" "$tmp/e"
+$bin $m --prompt x --kv-size 12Q 2>"$tmp/e"; rc=$?
+check "bad size exits 2" test $rc -eq 2
 $bin $m --prompt x --top-p 7 2>"$tmp/e" >/dev/null; rc=$?
 check "bad sampling parameter exits 1" test $rc -eq 1
 check "bad sampling parameter is named" grep -q "top_p" "$tmp/e"

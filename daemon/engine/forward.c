@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,7 @@ struct pg_forward_params pg_forward_params_default(void)
 		.n_pages = 0,
 		.page_tokens = 16,
 		.kv_type = PG_F16,
+		.kv_mem = { .numa_node = -1 },
 	};
 }
 
@@ -99,12 +101,60 @@ static int alloc_scratch(struct pg_forward *fw)
 	return 0;
 }
 
-/* Default pool: enough pages for the training context of 4 sequences. */
-static int default_pages(const struct pg_model *m, int page_tokens)
+/* MemAvailable from /proc/meminfo, in bytes; 0 when unknown. */
+static size_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	unsigned long long kb = 0;
+	char line[128];
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (size_t)kb * 1024;
+}
+
+/*
+ * How many pages the parameters ask for: n_pages, else kv_bytes, else
+ * kv_fraction of the memory available, else room for 4 sequences of the
+ * training context (at most 8192 tokens each).  0 when that is no page.
+ */
+static int pages_wanted(const struct pg_model *m,
+			const struct pg_forward_params *p, size_t page_bytes)
 {
 	int ctx = m->hp.n_ctx_train < 8192 ? m->hp.n_ctx_train : 8192;
+	size_t bytes;
 
-	return 4 * ((ctx + page_tokens - 1) / page_tokens);
+	if (p->n_pages)
+		return p->n_pages;
+	if (p->kv_bytes)
+		bytes = p->kv_bytes;
+	else if (p->kv_fraction > 0)
+		bytes = (size_t)((double)mem_available() * p->kv_fraction);
+	else
+		return 4 * ((ctx + p->page_tokens - 1) / p->page_tokens);
+	bytes /= page_bytes;
+	return bytes > INT32_MAX ? INT32_MAX : (int)bytes;
+}
+
+/* Say what failed in making the KV store, and what to change. */
+static void kv_error(char *err, size_t err_len, int rc, int n_pages,
+		     size_t page_bytes, const struct pg_kv_mem *mem)
+{
+	double mib = (double)n_pages * (double)page_bytes / (1 << 20);
+
+	if (rc == -EINVAL && mem->numa_node >= 0)
+		snprintf(err, err_len, "cannot bind the KV cache to NUMA node %d: no such node (or no NUMA support)",
+			 mem->numa_node);
+	else if (mem->lock && (rc == -EPERM || rc == -ENOMEM || rc == -EAGAIN))
+		snprintf(err, err_len, "cannot lock the KV cache (%.1f MiB) in memory: %s; raise the memlock limit (ulimit -l, LimitMEMLOCK=) or do not lock it",
+			 mib, strerror(-rc));
+	else
+		snprintf(err, err_len, "cannot allocate the KV cache (%d pages of %zu bytes, %.1f MiB): %s; make it smaller",
+			 n_pages, page_bytes, mib, strerror(-rc));
 }
 
 int pg_forward_create(const struct pg_model *m,
@@ -114,19 +164,29 @@ int pg_forward_create(const struct pg_model *m,
 	const struct pg_hparams *hp = &m->hp;
 	struct pg_forward *fw;
 	struct pg_stage *st;
+	size_t page_bytes;
 	int rc;
 
-	if (p->max_batch_tokens < 1 || p->page_tokens < 1 || p->n_pages < 0) {
-		snprintf(err, err_len, "forward: max_batch_tokens and page_tokens must be >= 1, n_pages >= 0");
+	if (p->max_batch_tokens < 1 || p->page_tokens < 1 || p->n_pages < 0 ||
+	    !(p->kv_fraction >= 0 && p->kv_fraction <= 1)) {
+		snprintf(err, err_len, "forward: max_batch_tokens and page_tokens must be >= 1, n_pages >= 0, kv_fraction in 0..1");
 		return -EINVAL;
 	}
+	page_bytes = pg_kv_page_bytes_for(p->page_tokens, hp->n_blocks,
+					  hp->n_kv_heads, hp->head_dim,
+					  p->kv_type);
 	fw = calloc(1, sizeof(*fw));
 	if (!fw)
 		return -ENOMEM;
 	fw->m = m;
 	fw->p = *p;
-	if (!fw->p.n_pages)
-		fw->p.n_pages = default_pages(m, p->page_tokens);
+	fw->p.n_pages = pages_wanted(m, p, page_bytes);
+	if (fw->p.n_pages < 1) {
+		snprintf(err, err_len, "the KV cache size leaves no page of %zu bytes (%d tokens); give it more memory",
+			 page_bytes, p->page_tokens);
+		free(fw);
+		return -EINVAL;
+	}
 	fw->n_stages = 1;
 	st = &fw->stage[0];
 	st->first_block = 0;
@@ -139,16 +199,16 @@ int pg_forward_create(const struct pg_model *m,
 		goto out_free;
 	}
 	rc = pg_kv_store_create(fw->p.n_pages, p->page_tokens, st->n_blocks,
-				hp->n_kv_heads, hp->head_dim, p->kv_type, &st->kv);
-	if (!rc)
-		rc = alloc_scratch(fw);
+				hp->n_kv_heads, hp->head_dim, p->kv_type,
+				&p->kv_mem, &st->kv);
 	if (rc) {
-		snprintf(err, err_len, "cannot allocate the KV pages (%d pages of %zu bytes) and scratch: %s",
-			 fw->p.n_pages,
-			 pg_kv_page_bytes_for(p->page_tokens, st->n_blocks,
-					      hp->n_kv_heads, hp->head_dim,
-					      p->kv_type),
-			 strerror(-rc));
+		kv_error(err, err_len, rc, fw->p.n_pages, page_bytes, &p->kv_mem);
+		goto out_free;
+	}
+	rc = alloc_scratch(fw);
+	if (rc) {
+		snprintf(err, err_len, "cannot allocate the activations of a %d-token batch: %s",
+			 p->max_batch_tokens, strerror(-rc));
 		goto out_free;
 	}
 	*out = fw;

@@ -15,15 +15,21 @@
 #include <stdint.h>
 
 #include "../../kernels/cpu/cpu.h"
+#include "kv.h"
 #include "model.h"
 
 struct pg_forward_params {
 	int n_threads;		/* CPU threads; <= 0: all online CPUs */
 	enum pg_cpu_isa isa;	/* clamped to what the CPU has */
 	int max_batch_tokens;	/* rows one call may carry */
-	int n_pages;		/* KV pages in each stage's storage */
+	int n_pages;		/* KV pages in each stage's storage, or 0: */
+	size_t kv_bytes;	/* ... as many as fit in this many bytes, or 0: */
+	double kv_fraction;	/* ... in this fraction of the memory available
+				   now, or 0: room for 4 sequences of the
+				   training context (at most 8192 tokens) */
 	int page_tokens;	/* tokens per KV page */
 	enum pg_dtype kv_type;	/* F16 (default), F32 or BF16 */
+	struct pg_kv_mem kv_mem;/* NUMA node, mlock, explicit huge pages */
 };
 
 /* pg_forward_params_default - 2 threads, best ISA, 512 tokens, F16 KV. */

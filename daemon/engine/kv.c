@@ -1,11 +1,15 @@
 /*
  * kv.c - KV page storage: one anonymous mapping of pages.
  *
- * The mapping is asked for transparent huge pages, since attention walks it
- * page by page and TLB misses would otherwise show.  Allocation of pages to
- * sequences is kvcache.c's; nothing here knows which page is in use.
+ * The mapping is asked for explicit huge pages when configured (falling back
+ * when the system has none reserved) and for transparent huge pages always,
+ * since attention walks it page by page and TLB misses would otherwise
+ * show; it can be bound to a NUMA node (libnuma) and locked in memory.
+ * Allocation of pages to sequences is kvcache.c's; nothing here knows which
+ * page is in use.
  */
 #include <errno.h>
+#include <numa.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,7 +20,45 @@ struct pg_kv_store {
 	struct pg_kv_layout layout;
 	size_t map_bytes;
 	int n_pages;
+	int hugetlb;
 };
+
+#define HUGE_2M (2u << 20)
+
+/* Map bytes, on explicit 2 MiB pages when asked and available. */
+static void *map_pages(struct pg_kv_store *s, size_t bytes, int hugetlb)
+{
+	void *p;
+
+	if (hugetlb) {
+		s->map_bytes = (bytes + HUGE_2M - 1) / HUGE_2M * HUGE_2M;
+		p = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (p != MAP_FAILED) {
+			s->hugetlb = 1;
+			return p;
+		}
+	}
+	s->map_bytes = bytes;
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p != MAP_FAILED)
+		madvise(p, bytes, MADV_HUGEPAGE);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Bind to a node and lock, as mem asks: 0 or -errno. */
+static int place_pages(void *base, size_t bytes, const struct pg_kv_mem *mem)
+{
+	if (mem->numa_node >= 0) {
+		if (numa_available() < 0 || mem->numa_node > numa_max_node())
+			return -EINVAL;
+		numa_tonode_memory(base, bytes, mem->numa_node);
+	}
+	if (mem->lock && mlock(base, bytes) < 0)
+		return -errno;
+	return 0;
+}
 
 size_t pg_kv_page_bytes_for(int page_tokens, int n_blocks, int n_kv_heads,
 			    int head_dim, enum pg_dtype type)
@@ -27,11 +69,14 @@ size_t pg_kv_page_bytes_for(int page_tokens, int n_blocks, int n_kv_heads,
 
 int pg_kv_store_create(int n_pages, int page_tokens, int n_blocks,
 		       int n_kv_heads, int head_dim, enum pg_dtype type,
-		       struct pg_kv_store **out)
+		       const struct pg_kv_mem *mem, struct pg_kv_store **out)
 {
+	static const struct pg_kv_mem defaults = { .numa_node = -1 };
 	struct pg_kv_store *s;
-	void *base;
+	int rc;
 
+	if (!mem)
+		mem = &defaults;
 	if (n_pages < 1 || page_tokens < 1 || n_blocks < 1 ||
 	    n_kv_heads < 1 || head_dim < 1 ||
 	    (type != PG_F32 && type != PG_F16 && type != PG_BF16))
@@ -48,18 +93,25 @@ int pg_kv_store_create(int n_pages, int page_tokens, int n_blocks,
 		.head_dim = head_dim,
 		.type = type,
 	};
-	s->map_bytes = s->layout.page_bytes * (size_t)n_pages;
-	base = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE,
-		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (base == MAP_FAILED) {
+	s->n_pages = n_pages;
+	s->layout.base = map_pages(s, s->layout.page_bytes * (size_t)n_pages,
+				   mem->hugetlb);
+	if (!s->layout.base) {
 		free(s);
 		return -ENOMEM;
 	}
-	madvise(base, s->map_bytes, MADV_HUGEPAGE);
-	s->layout.base = base;
-	s->n_pages = n_pages;
+	rc = place_pages(s->layout.base, s->map_bytes, mem);
+	if (rc) {
+		pg_kv_store_destroy(s);
+		return rc;
+	}
 	*out = s;
 	return 0;
+}
+
+int pg_kv_store_hugetlb(const struct pg_kv_store *s)
+{
+	return s->hugetlb;
 }
 
 void pg_kv_store_destroy(struct pg_kv_store *s)

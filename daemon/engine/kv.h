@@ -16,14 +16,27 @@
 
 struct pg_kv_store;
 
+/* Where and how the pages' memory is held. */
+struct pg_kv_mem {
+	int numa_node;		/* bind to this NUMA node; -1: no binding */
+	int lock;		/* mlock the pages (needs RLIMIT_MEMLOCK room) */
+	int hugetlb;		/* try explicit huge pages (MAP_HUGETLB) first;
+				   transparent huge pages are always asked for */
+};
+
 /*
  * pg_kv_store_create - n_pages pages of page_tokens slots for n_blocks
- * blocks of n_kv_heads × head_dim values of `type` (F32, F16 or BF16).
- * Returns 0 with *out, -EINVAL for a bad shape or type, -ENOMEM.
+ * blocks of n_kv_heads × head_dim values of `type` (F32, F16 or BF16),
+ * held as mem says (NULL: defaults, no binding, not locked).  Returns 0
+ * with *out, -EINVAL for a bad shape, type or node, -ENOMEM, or the -errno
+ * of a failed mlock (-EPERM, -ENOMEM: raise RLIMIT_MEMLOCK).
  */
 int pg_kv_store_create(int n_pages, int page_tokens, int n_blocks,
 		       int n_kv_heads, int head_dim, enum pg_dtype type,
-		       struct pg_kv_store **out);
+		       const struct pg_kv_mem *mem, struct pg_kv_store **out);
+
+/* pg_kv_store_hugetlb - whether the pages sit on explicit huge pages. */
+int pg_kv_store_hugetlb(const struct pg_kv_store *s);
 
 /* pg_kv_store_destroy - unmap; NULL is allowed. */
 void pg_kv_store_destroy(struct pg_kv_store *s);
