@@ -1,0 +1,388 @@
+/*
+ * serve-pagoda.c - pagoda's side of bench/serve: the serving engine under
+ * concurrent load, driven in-process (no daemon, no sockets).
+ *
+ * It measures (greedy, ignore_eos, every request generates its full count):
+ *  - aggregate generation tokens/s with 1, 4, 16 and 64 requests submitted
+ *    at once (a batch of N, not a closed loop): generated tokens / wall time
+ *    from the first submit to the last DONE;
+ *  - time to first token of a ~1000-token prompt on an empty cache (miss)
+ *    and of the same 1000 tokens + another short suffix once the first has
+ *    finished (hit: the prefix cache supplies the full pages);
+ *  - KV waste under a mixed load (a closed loop of 16 in flight, 48
+ *    requests of varied prompt and output lengths): (allocated token slots -
+ *    used token slots) / allocated, sampled after every step in which every
+ *    sequence holding pages is decoding (so its KV length is known exactly:
+ *    prompt + generated - 1); other steps are counted as skipped.
+ * It is not a test and checks no output text; the engine's tests do.  Last
+ * line: "serve-pagoda: tps1=.. tps4=.. tps16=.. tps64=.. ttft_miss_ms=..
+ * ttft_hit_ms=.. kv_waste_pct=..".  --dump-prompts N prints the texts of
+ * the N-request run's prompts, one a line, for the llama-server side.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/engine/engine.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/tokenizer.h"
+
+#define MAX_SLOTS 64
+#define GEN_TOKENS 128
+#define LONG_PROMPT 1000
+
+static const char *const texts[] = {
+	"Explain how a bicycle stays upright while it is moving, in simple words.",
+	"Write a short story about a lighthouse keeper who finds a message in a bottle.",
+	"List the main causes of the French Revolution and describe each briefly.",
+	"What are the differences between a virus and a bacterium? Give examples.",
+	"Describe a walk through a busy market in the morning, with its sounds and smells.",
+	"How does a compiler turn source code into a program the computer can run?",
+	"Give some advice to a student who is starting to learn the piano as an adult.",
+	"Summarise the water cycle and explain why it matters for farming.",
+};
+#define N_TEXTS ((int)(sizeof(texts) / sizeof(texts[0])))
+
+struct slot {
+	uint64_t id;
+	int n_prompt;
+	int n_gen;
+	int live;
+	double ttft_s;
+};
+
+struct bench {
+	const struct pg_model *m;
+	struct pg_engine *e;
+	int page_tokens;
+	struct slot slots[MAX_SLOTS];
+	int n_slots;
+	int n_done;
+	long gen;
+};
+
+struct opts {
+	const char *model;
+	int threads;
+	int dump;
+};
+
+static void die(const char *msg, const char *detail)
+{
+	fprintf(stderr, "serve-pagoda: %s%s%s\n", msg, detail ? ": " : "",
+		detail ? detail : "");
+	exit(1);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static struct slot *find_slot(struct bench *b, uint64_t id)
+{
+	for (int i = 0; i < b->n_slots; i++)
+		if (b->slots[i].live && b->slots[i].id == id)
+			return &b->slots[i];
+	return NULL;
+}
+
+static void on_event(void *ctx, const struct pg_engine_event *ev)
+{
+	struct bench *b = ctx;
+	struct slot *s = find_slot(b, ev->id);
+
+	if (!s)
+		return;
+	if (ev->type == PG_ENGINE_EV_TOKEN) {
+		s->n_gen++;
+		b->gen++;
+		return;
+	}
+	if (ev->finish == PG_ENGINE_FINISH_ERROR)
+		die("a request failed in the forward pass", NULL);
+	s->ttft_s = ev->fig ? ev->fig->ttft_s : 0;
+	s->live = 0;
+	b->n_done++;
+}
+
+/* The text of request i of run tag (distinct first page for each). */
+static void prompt_text(char *buf, size_t len, int tag, int i, int repeat)
+{
+	size_t n = (size_t)snprintf(buf, len, "[run %d, request %d] ", tag, i);
+
+	for (int r = 0; r < repeat && n < len; r++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", r ? " " : "",
+				      texts[(i + r) % N_TEXTS]);
+}
+
+static int tokenize(const struct pg_model *m, const char *text, int bos,
+		    int32_t *out, int max)
+{
+	int64_t n = pg_tokenize(m->tok, text, strlen(text),
+				bos && pg_tokenizer_add_bos(m->tok), 0, out, max);
+
+	if (n < 0 || n > max)
+		die("tokenising a prompt failed or it is too long", text);
+	return (int)n;
+}
+
+/* Submit tokens as a new request in a free slot. */
+static struct slot *submit(struct bench *b, const int32_t *toks, int n,
+			   int max_tokens)
+{
+	struct pg_request q = {
+		.prompt = toks, .n_prompt = n, .max_tokens = max_tokens,
+		.sampling = pg_sampling_default(), .ignore_eos = 1, .n = 1,
+	};
+	struct slot *s = NULL;
+
+	for (int i = 0; i < MAX_SLOTS && !s; i++)
+		if (!b->slots[i].live)
+			s = &b->slots[i];
+	if (!s)
+		die("internal: no free slot", NULL);
+	if (s - b->slots >= b->n_slots)
+		b->n_slots = (int)(s - b->slots) + 1;
+	*s = (struct slot){ .n_prompt = n, .live = 1 };
+	if (pg_engine_submit(b->e, &q, &s->id))
+		die("submit failed", pg_engine_last_error(b->e));
+	return s;
+}
+
+static void step(struct bench *b)
+{
+	if (pg_engine_step(b->e) < 0)
+		die("step failed", pg_engine_last_error(b->e));
+}
+
+static void reset(struct bench *b)
+{
+	pg_engine_evict(b->e, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
+	memset(b->slots, 0, sizeof(b->slots));
+	b->n_slots = b->n_done = 0;
+	b->gen = 0;
+}
+
+/* Submit n requests at once, run until all are done; tokens/s. */
+static double run_batch(struct bench *b, int n, int tag)
+{
+	static int32_t toks[MAX_SLOTS][512];
+	int nt[MAX_SLOTS];
+	char text[2048];
+	double t0;
+
+	reset(b);
+	for (int i = 0; i < n; i++) {
+		prompt_text(text, sizeof(text), tag, i, 1);
+		nt[i] = tokenize(b->m, text, 1, toks[i], 512);
+	}
+	t0 = now();
+	for (int i = 0; i < n; i++)
+		submit(b, toks[i], nt[i], GEN_TOKENS);
+	while (!pg_engine_idle(b->e))
+		step(b);
+	t0 = now() - t0;
+	if (b->gen != (long)n * GEN_TOKENS)
+		die("a request did not generate its full count", NULL);
+	return b->gen / t0;
+}
+
+/* The ~1000-token prompt: the texts repeated, cut to LONG_PROMPT tokens. */
+static int long_prompt(const struct pg_model *m, int32_t *toks, int max)
+{
+	static char text[32768];
+	size_t n = 0;
+	int nt = 0;
+
+	for (int r = 0; nt < LONG_PROMPT; r++) {
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "%sPart %d. %s",
+				      r ? " " : "", r, texts[r % N_TEXTS]);
+		nt = tokenize(m, text, 1, toks, max);
+	}
+	return LONG_PROMPT;
+}
+
+/* TTFT of prompt = prefix + suffix, run alone to its end. */
+static double ttft_of(struct bench *b, const int32_t *prefix, int n_prefix,
+		      const char *suffix)
+{
+	static int32_t toks[LONG_PROMPT + 64];
+	struct slot *s;
+	int ns;
+
+	memcpy(toks, prefix, sizeof(*toks) * (size_t)n_prefix);
+	ns = tokenize(b->m, suffix, 0, toks + n_prefix, 64);
+	s = submit(b, toks, n_prefix + ns, 8);
+	while (!pg_engine_idle(b->e))
+		step(b);
+	return s->ttft_s;
+}
+
+static void run_ttft(struct bench *b, double *miss, double *hit)
+{
+	static int32_t prefix[4096];
+	int n = long_prompt(b->m, prefix, 4096);
+
+	reset(b);
+	*miss = ttft_of(b, prefix, n, " Question: what is this text about?");
+	*hit = ttft_of(b, prefix, n, " Question: list the parts it names.");
+}
+
+/* One waste sample: allocated and used slots, or 0 when not exact. */
+static int waste_sample(struct bench *b, long *alloc, long *used)
+{
+	struct pg_engine_stats st;
+	int decoding = 0;
+
+	long u = 0;
+
+	pg_engine_stats(b->e, &st);
+	for (int i = 0; i < b->n_slots; i++) {
+		struct slot *s = &b->slots[i];
+
+		if (s->live && s->n_gen > 0) {
+			decoding++;
+			u += s->n_prompt + s->n_gen - 1;
+		}
+	}
+	if (decoding != st.n_running || !decoding)
+		return 0;
+	*alloc += (long)st.kv.n_used * b->page_tokens;
+	*used += u;
+	return 1;
+}
+
+/* Mixed load: 48 requests, 16 in flight; waste in percent. */
+static double run_mixed(struct bench *b)
+{
+	static int32_t toks[1024];
+	char text[8192];
+	long alloc = 0, used = 0;
+	int next = 0, in_flight = 0, samples = 0, skipped = 0, done;
+
+	reset(b);
+	while (next < 48 || !pg_engine_idle(b->e)) {
+		while (next < 48 && in_flight < 16) {
+			int nt;
+
+			prompt_text(text, sizeof(text), 100, next, 1 + next % 5);
+			nt = tokenize(b->m, text, 1, toks, 1024);
+			submit(b, toks, nt, 16 + (next * 37) % 113);
+			next++;
+			in_flight++;
+		}
+		done = b->n_done;
+		step(b);
+		in_flight -= b->n_done - done;
+		if (waste_sample(b, &alloc, &used))
+			samples++;
+		else
+			skipped++;
+	}
+	printf("mixed load: 48 requests, 16 in flight, %d steps sampled, %d skipped (a prefill in flight)\n",
+	       samples, skipped);
+	return alloc ? 100.0 * (alloc - used) / alloc : 0;
+}
+
+static void parse(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "dump-prompts", required_argument, NULL, 'd' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	*o = (struct opts){ .threads = 2 };
+	while ((c = getopt_long(argc, argv, "m:t:", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case 't': o->threads = atoi(optarg); break;
+		case 'd': o->dump = atoi(optarg); break;
+		default:
+			fprintf(stderr, "usage: serve-pagoda --model FILE [--threads N] [--dump-prompts N]\n");
+			exit(2);
+		}
+	}
+	if (!o->model || o->threads < 1 || o->dump < 0 || o->dump > MAX_SLOTS)
+		die("--model FILE is required; --threads >= 1; --dump-prompts 1..64", NULL);
+}
+
+/* The prompts of the n-request run, as text, for the other side. */
+static void dump_prompts(int n)
+{
+	char text[2048];
+
+	for (int i = 0; i < n; i++) {
+		prompt_text(text, sizeof(text), n, i, 1);
+		printf("%s\n", text);
+	}
+}
+
+static void setup(struct bench *b, const struct opts *o, struct pg_forward **fw)
+{
+	struct pg_forward_params fp = pg_forward_params_default();
+	struct pg_engine_config ec = pg_engine_config_default();
+	struct pg_model *m;
+	char err[1024];
+
+	if (pg_model_load(o->model, 0, &m, err, sizeof(err)))
+		die(err, NULL);
+	fp.n_threads = o->threads;
+	fp.max_batch_tokens = 512;
+	fp.n_pages = 64 * (256 + GEN_TOKENS) / fp.page_tokens + 256;
+	if (pg_forward_create(m, &fp, fw, err, sizeof(err)))
+		die(err, NULL);
+	ec.max_batch_tokens = 512;
+	ec.on_event = on_event;
+	ec.ctx = b;
+	b->m = m;
+	b->page_tokens = pg_forward_page_tokens(*fw);
+	if (pg_engine_create(m, *fw, &ec, &b->e, err, sizeof(err)))
+		die(err, NULL);
+	printf("model %s, %d threads (%s), %d KV pages of %d tokens\n", m->name,
+	       pg_forward_threads(*fw), pg_forward_isa_name(*fw),
+	       pg_forward_n_pages(*fw), pg_forward_page_tokens(*fw));
+}
+
+int main(int argc, char **argv)
+{
+	static const int conc[] = { 1, 4, 16, 64 };
+	static struct bench b;
+	struct pg_forward *fw;
+	struct pg_model *m;
+	struct opts o;
+	double tps[4], miss, hit, waste;
+
+	parse(argc, argv, &o);
+	if (o.dump) {
+		dump_prompts(o.dump);
+		return 0;
+	}
+	setup(&b, &o, &fw);
+	m = (struct pg_model *)b.m;
+	run_batch(&b, 2, 0);	/* warm-up: pages the weights in */
+	for (int i = 0; i < 4; i++) {
+		tps[i] = run_batch(&b, conc[i], conc[i]);
+		printf("concurrency %2d (batch submitted at once): %ld tokens, %.1f tokens/s\n",
+		       conc[i], b.gen, tps[i]);
+		fflush(stdout);
+	}
+	run_ttft(&b, &miss, &hit);
+	printf("ttft, %d-token prompt: miss %.1f ms, hit %.1f ms (ratio %.3f)\n",
+	       LONG_PROMPT, miss * 1e3, hit * 1e3, miss > 0 ? hit / miss : 0);
+	waste = run_mixed(&b);
+	printf("serve-pagoda: tps1=%.1f tps4=%.1f tps16=%.1f tps64=%.1f ttft_miss_ms=%.1f ttft_hit_ms=%.1f kv_waste_pct=%.2f\n",
+	       tps[0], tps[1], tps[2], tps[3], miss * 1e3, hit * 1e3, waste);
+	pg_engine_destroy(b.e);
+	pg_forward_destroy(fw);
+	pg_model_free(m);
+	return 0;
+}
