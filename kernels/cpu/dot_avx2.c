@@ -18,22 +18,48 @@ static inline float h2f(uint16_t h)
 	return _cvtsh_ss(h);
 }
 
-/* w: (n) floats; x: (n) floats */
-float pg_dot_f32_avx2(int64_t n, const void *w, const void *x)
+enum float_kind { W_F32, W_F16, W_BF16 };
+
+/* 8 weights from element i of a row of the given kind, as floats. */
+static inline __m256 load_w8(enum float_kind k, const void *w, int64_t i)
 {
-	const float *a = w, *b = x;
+	if (k == W_F16)
+		return load_f16x8((const uint16_t *)w + i);
+	if (k == W_BF16)
+		return load_bf16x8((const uint16_t *)w + i);
+	return _mm256_loadu_ps((const float *)w + i);
+}
+
+/*
+ * w: (n) weights of kind k; x: (n) floats.  Four accumulators over 32
+ * values a step, the tail (n % 8) by the scalar reference.  Returns the
+ * sum and the index where the tail starts in *tail.
+ */
+static inline __attribute__((always_inline)) float
+dot_float(enum float_kind k, int64_t n, const void *w, const float *b,
+	  int64_t *tail)
+{
 	__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
 	int64_t i = 0;
 
 	for (; i + 32 <= n; i += 32) {
-		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-		s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-		s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-		s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+		s0 = _mm256_fmadd_ps(load_w8(k, w, i), _mm256_loadu_ps(b + i), s0);
+		s1 = _mm256_fmadd_ps(load_w8(k, w, i + 8), _mm256_loadu_ps(b + i + 8), s1);
+		s2 = _mm256_fmadd_ps(load_w8(k, w, i + 16), _mm256_loadu_ps(b + i + 16), s2);
+		s3 = _mm256_fmadd_ps(load_w8(k, w, i + 24), _mm256_loadu_ps(b + i + 24), s3);
 	}
 	for (; i + 8 <= n; i += 8)
-		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-	float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+		s0 = _mm256_fmadd_ps(load_w8(k, w, i), _mm256_loadu_ps(b + i), s0);
+	*tail = i;
+	return hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
+
+/* w: (n) floats; x: (n) floats */
+float pg_dot_f32_avx2(int64_t n, const void *w, const void *x)
+{
+	const float *a = w, *b = x;
+	int64_t i;
+	float s = dot_float(W_F32, n, w, b, &i);
 
 	return s + pg_dot_f32_ref(n - i, a + i, b + i);
 }
@@ -43,18 +69,8 @@ float pg_dot_f16_avx2(int64_t n, const void *w, const void *x)
 {
 	const uint16_t *a = w;
 	const float *b = x;
-	__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-	int64_t i = 0;
-
-	for (; i + 32 <= n; i += 32) {
-		s0 = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), s0);
-		s1 = _mm256_fmadd_ps(load_f16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-		s2 = _mm256_fmadd_ps(load_f16x8(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-		s3 = _mm256_fmadd_ps(load_f16x8(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
-	}
-	for (; i + 8 <= n; i += 8)
-		s0 = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), s0);
-	float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+	int64_t i;
+	float s = dot_float(W_F16, n, w, b, &i);
 
 	return s + pg_dot_f16_ref(n - i, a + i, b + i);
 }
@@ -64,18 +80,8 @@ float pg_dot_bf16_avx2(int64_t n, const void *w, const void *x)
 {
 	const uint16_t *a = w;
 	const float *b = x;
-	__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-	int64_t i = 0;
-
-	for (; i + 32 <= n; i += 32) {
-		s0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), s0);
-		s1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-		s2 = _mm256_fmadd_ps(load_bf16x8(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-		s3 = _mm256_fmadd_ps(load_bf16x8(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
-	}
-	for (; i + 8 <= n; i += 8)
-		s0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), s0);
-	float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+	int64_t i;
+	float s = dot_float(W_BF16, n, w, b, &i);
 
 	return s + pg_dot_bf16_ref(n - i, a + i, b + i);
 }
