@@ -17,6 +17,7 @@
 #include "../../kernels/cpu/cpu.h"
 #include "kv.h"
 #include "model.h"
+#include "plan.h"
 
 struct pg_forward_params {
 	int n_threads;		/* CPU threads; <= 0: all online CPUs */
@@ -30,6 +31,9 @@ struct pg_forward_params {
 	int page_tokens;	/* tokens per KV page */
 	enum pg_dtype kv_type;	/* F16 (default), F32 or BF16 */
 	struct pg_kv_mem kv_mem;/* NUMA node, mlock, explicit huge pages */
+	const struct pg_plan *plan;	/* devices and parallel plan (plan.h),
+					   or NULL: one CPU device of n_threads;
+					   the plan must outlive the result */
 };
 
 /* pg_forward_params_default - 2 threads, best ISA, 512 tokens, F16 KV. */
