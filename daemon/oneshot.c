@@ -1,6 +1,7 @@
 /*
  * oneshot.c - pagodad's command line: the one-shot completion and tokenize
- * modes that operators and tests use without a running daemon.
+ * modes that operators and tests use without a running daemon, and --plan,
+ * which shows the parallel plan the options give without loading weights.
  *
  * This is the only daemon code that prints to the terminal; it parses the
  * options, loads the model and calls the engine.  The serving loop
@@ -21,6 +22,7 @@
 #include "engine/chat.h"
 #include "engine/generate.h"
 #include "engine/model.h"
+#include "engine/plan.h"
 #include "engine/tokenizer.h"
 
 #define MAX_STOP 16
@@ -35,6 +37,12 @@ struct options {
 	int parse_special;
 	int quiet;
 	int threads;
+	int threads_given;
+	const char *devices;	/* --devices, or NULL */
+	int pp, tp, cp;		/* parallel counts; 0: not given */
+	int autoplan;		/* --parallel auto */
+	int parallel_given;	/* any of the four above */
+	int plan_only;		/* --plan */
 	int ctx_size;
 	size_t kv_bytes;
 	double kv_fraction;
@@ -52,6 +60,7 @@ enum {
 	OPT_IGNORE_EOS, OPT_CTX, OPT_BATCH, OPT_KV_TYPE, OPT_TOKENIZE,
 	OPT_TOKENIZE_FILE, OPT_PARSE_SPECIAL, OPT_CHAT, OPT_VERSION,
 	OPT_KV_SIZE, OPT_KV_FRACTION, OPT_KV_LOCK, OPT_KV_HUGETLB, OPT_NUMA_NODE,
+	OPT_DEVICES, OPT_PP, OPT_TP, OPT_CP, OPT_PARALLEL, OPT_PLAN,
 };
 
 static const struct option long_opts[] = {
@@ -79,6 +88,12 @@ static const struct option long_opts[] = {
 	{ "kv-lock", no_argument, NULL, OPT_KV_LOCK },
 	{ "kv-hugetlb", no_argument, NULL, OPT_KV_HUGETLB },
 	{ "numa-node", required_argument, NULL, OPT_NUMA_NODE },
+	{ "devices", required_argument, NULL, OPT_DEVICES },
+	{ "pipeline-parallel", required_argument, NULL, OPT_PP },
+	{ "tensor-parallel", required_argument, NULL, OPT_TP },
+	{ "context-parallel", required_argument, NULL, OPT_CP },
+	{ "parallel", required_argument, NULL, OPT_PARALLEL },
+	{ "plan", no_argument, NULL, OPT_PLAN },
 	{ "tokenize", required_argument, NULL, OPT_TOKENIZE },
 	{ "tokenize-file", required_argument, NULL, OPT_TOKENIZE_FILE },
 	{ "parse-special", no_argument, NULL, OPT_PARSE_SPECIAL },
@@ -94,11 +109,24 @@ static void usage(FILE *out)
 "Usage: pagodad --model FILE --prompt TEXT [options]   one-shot completion\n"
 "       pagodad --model FILE --tokenize TEXT             print token ids\n"
 "       pagodad --model FILE --tokenize-file FILE|-      one line of ids per line\n"
+"       pagodad --model FILE --plan [parallel options]   show the parallel plan\n"
 "\n"
 "Model and devices:\n"
 "  -m, --model FILE          GGUF model (default: $PAGODA_MODEL, else the default\n"
 "                            model in ${PAGODA_MODEL_DIR:-~/.cache/pagoda/models})\n"
-"  -t, --threads N           CPU threads (default 2; 0 = all online CPUs)\n"
+"  -t, --threads N           CPU threads (default 2; 0 = all online CPUs); with\n"
+"                            --devices or a parallel count: threads per device\n"
+"                            (default: one per CPU of the device)\n"
+"      --devices LIST        devices, e.g. cpu:0,cpu:1 (CPU groups, one NUMA\n"
+"                            node each when there are enough) (default cpu:0)\n"
+"      --pipeline-parallel N stages, each a contiguous range of blocks\n"
+"                            (default: the devices left over by TP and CP)\n"
+"      --tensor-parallel N   ranks dividing each block's heads and FFN (default 1)\n"
+"      --context-parallel N  ranks dividing the KV tokens; divides 16 (default 1)\n"
+"      --parallel auto|manual  auto: choose the counts from memory and links\n"
+"                            (default manual: the counts given)\n"
+"      --plan                print the plan (devices, stages, memory and\n"
+"                            communication per token) and exit; loads no weights\n"
 "      --ctx-size N          KV cache capacity in tokens (default 8192)\n"
 "      --batch N             tokens per forward pass (default 512)\n"
 "      --kv-type f16|bf16|f32  KV cache element type (default f16)\n"
@@ -254,7 +282,9 @@ static int parse_other_opt(struct options *o, int c, const char *arg)
 		o->stop[o->gen.n_stop++] = arg;
 		return 0;
 	case OPT_IGNORE_EOS: o->gen.ignore_eos = 1; return 0;
-	case 't': return parse_int("--threads", arg, 0, 1024, &o->threads);
+	case 't':
+		o->threads_given = 1;
+		return parse_int("--threads", arg, 0, 1024, &o->threads);
 	case OPT_CTX: return parse_int("--ctx-size", arg, 1, 1 << 24, &o->ctx_size);
 	case OPT_BATCH: return parse_int("--batch", arg, 1, 1 << 16, &o->batch);
 	case OPT_KV_TYPE: return parse_kv_type(arg, &o->kv_type);
@@ -274,10 +304,40 @@ static int parse_other_opt(struct options *o, int c, const char *arg)
 		o->kv_fraction = f;
 		return 0;
 	}
+	case OPT_PLAN: o->plan_only = 1; return 0;
 	case OPT_TOKENIZE: o->tokenize = arg; return 0;
 	case OPT_TOKENIZE_FILE: o->tokenize_file = arg; return 0;
 	case OPT_PARSE_SPECIAL: o->parse_special = 1; return 0;
 	case 'q': o->quiet = 1; return 0;
+	}
+	return 1;
+}
+
+static int parse_parallel_opt(struct options *o, int c, const char *arg)
+{
+	const int max = PG_PLAN_MAX_DEVICES;
+
+	switch (c) {
+	case OPT_DEVICES:
+		o->parallel_given = 1;
+		o->devices = arg;
+		return 0;
+	case OPT_PARALLEL:
+		o->parallel_given = 1;
+		o->autoplan = !strcmp(arg, "auto");
+		if (o->autoplan || !strcmp(arg, "manual"))
+			return 0;
+		fprintf(stderr, "pagodad: --parallel '%s': expected auto or manual\n", arg);
+		return -1;
+	case OPT_PP:
+		o->parallel_given = 1;
+		return parse_int("--pipeline-parallel", arg, 1, max, &o->pp);
+	case OPT_TP:
+		o->parallel_given = 1;
+		return parse_int("--tensor-parallel", arg, 1, max, &o->tp);
+	case OPT_CP:
+		o->parallel_given = 1;
+		return parse_int("--context-parallel", arg, 1, max, &o->cp);
 	}
 	return 1;
 }
@@ -319,6 +379,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 			goto bad;
 		rc = parse_sampling_opt(o, c, optarg);
 		if (rc > 0)
+			rc = parse_parallel_opt(o, c, optarg);
+		if (rc > 0)
 			rc = parse_other_opt(o, c, optarg);
 		if (rc)
 			return -1;
@@ -339,6 +401,84 @@ bad:
 static const char *model_path(const struct options *o, char *buf, size_t len)
 {
 	return o->model ? o->model : pg_model_default_path(buf, len);
+}
+
+/*
+ * The plan request of the options.  Threads: --threads, else 2 for the
+ * plain one-device run (as before there were plans), else one per CPU of
+ * each device.  KV: one sequence of --ctx-size tokens, or as many tokens as
+ * --kv-size holds.
+ */
+static void plan_request(const struct options *o,
+			 const struct pg_model_facts *f,
+			 struct pg_plan_request *req)
+{
+	int elem = o->kv_type == PG_F32 ? 4 : 2;
+	uint64_t token_bytes = 2ull * (uint64_t)f->n_kv_heads *
+			       (uint64_t)f->head_dim * (uint64_t)elem *
+			       (uint64_t)f->n_blocks;
+
+	memset(req, 0, sizeof(*req));
+	req->devices = o->devices;
+	req->pipeline_parallel = o->pp;
+	req->tensor_parallel = o->tp;
+	req->context_parallel = o->cp;
+	req->autoplan = o->autoplan;
+	req->n_threads = o->threads_given || !o->parallel_given ? o->threads : 0;
+	req->ctx_tokens = o->ctx_size;
+	if (o->kv_bytes && token_bytes) {
+		uint64_t n = o->kv_bytes / token_bytes;
+
+		req->ctx_tokens = n < 1 ? 1 : n > (1 << 24) ? 1 << 24 : (int)n;
+	}
+	req->batch_seqs = 1;
+	req->kv_bytes_per_elem = elem;
+	req->page_tokens = pg_forward_params_default().page_tokens;
+}
+
+/* The plan of the options for a model of facts f (malloc'd), or NULL. */
+static struct pg_plan *make_plan(const struct options *o,
+				 const struct pg_model_facts *f,
+				 struct pg_plan_request *req)
+{
+	struct pg_plan *plan = malloc(sizeof(*plan));
+	char err[768];
+
+	if (!plan) {
+		fprintf(stderr, "pagodad: out of memory for the plan\n");
+		return NULL;
+	}
+	plan_request(o, f, req);
+	if (pg_plan_make(req, f, plan, err, sizeof(err))) {
+		fprintf(stderr, "pagodad: %s\n", err);
+		free(plan);
+		return NULL;
+	}
+	return plan;
+}
+
+/* --plan: the model's facts from its metadata, the plan, printed. */
+static int run_plan(const struct options *o, const char *path)
+{
+	struct pg_model_facts f;
+	struct pg_plan_request req;
+	struct pg_plan *plan;
+	char err[1024];
+	int rc = pg_model_facts_read(path, &f, err, sizeof(err));
+
+	if (rc) {
+		fprintf(stderr, "pagodad: %s\n", err);
+		if (rc == -ENOENT && !o->model)
+			fprintf(stderr, "pagodad: fetch the default model with scripts/fetch-model, or pass --model FILE\n");
+		return 1;
+	}
+	plan = make_plan(o, &f, &req);
+	if (!plan)
+		return 1;
+	printf("file: %s\n", path);
+	pg_plan_print(stdout, plan, &f, &req);
+	free(plan);
+	return 0;
 }
 
 /* Read all of FILE ('-': standard input) into a NUL-terminated buffer. */
@@ -504,6 +644,9 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 {
 	struct pg_forward_params fp = pg_forward_params_default();
 	struct pg_forward *fw = NULL;
+	struct pg_model_facts facts;
+	struct pg_plan_request req;
+	struct pg_plan *plan;
 	struct pg_kvc *kvc;
 	struct pg_gen_stats st;
 	char err[512];
@@ -519,8 +662,19 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 	fp.kv_mem = o->kv_mem;
 	if (!o->kv_bytes && !o->kv_fraction)
 		fp.n_pages = (o->ctx_size + fp.page_tokens - 1) / fp.page_tokens;
+	pg_model_facts_of(m, &facts);
+	plan = make_plan(o, &facts, &req);
+	if (!plan)
+		return 1;
+	/*
+	 * Without parallel options the plan is one device of every CPU; the
+	 * forward pass runs it unpinned, as it always has.
+	 */
+	if (o->parallel_given)
+		fp.plan = plan;
 	if (pg_forward_create(m, &fp, &fw, err, sizeof(err))) {
 		fprintf(stderr, "pagodad: %s\n", err);
+		free(plan);
 		return 1;
 	}
 	load_s = pg_now() - t_start;	/* model mapped, backend and KV pool up */
@@ -537,6 +691,7 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 	free(ids);
 	pg_kvc_destroy(kvc);
 	pg_forward_destroy(fw);
+	free(plan);
 	return rc ? 1 : 0;
 }
 
@@ -552,11 +707,14 @@ int pagodad_main(int argc, char **argv)
 	rc = parse_options(argc, argv, &o);
 	if (rc)
 		return rc > 0 ? 0 : 2;
-	if (!o.prompt && !o.prompt_file && !o.tokenize && !o.tokenize_file) {
-		fprintf(stderr, "pagodad: nothing to do: give --prompt TEXT for a one-shot completion or --tokenize TEXT; the serving daemon is not part of this build yet\n");
+	if (!o.prompt && !o.prompt_file && !o.tokenize && !o.tokenize_file &&
+	    !o.plan_only) {
+		fprintf(stderr, "pagodad: nothing to do: give --prompt TEXT for a one-shot completion, --tokenize TEXT, or --plan; the serving daemon is not part of this build yet\n");
 		return 2;
 	}
 	path = model_path(&o, path_buf, sizeof(path_buf));
+	if (o.plan_only)
+		return run_plan(&o, path);
 	vocab_only = (o.tokenize || o.tokenize_file) && !o.prompt && !o.prompt_file;
 	rc = pg_model_load(path, vocab_only, &m, err, sizeof(err));
 	if (rc) {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test-pagodad.sh - pagodad's command line end to end on a generated tiny
 # model: one-shot completion, seeded reproducibility, tokenize modes
-# (including a vocabulary-only use), and clear errors for bad input.
+# (including a vocabulary-only use), parallel plans (--plan), and clear
+# errors for bad input.
 set -u
 bin=./daemon/pagodad
 gen=./tests/gen/gguf-gen
@@ -44,10 +45,62 @@ $bin --model "$tmp/vocab.gguf" --prompt x 2>"$tmp/e"; rc=$?
 check "vocab-only file cannot complete" test $rc -eq 1
 check "vocab-only refusal says why" grep -q "can only tokenize" "$tmp/e"
 
+# --plan: the plan from the file's metadata, printed; bad plans say why
+plan() { # plan OUT-NAME ARGS...: run --plan, keep stdout and stderr
+	out=$1; shift
+	$bin $m --plan "$@" >"$tmp/$out" 2>"$tmp/$out.err"
+}
+plan p1; rc=$?
+check "--plan exits 0" test $rc -eq 0
+check "--plan prints one stage" grep -q "plan: pipeline 1 x tensor 1 x context 1 = 1 device" "$tmp/p1"
+check "--plan names the reason" grep -q "^reason: as configured" "$tmp/p1"
+plan p2 --devices cpu:0,cpu:1; rc=$?
+check "two devices: a pipeline by default" test $rc -eq 0
+check "two devices: two stages" grep -q "plan: pipeline 2 x tensor 1 x context 1" "$tmp/p2"
+check "first stage has the embedding" grep -q "^  0  *0-0 (1) *embedding *cpu:0" "$tmp/p2"
+check "last stage has the output head" grep -q "^  1  *1-1 (1) *output head *cpu:1" "$tmp/p2"
+check "one hand-off per token" grep -q "PP: 1 stage hand-off" "$tmp/p2"
+plan p3 --tensor-parallel 2 --context-parallel 2 --pipeline-parallel 2; rc=$?
+check "PP x TP x CP plan" test $rc -eq 0
+check "TP all-reduces counted" grep -q "TP: 4 all-reduces" "$tmp/p3"
+check "CP all-gathers counted" grep -q "CP: 2 all-gathers" "$tmp/p3"
+plan p4 --devices cpu:0,cpu:1,cpu:2 --tensor-parallel 3 --threads 2
+check "more threads than CPUs warned about" grep -q "oversubscribed" "$tmp/p4"
+plan p5 --parallel auto --devices cpu:0,cpu:1; rc=$?
+check "auto plan exits 0" test $rc -eq 0
+check "auto: a tiny model fits one device" grep -q "^reason: fits one device.*1 other device unused" "$tmp/p5"
+plan_fails() { # plan_fails EXIT-STATUS MESSAGE ARGS...
+	want=$1; msg=$2; shift 2
+	plan e "$@"; rc=$?
+	check "--plan $*: exits $want" test $rc -eq "$want"
+	check "--plan $*: says '$msg'" grep -q -e "$msg" "$tmp/e.err"
+}
+plan_fails 1 "the model has 2 blocks" --pipeline-parallel 3
+plan_fails 1 "3 devices make 3 pipeline stages, but the model has 2 blocks" --devices cpu:0,cpu:1,cpu:2
+plan_fails 1 "the model has 4 attention heads" --tensor-parallel 5
+plan_fails 1 "must divide 16" --context-parallel 3
+plan_fails 1 "name them cpu:0 .. cpu:1" --devices cpu:0,cpu:2
+plan_fails 1 "expected cpu:N or cuda:N" --devices gpu:0
+plan_fails 1 "cuda:0: \(this pagodad was built without CUDA\|not yet supported\)" --devices cuda:0
+plan_fails 1 "cannot be mixed" --devices cpu:0,cuda:0
+plan_fails 1 "3 devices, but 2 devices are named" --devices cpu:0,cpu:1 --pipeline-parallel 3
+plan_fails 1 "chooses the pipeline, tensor and context parallel counts itself" --parallel auto --tensor-parallel 2
+plan_fails 2 "expected auto or manual" --parallel sideways
+plan_fails 2 "expected an integer in 1..64" --tensor-parallel 0
+$bin --model "$tmp/vocab.gguf" --plan 2>"$tmp/e" >/dev/null; rc=$?
+check "--plan on a vocabulary-only file exits 1" test $rc -eq 1
+check "--plan on a vocabulary-only file says why" grep -q "vocabulary-only" "$tmp/e"
+$bin $m --prompt hello --pipeline-parallel 3 2>"$tmp/e" >/dev/null; rc=$?
+check "one-shot with a bad plan exits 1" test $rc -eq 1
+check "one-shot with a bad plan says what to change" grep -q "use at most 2 stages" "$tmp/e"
+$bin $m --prompt "hello there" --max-tokens 12 --temperature 0 --ignore-eos -q --devices cpu:0 >"$tmp/g3"
+check "a one-device plan gives the same tokens" cmp -s "$tmp/g1" "$tmp/g3"
+
 # errors: usage (2), missing model (1) with a message that says what to do
 $bin $m >/dev/null 2>"$tmp/e"; rc=$?
 check "nothing to do is a usage error" test $rc -eq 2
 check "nothing to do says what to give" grep -q -- "--prompt" "$tmp/e"
+check "nothing to do mentions --plan" grep -q -- "--plan" "$tmp/e"
 $bin --frobnicate 2>/dev/null; check "unknown option exits 2" test $? -eq 2
 $bin $m --prompt x --temperature abc 2>"$tmp/e"; rc=$?
 check "bad number exits 2" test $rc -eq 2

@@ -9,8 +9,9 @@
  * device of (stage s, TP rank t, CP rank c) is dev[(s * tp + t) * cp + c].
  *
  * This file decides; it runs nothing and loads no weights.  The planner
- * (parallel = auto) follows DESIGN.md idea 7 with figures from
- * bench/README's cost model.
+ * (parallel = auto) follows DESIGN.md idea 7: its figures are bytes (weights
+ * and KV against each device's memory; decode reads every weight once per
+ * step, so weight bytes are also the cost that balances the stages).
  */
 #ifndef PAGODA_PLAN_H
 #define PAGODA_PLAN_H
@@ -36,7 +37,12 @@ struct pg_device {
 	int numa_node;			/* CPU: node its memory binds to; -1 none */
 	int n_cpus;			/* CPU: the cores it is pinned to ... */
 	int cpus[PG_DEVICE_MAX_CPUS];	/* ... (0 = not pinned) */
-	uint64_t mem_bytes;		/* memory it may use (node's or GPU's) */
+	uint64_t mem_bytes;		/* memory it may use (node's or GPU's);
+					   CPU devices without a node share
+					   the host's MemAvailable; 0 unknown */
+	int fast_links;			/* CUDA: fast peer links (NVLink) to
+					   the other devices; 0 unknown, as
+					   pg_devices_parse leaves it */
 };
 
 /*
@@ -50,6 +56,7 @@ struct pg_model_facts {
 	uint64_t embd_bytes;		/* token embedding */
 	uint64_t output_bytes;		/* output head (= embd_bytes when tied) */
 	int qblock;			/* elements per quantisation block (32, or 1) */
+	int tied_output;		/* output head is the token embedding */
 };
 
 /* What the operator asked for; 0 means "not given" for each count. */
@@ -63,6 +70,11 @@ struct pg_plan_request {
 	int ctx_tokens;			/* context to plan KV for (0: training) */
 	int batch_seqs;			/* sequences to plan KV for (0: 4) */
 	int kv_bytes_per_elem;		/* 2 for F16 KV (0: 2) */
+	int page_tokens;		/* tokens per KV page (0: 16) */
+	const struct pg_device *devs;	/* resolved devices instead of
+					   `devices` (tests, or a caller that
+					   probed them itself) ... */
+	int n_devs;			/* ... and their count; 0: parse */
 };
 
 struct pg_plan {
@@ -77,22 +89,56 @@ struct pg_plan {
 
 /*
  * pg_devices_parse - resolve a list like "cpu:0,cpu:1" or "cuda:0" against
- * this host: CPU devices split the online cores into equal contiguous
- * groups (one NUMA node each when the host has at least as many nodes as
- * CPU devices); CUDA devices must exist.  Returns the count, or -EINVAL with
- * a message that names the bad entry.
+ * this host (NULL or "": cpu:0).  The k CPU devices must be cpu:0 ..
+ * cpu:k-1, each once.  They split the process's CPUs (sched_getaffinity):
+ * when k >= 2 and the host has at least k NUMA nodes with CPUs, cpu:i takes
+ * node i's CPUs and binds to it (mem_bytes: the node's free memory);
+ * otherwise the CPUs are cut into k equal contiguous groups (k = 1: all of
+ * them), numa_node = -1 and mem_bytes is MemAvailable, shared.  With more devices than CPUs the groups share
+ * CPUs round-robin, one each.  n_threads > 0 sets every CPU device's
+ * threads, else each gets one per CPU.  cuda:N is refused for now (without
+ * CUDA built: say how to build it; with it: the backend is not there yet),
+ * and so is a list mixing CPU and CUDA devices.  Returns the count, or
+ * -EINVAL with a message that names the bad entry.
  */
 int pg_devices_parse(const char *spec, int n_threads, struct pg_device *out,
 		     int max, char *err, size_t err_len);
+
+/*
+ * pg_model_facts_read - the facts of the GGUF model at path, from its
+ * metadata (llama, mistral and qwen2 keys, as the loader reads them) and
+ * tensor infos; no weight is read.  block_bytes is the size of blk.0's
+ * tensors.  Returns 0, or -errno with a message naming the file and key.
+ */
+int pg_model_facts_read(const char *path, struct pg_model_facts *f,
+			char *err, size_t err_len);
+
+struct pg_model;
+/* pg_model_facts_of - the same facts from a loaded model (model.h). */
+void pg_model_facts_of(const struct pg_model *m, struct pg_model_facts *f);
 
 /*
  * pg_plan_make - the plan for model f on the request's devices: checks
  * that pp * tp * cp equals the number of devices (or chooses them, for
  * autoplan), that pp <= n_blocks, that the TP split is possible (every
  * rank gets at least one head and one quantisation block of FFN columns),
- * and cuts the blocks into pp contiguous ranges balanced by cost (the last
- * stage also pays for the output head).  Returns 0, or -EINVAL with a
- * message that says what to change.
+ * that cp divides page_tokens, and cuts the blocks into pp contiguous
+ * ranges balanced by cost (the last stage also pays for the output head).
+ *
+ * Counts not given: tp and cp default to 1 and pp to the devices left,
+ * n_devices / (tp * cp); so a bare device list is a pipeline, the choice
+ * that needs no fast links.  No devices but counts: cpu:0 .. cpu:pp*tp*cp-1.
+ * Autoplan takes no counts (it chooses them) and may leave devices unused:
+ * a device may fill 90% of its mem_bytes (0: unknown, enough) with weights
+ * and KV for batch_seqs x ctx_tokens, counted once per memory (CPU devices
+ * on one node, or on none, share theirs).  The model fits the smallest
+ * device: pp = tp = cp = 1 on the first.  Else the fewest TP ranks that fit
+ * when every device is CUDA with fast_links, otherwise the fewest stages.
+ * When even the widest split does not fit and one sequence's KV exceeds
+ * what some device has left after its weights, CP ranks are added (fewest
+ * devices, then fewest CP ranks).  When nothing fits: the widest split.
+ * reason gives the figures.  Returns 0, or -EINVAL (-ENOMEM) with a message
+ * that says what to change.
  */
 int pg_plan_make(const struct pg_plan_request *req,
 		 const struct pg_model_facts *f, struct pg_plan *out,
@@ -102,6 +148,16 @@ int pg_plan_make(const struct pg_plan_request *req,
 void pg_plan_single(const struct pg_model_facts *f, int n_threads,
 		    struct pg_plan *out);
 
+/*
+ * pg_plan_cut - cut n_blocks blocks of costs cost[] into pp contiguous
+ * non-empty stages, the last also costing last_extra, so that the largest
+ * stage cost is the least possible (ties: cuts nearest the even split).
+ * Writes first_block[0 .. pp] (first_block[pp] = n_blocks).  Returns 0,
+ * or -EINVAL when pp < 1 or pp > n_blocks.
+ */
+int pg_plan_cut(const uint64_t *cost, int n_blocks, uint64_t last_extra,
+		int pp, int *first_block);
+
 /* pg_plan_device - the device of (stage, TP rank, CP rank). */
 const struct pg_device *pg_plan_device(const struct pg_plan *p, int stage,
 				       int tp_rank, int cp_rank);
@@ -110,7 +166,11 @@ const struct pg_device *pg_plan_device(const struct pg_plan *p, int stage,
  * The TP split of one block, the same function for every user: query heads
  * [*h0, *h1) of rank t, the KV heads they read [*k0, *k1) (a KV head read by
  * two ranks is held by both: replicated), and FFN columns [*f0, *f1) in
- * whole quantisation blocks.
+ * whole quantisation blocks.  Exactly:
+ *   h0 = t * n_heads / tp, h1 = (t + 1) * n_heads / tp,
+ *   k0 = h0 / g, k1 = (h1 - 1) / g + 1 with g = n_heads / n_kv_heads,
+ *   f0 = (t * nb / tp) * qblock, f1 = ((t + 1) * nb / tp) * qblock with
+ *   nb = n_ff / qblock (pg_plan_make requires n_ff % qblock == 0).
  */
 void pg_plan_tp_heads(int n_heads, int n_kv_heads, int tp, int t,
 		      int *h0, int *h1, int *k0, int *k1);
@@ -118,9 +178,11 @@ void pg_plan_tp_ffn(int n_ff, int qblock, int tp, int t, int *f0, int *f1);
 
 /*
  * pg_plan_print - the plan as pagodad --plan shows it: devices, stages and
- * their blocks, memory per device (weights and KV), the communication per
- * token (bytes and count of all-reduces and stage hand-offs), and the
- * reason.
+ * their blocks, memory per device (weights and KV for req's context; req
+ * may be NULL for the defaults), the communication per token (bytes and
+ * count of all-reduces, all-gathers and stage hand-offs), the reason, and
+ * warnings (threads oversubscribing the CPUs, replicated KV heads, a
+ * device whose share does not fit its memory).
  */
 void pg_plan_print(FILE *out, const struct pg_plan *p,
 		   const struct pg_model_facts *f,

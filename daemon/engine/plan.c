@@ -1,0 +1,1345 @@
+/*
+ * plan.c - devices and the parallel plan (plan.h): device lists resolved
+ * against this host, a model's facts read without its weights, the TP split
+ * of heads and FFN columns, the cut of the blocks into balanced stages, the
+ * planner of parallel = auto, and the plan's printout.
+ *
+ * It decides and prints what it decided; it runs nothing, and calls
+ * neither CUDA nor the kernels (a CUDA device is refused here until the
+ * CUDA backend exists).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <numa.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "model.h"
+#include "plan.h"
+
+/*
+ * A device may fill this share of its memory with weights and KV; the
+ * rest is for scratch buffers, the runtime and the rest of the system.
+ */
+#define USABLE_PCT 90
+
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err_len) {
+		va_start(ap, fmt);
+		vsnprintf(err, err_len, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* "81.3 MiB" into buf. */
+static const char *fmt_bytes(char *buf, size_t len, uint64_t b)
+{
+	static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)b;
+	int u = -1;
+
+	if (b < 1024) {
+		snprintf(buf, len, "%llu B", (unsigned long long)b);
+		return buf;
+	}
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+/* MemAvailable from /proc/meminfo, in bytes; 0 when unknown. */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	unsigned long long kb = 0;
+	char line[128];
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+/* The CPUs this process may run on, ascending; at least one. */
+static int host_cpus(int *cpus, int max)
+{
+	cpu_set_t set;
+	long n_onln;
+	int n = 0;
+
+	if (!sched_getaffinity(0, sizeof(set), &set)) {
+		for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+			if (CPU_ISSET(c, &set))
+				cpus[n++] = c;
+		if (n)
+			return n;
+	}
+	n_onln = sysconf(_SC_NPROCESSORS_ONLN);
+	for (long c = 0; c < n_onln && n < max; c++)
+		cpus[n++] = (int)c;
+	if (!n)
+		cpus[n++] = 0;
+	return n;
+}
+
+/* ---- device lists ---- */
+
+/* One entry of a device list, before it is resolved. */
+struct dev_name {
+	enum pg_device_kind kind;
+	int index;
+};
+
+static int parse_entry(const char *s, size_t len, struct dev_name *d,
+		       char *err, size_t err_len)
+{
+	const char *p = s, *end = s + len;
+	size_t plen;
+	long v = 0;
+
+	while (p < end && *p == ' ')
+		p++;
+	while (end > p && end[-1] == ' ')
+		end--;
+	if (end - p > 5 && !strncmp(p, "cuda:", 5)) {
+		d->kind = PG_DEV_CUDA;
+		plen = 5;
+	} else if (end - p > 4 && !strncmp(p, "cpu:", 4)) {
+		d->kind = PG_DEV_CPU;
+		plen = 4;
+	} else {
+		goto bad;
+	}
+	for (const char *q = p + plen; q < end; q++) {
+		if (*q < '0' || *q > '9' || v > 1023)
+			goto bad;
+		v = v * 10 + (*q - '0');
+	}
+	if (v > 1023)
+		goto bad;
+	d->index = (int)v;
+	return 0;
+bad:
+	return fail(err, err_len, "device '%.*s': expected cpu:N or cuda:N with N in 0..1023 (for example --devices cpu:0,cpu:1)",
+		    (int)(len > 64 ? 64 : len), s);
+}
+
+static int name_seen(const struct dev_name *names, int n,
+		     const struct dev_name *d)
+{
+	for (int i = 0; i < n; i++)
+		if (names[i].kind == d->kind && names[i].index == d->index)
+			return 1;
+	return 0;
+}
+
+/* Split spec at commas into names[]; returns the count or -EINVAL. */
+static int parse_names(const char *spec, struct dev_name *names, int max,
+		       char *err, size_t err_len)
+{
+	const char *p = spec;
+	int n = 0, rc;
+
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		struct dev_name d;
+
+		if (n == max)
+			return fail(err, err_len, "devices '%s': more than %d devices",
+				    spec, max);
+		if ((rc = parse_entry(p, len, &d, err, err_len)))
+			return rc;
+		if (name_seen(names, n, &d))
+			return fail(err, err_len, "devices '%s': %s:%d is named twice",
+				    spec, d.kind == PG_DEV_CPU ? "cpu" : "cuda", d.index);
+		names[n++] = d;
+		if (!comma)
+			return n;
+		p = comma + 1;
+	}
+}
+
+/*
+ * The kinds of devices named: mixed lists and CUDA are refused for now, so
+ * that a list that passes is cpu:0 .. cpu:n-1 in some order.
+ */
+static int check_kinds(const char *spec, const struct dev_name *names, int n,
+		       char *err, size_t err_len)
+{
+	int cuda = -1, cpu = -1;
+
+	for (int i = 0; i < n; i++) {
+		if (names[i].kind == PG_DEV_CUDA && cuda < 0)
+			cuda = i;
+		if (names[i].kind == PG_DEV_CPU && cpu < 0)
+			cpu = i;
+	}
+	if (cuda >= 0 && cpu >= 0)
+		return fail(err, err_len, "devices '%s': cpu:%d and cuda:%d in one plan: CPU and CUDA devices cannot be mixed; name only cpu:N or only cuda:N devices",
+			    spec, names[cpu].index, names[cuda].index);
+#ifdef HAVE_CUDA
+	if (cuda >= 0)
+		return fail(err, err_len, "cuda:%d: not yet supported: the CUDA backend is not built yet; use cpu:N devices",
+			    names[cuda].index);
+#else
+	if (cuda >= 0)
+		return fail(err, err_len, "cuda:%d: this pagodad was built without CUDA; rebuild with ./configure --with-cuda",
+			    names[cuda].index);
+#endif
+	for (int i = 0; i < n; i++)
+		if (names[i].index >= n)
+			return n == 1 ?
+				fail(err, err_len, "cpu:%d: with one CPU device, name it cpu:0 (cpu:N is the N-th group of this host's CPUs)",
+				     names[i].index) :
+				fail(err, err_len, "cpu:%d: with %d CPU devices, name them cpu:0 .. cpu:%d (cpu:N is the N-th group of this host's CPUs)",
+				     names[i].index, n, n - 1);
+	return 0;
+}
+
+/*
+ * The NUMA nodes that hold some of the process's CPUs, ascending, at most
+ * max; 0 when libnuma says there is no NUMA.
+ */
+static int numa_nodes_with_cpus(const int *cpus, int n_cpus, int *nodes,
+				int max)
+{
+	int n = 0;
+
+	if (numa_available() < 0)
+		return 0;
+	for (int node = 0; node <= numa_max_node() && n < max; node++) {
+		if (!numa_bitmask_isbitset(numa_all_nodes_ptr, (unsigned)node))
+			continue;
+		for (int i = 0; i < n_cpus; i++)
+			if (numa_node_of_cpu(cpus[i]) == node) {
+				nodes[n++] = node;
+				break;
+			}
+	}
+	return n;
+}
+
+/* CPU group g of k: NUMA node nodes[g]'s CPUs. */
+static void cpu_group_numa(struct pg_device *d, int node, const int *cpus,
+			   int n_cpus)
+{
+	long long free_bytes = 0;
+
+	d->numa_node = node;
+	d->n_cpus = 0;
+	for (int i = 0; i < n_cpus; i++)
+		if (numa_node_of_cpu(cpus[i]) == node)
+			d->cpus[d->n_cpus++] = cpus[i];
+	if (numa_node_size64(node, &free_bytes) >= 0 && free_bytes > 0)
+		d->mem_bytes = (uint64_t)free_bytes;
+}
+
+/* CPU group g of k: the g-th equal contiguous slice, or one shared CPU. */
+static void cpu_group_even(struct pg_device *d, int g, int k,
+			   const int *cpus, int n_cpus, uint64_t mem)
+{
+	d->numa_node = -1;
+	d->mem_bytes = mem;
+	if (k > n_cpus) {
+		d->cpus[0] = cpus[g % n_cpus];
+		d->n_cpus = 1;
+		return;
+	}
+	d->n_cpus = 0;
+	for (int i = g * n_cpus / k; i < (g + 1) * n_cpus / k; i++)
+		d->cpus[d->n_cpus++] = cpus[i];
+}
+
+/*
+ * CPU device g of k takes CPU group g.  One CPU device is the whole host
+ * (every CPU, memory not bound): NUMA groups start at two devices.
+ */
+static void resolve_cpus(const struct dev_name *names, int k, int n_threads,
+			 struct pg_device *out)
+{
+	int cpus[PG_DEVICE_MAX_CPUS], nodes[PG_PLAN_MAX_DEVICES];
+	int n_cpus = host_cpus(cpus, PG_DEVICE_MAX_CPUS);
+	int numa = k > 1 && numa_nodes_with_cpus(cpus, n_cpus, nodes, k) == k;
+	uint64_t mem = numa ? 0 : mem_available();
+
+	for (int i = 0; i < k; i++) {
+		struct pg_device *d = &out[i];
+
+		memset(d, 0, sizeof(*d));
+		d->kind = PG_DEV_CPU;
+		d->index = names[i].index;
+		snprintf(d->name, sizeof(d->name), "cpu:%d", d->index);
+		if (numa)
+			cpu_group_numa(d, nodes[d->index], cpus, n_cpus);
+		else
+			cpu_group_even(d, d->index, k, cpus, n_cpus, mem);
+		d->n_threads = n_threads > 0 ? n_threads : d->n_cpus;
+	}
+}
+
+int pg_devices_parse(const char *spec, int n_threads, struct pg_device *out,
+		     int max, char *err, size_t err_len)
+{
+	struct dev_name names[PG_PLAN_MAX_DEVICES];
+	int n, rc;
+
+	if (!spec || !*spec)
+		spec = "cpu:0";
+	if (max > PG_PLAN_MAX_DEVICES)
+		max = PG_PLAN_MAX_DEVICES;
+	n = parse_names(spec, names, max, err, err_len);
+	if (n < 0)
+		return n;
+	if ((rc = check_kinds(spec, names, n, err, err_len)))
+		return rc;
+	resolve_cpus(names, n, n_threads, out);
+	return n;
+}
+
+/* ---- model facts ---- */
+
+struct facts_reader {
+	struct gguf_file *g;
+	const char *arch;	/* metadata key prefix */
+	char *err;
+	size_t err_len;
+};
+
+/* Integer "<arch>.<key>" in lo..hi; def < 0 means required. */
+static int fr_int(struct facts_reader *r, const char *key, int def, int lo,
+		  int hi, int *out)
+{
+	char full[128];
+	int64_t v;
+	int rc;
+
+	snprintf(full, sizeof(full), "%s.%s", r->arch, key);
+	rc = gguf_get_i64(r->g, full, &v);
+	if (rc == -ENOENT && def >= 0) {
+		*out = def;
+		return 0;
+	}
+	if (rc || v < lo || v > hi)
+		return fail(r->err, r->err_len, "%s: metadata key %s: %s (expected an integer in %d..%d)",
+			    gguf_path(r->g), full, rc == -ENOENT ? "missing" : "out of range",
+			    lo, hi);
+	*out = (int)v;
+	return 0;
+}
+
+static int fr_arch(struct facts_reader *r)
+{
+	static const char *const known[] = { "llama", "mistral", "qwen2" };
+	struct gguf_str a;
+
+	if (!gguf_get_str(r->g, "general.architecture", &a))
+		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+			if (gguf_str_eq(a, known[i])) {
+				r->arch = known[i];
+				return 0;
+			}
+	return fail(r->err, r->err_len, "%s: general.architecture: expected llama, mistral or qwen2",
+		    gguf_path(r->g));
+}
+
+static int fr_hparams(struct facts_reader *r, struct pg_model_facts *f)
+{
+	int rc;
+
+	if ((rc = fr_arch(r)) ||
+	    (rc = fr_int(r, "block_count", -1, 1, 4096, &f->n_blocks)) ||
+	    (rc = fr_int(r, "embedding_length", -1, 32, 1 << 17, &f->n_embd)) ||
+	    (rc = fr_int(r, "feed_forward_length", -1, 32, 1 << 20, &f->n_ff)) ||
+	    (rc = fr_int(r, "attention.head_count", -1, 1, 4096, &f->n_heads)) ||
+	    (rc = fr_int(r, "attention.head_count_kv", f->n_heads, 1, f->n_heads, &f->n_kv_heads)) ||
+	    (rc = fr_int(r, "context_length", 2048, 1, 1 << 24, &f->n_ctx_train)))
+		return rc;
+	if (f->n_embd % f->n_heads || f->n_heads % f->n_kv_heads)
+		return fail(r->err, r->err_len, "%s: %d heads, %d KV heads, embedding %d: expected heads to divide the embedding and KV heads to divide heads",
+			    gguf_path(r->g), f->n_heads, f->n_kv_heads, f->n_embd);
+	return fr_int(r, "attention.key_length", f->n_embd / f->n_heads, 2, 1024,
+		      &f->head_dim);
+}
+
+/* Embedding, output head, and the bytes and quantisation of blk.0. */
+static int fr_tensors(struct facts_reader *r, struct pg_model_facts *f)
+{
+	const struct gguf_tensor *embd = gguf_find_tensor(r->g, "token_embd.weight");
+	const struct gguf_tensor *out = gguf_find_tensor(r->g, "output.weight");
+
+	if (!embd)
+		return fail(r->err, r->err_len, "%s: tensor token_embd.weight is missing (a vocabulary-only file cannot be planned)",
+			    gguf_path(r->g));
+	f->n_vocab = (int)(embd->ne[1] > (1u << 24) ? 1u << 24 : embd->ne[1]);
+	f->embd_bytes = embd->n_bytes;
+	f->tied_output = !out;
+	f->output_bytes = out ? out->n_bytes : embd->n_bytes;
+	f->qblock = 1;
+	for (uint64_t i = 0; i < gguf_n_tensors(r->g); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(r->g, i);
+		int bs = pg_dtype_block_size(t->type);
+
+		if (t->name.len < 6 || memcmp(t->name.ptr, "blk.0.", 6))
+			continue;
+		f->block_bytes += t->n_bytes;
+		if (t->n_dims >= 2 && bs > f->qblock)
+			f->qblock = bs;
+	}
+	if (!f->block_bytes)
+		return fail(r->err, r->err_len, "%s: no blk.0.* tensors", gguf_path(r->g));
+	return 0;
+}
+
+int pg_model_facts_read(const char *path, struct pg_model_facts *f,
+			char *err, size_t err_len)
+{
+	struct facts_reader r = { .err = err, .err_len = err_len };
+	int rc;
+
+	memset(f, 0, sizeof(*f));
+	rc = gguf_open(path, &r.g, err, err_len);
+	if (rc)
+		return rc;
+	rc = fr_hparams(&r, f);
+	if (!rc)
+		rc = fr_tensors(&r, f);
+	gguf_close(r.g);
+	return rc;
+}
+
+static uint64_t matrix_bytes(const struct pg_matrix *m)
+{
+	return (uint64_t)m->row_bytes * (uint64_t)m->n_rows;
+}
+
+/* Norms and biases count as F32: the loader keeps them so. */
+void pg_model_facts_of(const struct pg_model *m, struct pg_model_facts *f)
+{
+	const struct pg_hparams *hp = &m->hp;
+	const struct pg_block_weights *b = &m->blocks[0];
+	const struct pg_matrix *mat[] = {
+		&b->wq, &b->wk, &b->wv, &b->wo, &b->w_gate, &b->w_up, &b->w_down,
+	};
+	uint64_t q_dim = (uint64_t)hp->n_heads * hp->head_dim;
+	uint64_t kv_dim = (uint64_t)hp->n_kv_heads * hp->head_dim;
+
+	memset(f, 0, sizeof(*f));
+	f->n_blocks = hp->n_blocks;
+	f->n_embd = hp->n_embd;
+	f->n_heads = hp->n_heads;
+	f->n_kv_heads = hp->n_kv_heads;
+	f->head_dim = hp->head_dim;
+	f->n_ff = hp->n_ff;
+	f->n_vocab = hp->n_vocab;
+	f->n_ctx_train = hp->n_ctx_train;
+	f->qblock = 1;
+	f->block_bytes = 2 * 4 * (uint64_t)hp->n_embd;
+	if (b->bq)
+		f->block_bytes += 4 * (q_dim + 2 * kv_dim);
+	for (size_t i = 0; i < sizeof(mat) / sizeof(mat[0]); i++) {
+		int bs = pg_dtype_block_size(mat[i]->type);
+
+		f->block_bytes += matrix_bytes(mat[i]);
+		if (bs > f->qblock)
+			f->qblock = bs;
+	}
+	f->embd_bytes = matrix_bytes(&m->tok_embd);
+	f->output_bytes = matrix_bytes(&m->output);
+	f->tied_output = m->tied_output;
+}
+
+/* ---- the TP split and the stage cut ---- */
+
+void pg_plan_tp_heads(int n_heads, int n_kv_heads, int tp, int t,
+		      int *h0, int *h1, int *k0, int *k1)
+{
+	int group = n_heads / n_kv_heads;
+
+	*h0 = t * n_heads / tp;
+	*h1 = (t + 1) * n_heads / tp;
+	*k0 = *h0 / group;
+	*k1 = (*h1 - 1) / group + 1;
+}
+
+void pg_plan_tp_ffn(int n_ff, int qblock, int tp, int t, int *f0, int *f1)
+{
+	int nb = n_ff / qblock;
+
+	*f0 = (t * nb / tp) * qblock;
+	*f1 = ((t + 1) * nb / tp) * qblock;
+}
+
+/*
+ * Fill stages from the last backwards, each with as many blocks as bound
+ * allows (the last stage starts at last_extra).  start[k] = the first block
+ * covered by the last k stages (0 once everything is covered).  This is
+ * the least start from which k stages within bound can cover the rest, so
+ * the bound is feasible iff start[pp] == 0.
+ */
+static void cut_backwards(const uint64_t *cost, int n, uint64_t last_extra,
+			  int pp, uint64_t bound, int *start)
+{
+	int pos = n;
+
+	start[0] = n;
+	for (int k = 1; k <= pp; k++) {
+		uint64_t used = k == 1 ? last_extra : 0;
+
+		while (pos > 0 && used + cost[pos - 1] <= bound)
+			used += cost[--pos];
+		start[k] = pos;
+	}
+}
+
+/* The least bound on the largest stage cost that pp stages can meet. */
+static uint64_t cut_bound(const uint64_t *cost, int n, uint64_t last_extra,
+			  int pp, int *start)
+{
+	uint64_t lo = cost[n - 1] + last_extra, hi = last_extra;
+
+	for (int i = 0; i < n; i++) {
+		hi += cost[i];
+		if (cost[i] > lo)
+			lo = cost[i];
+	}
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		cut_backwards(cost, n, last_extra, pp, mid, start);
+		if (start[pp] == 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+static uint64_t dist(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : b - a;
+}
+
+int pg_plan_cut(const uint64_t *cost, int n_blocks, uint64_t last_extra,
+		int pp, int *first_block)
+{
+	int start[PG_PLAN_MAX_DEVICES + 1];
+	uint64_t bound, total = last_extra, before = 0;
+
+	if (pp < 1 || pp > n_blocks || pp > PG_PLAN_MAX_DEVICES)
+		return -EINVAL;
+	bound = cut_bound(cost, n_blocks, last_extra, pp, start);
+	cut_backwards(cost, n_blocks, last_extra, pp, bound, start);
+	for (int i = 0; i < n_blocks; i++)
+		total += cost[i];
+	/*
+	 * Any boundary between the least feasible one (start[]) and the
+	 * furthest the stage's bound reaches keeps the rest feasible; take
+	 * the one whose cost so far is nearest s / pp of the total.
+	 */
+	first_block[0] = 0;
+	for (int s = 1; s < pp; s++) {
+		uint64_t target = total / (uint64_t)pp * (uint64_t)s +
+				  total % (uint64_t)pp * (uint64_t)s / (uint64_t)pp;
+		uint64_t stage = 0, best_d = UINT64_MAX, best_sum = before;
+		int lo = start[pp - s], b = first_block[s - 1], best = b + 1;
+
+		for (int pos = b + 1; pos <= n_blocks - (pp - s); pos++) {
+			stage += cost[pos - 1];
+			if (stage > bound)
+				break;
+			if (pos >= lo && dist(before + stage, target) < best_d) {
+				best_d = dist(before + stage, target);
+				best = pos;
+				best_sum = before + stage;
+			}
+		}
+		first_block[s] = best;
+		before = best_sum;
+	}
+	first_block[pp] = n_blocks;
+	return 0;
+}
+
+/* ---- sizes ---- */
+
+/* The request's figures with defaults filled in. */
+struct sizing {
+	int ctx_tokens;
+	int batch_seqs;
+	int kv_elem;
+	int page_tokens;
+};
+
+static struct sizing sizing_of(const struct pg_plan_request *req,
+			       const struct pg_model_facts *f)
+{
+	struct sizing z = {
+		.ctx_tokens = req && req->ctx_tokens > 0 ? req->ctx_tokens : f->n_ctx_train,
+		.batch_seqs = req && req->batch_seqs > 0 ? req->batch_seqs : 4,
+		.kv_elem = req && req->kv_bytes_per_elem > 0 ? req->kv_bytes_per_elem : 2,
+		.page_tokens = req && req->page_tokens > 0 ? req->page_tokens : 16,
+	};
+
+	return z;
+}
+
+/* One device's share of a plan. */
+struct share {
+	int h0, h1, k0, k1;	/* heads and KV heads held */
+	int f0, f1;		/* FFN columns */
+	int n_blocks;		/* blocks of its stage */
+	uint64_t weights;	/* bytes */
+	uint64_t kv;		/* bytes, for every planned sequence */
+	uint64_t kv_seq;	/* bytes, for one sequence of the context */
+};
+
+static uint64_t div_up(uint64_t a, uint64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+static void share_of(const struct pg_plan *p, const struct pg_model_facts *f,
+		     const struct sizing *z, int i, struct share *sh)
+{
+	int s = i / (p->tp * p->cp), t = i / p->cp % p->tp;
+	uint64_t per_token;
+
+	pg_plan_tp_heads(f->n_heads, f->n_kv_heads, p->tp, t, &sh->h0, &sh->h1,
+			 &sh->k0, &sh->k1);
+	pg_plan_tp_ffn(f->n_ff, f->qblock, p->tp, t, &sh->f0, &sh->f1);
+	sh->n_blocks = p->first_block[s + 1] - p->first_block[s];
+	sh->weights = (uint64_t)sh->n_blocks * f->block_bytes / (uint64_t)p->tp;
+	if (s == 0)
+		sh->weights += f->embd_bytes;
+	if (s == p->pp - 1 && !(f->tied_output && s == 0))
+		sh->weights += f->output_bytes;
+	per_token = 2ull * (uint64_t)(sh->k1 - sh->k0) * (uint64_t)f->head_dim *
+		    (uint64_t)z->kv_elem * (uint64_t)sh->n_blocks;
+	sh->kv_seq = div_up((uint64_t)z->ctx_tokens, (uint64_t)p->cp) * per_token;
+	sh->kv = sh->kv_seq * (uint64_t)z->batch_seqs;
+}
+
+static uint64_t usable(const struct pg_device *d)
+{
+	return d->mem_bytes / 100 * USABLE_PCT;
+}
+
+/*
+ * Devices that draw on one memory: CPU devices on the same NUMA node, or
+ * on none (MemAvailable).  A CUDA device has its own.
+ */
+static int same_memory(const struct pg_device *a, const struct pg_device *b)
+{
+	return a == b || (a->kind == PG_DEV_CPU && b->kind == PG_DEV_CPU &&
+			  a->numa_node == b->numa_node);
+}
+
+/* How a plan sits in memory: the memory filled most, relative to its size. */
+struct fit {
+	int fits;		/* every memory holds its devices' shares */
+	int dev;		/* the first device of the fullest memory */
+	uint64_t need;		/* bytes its devices need */
+	uint64_t have;		/* usable bytes; 0: unknown (assumed enough) */
+};
+
+/* Whether device i is the first of the plan's devices on its memory. */
+static int first_on_memory(const struct pg_plan *p, int i)
+{
+	for (int j = 0; j < i; j++)
+		if (same_memory(&p->dev[i], &p->dev[j]))
+			return 0;
+	return 1;
+}
+
+static void plan_fit(const struct pg_plan *p, const struct pg_model_facts *f,
+		     const struct sizing *z, struct fit *fit)
+{
+	double worst = -1;
+	struct share sh;
+
+	memset(fit, 0, sizeof(*fit));
+	fit->fits = 1;
+	for (int i = 0; i < p->n_devices; i++) {
+		uint64_t need = 0, have = usable(&p->dev[i]);
+
+		if (!have || !first_on_memory(p, i))
+			continue;
+		for (int j = i; j < p->n_devices; j++)
+			if (same_memory(&p->dev[i], &p->dev[j])) {
+				share_of(p, f, z, j, &sh);
+				need += sh.weights + sh.kv;
+			}
+		if (need > have)
+			fit->fits = 0;
+		if ((double)need / (double)have > worst) {
+			worst = (double)need / (double)have;
+			fit->dev = i;
+			fit->need = need;
+			fit->have = have;
+		}
+	}
+}
+
+/* ---- making a plan ---- */
+
+static int check_facts(const struct pg_model_facts *f, char *err,
+		       size_t err_len)
+{
+	if (f->n_blocks < 1 || f->n_heads < 1 || f->n_kv_heads < 1 ||
+	    f->n_heads % f->n_kv_heads || f->head_dim < 1 || f->n_embd < 1 ||
+	    f->qblock < 1 || f->n_ff < f->qblock || f->n_ff % f->qblock)
+		return fail(err, err_len, "the model's facts are inconsistent (%d blocks, %d heads, %d KV heads, FFN %d in blocks of %d)",
+			    f->n_blocks, f->n_heads, f->n_kv_heads, f->n_ff, f->qblock);
+	return 0;
+}
+
+/* Whether pp, tp, cp can split model f at all; the message says why not. */
+static int check_counts(int pp, int tp, int cp, const struct pg_model_facts *f,
+			const struct sizing *z, char *err, size_t err_len)
+{
+	int nb = f->n_ff / f->qblock;
+	int max_tp = f->n_heads < nb ? f->n_heads : nb;
+
+	if (pp < 1 || tp < 1 || cp < 1)
+		return fail(err, err_len, "--pipeline-parallel %d, --tensor-parallel %d, --context-parallel %d: each must be at least 1",
+			    pp, tp, cp);
+	if (pp > f->n_blocks)
+		return fail(err, err_len, "--pipeline-parallel %d: the model has %d blocks and every stage needs at least one; use at most %d stages",
+			    pp, f->n_blocks, f->n_blocks);
+	if (tp > f->n_heads)
+		return fail(err, err_len, "--tensor-parallel %d: the model has %d attention heads and every TP rank needs at least one; use at most %d",
+			    tp, f->n_heads, max_tp);
+	if (tp > nb)
+		return fail(err, err_len, "--tensor-parallel %d: the FFN's %d columns make %d quantisation blocks of %d and every TP rank needs at least one; use at most %d",
+			    tp, f->n_ff, nb, f->qblock, max_tp);
+	if (cp > z->page_tokens || z->page_tokens % cp)
+		return fail(err, err_len, "--context-parallel %d: each KV page (page_tokens = %d tokens) is divided among the CP ranks by token, so the count must divide %d",
+			    cp, z->page_tokens, z->page_tokens);
+	if ((long)pp * tp * cp > PG_PLAN_MAX_DEVICES)
+		return fail(err, err_len, "%d x %d x %d devices: at most %d",
+			    pp, tp, cp, PG_PLAN_MAX_DEVICES);
+	return 0;
+}
+
+static int kv_replicated(const struct pg_model_facts *f, int tp)
+{
+	int h0, h1, k0, k1, prev_k1 = 0;
+
+	for (int t = 0; t < tp; t++) {
+		pg_plan_tp_heads(f->n_heads, f->n_kv_heads, tp, t, &h0, &h1, &k0, &k1);
+		if (t && k0 < prev_k1)
+			return 1;
+		prev_k1 = k1;
+	}
+	return 0;
+}
+
+/*
+ * Fill p with pp x tp x cp of dev[] and the cut.  Blocks all cost
+ * block_bytes (decode reads each weight once per step); the last stage
+ * also reads the output head.
+ */
+static int plan_build(struct pg_plan *p, const struct pg_device *dev, int pp,
+		      int tp, int cp, const struct pg_model_facts *f,
+		      const struct sizing *z, char *err, size_t err_len)
+{
+	uint64_t *cost;
+	int rc = check_counts(pp, tp, cp, f, z, err, err_len);
+
+	if (rc)
+		return rc;
+	cost = malloc(sizeof(*cost) * (size_t)f->n_blocks);
+	if (!cost)
+		return -ENOMEM;
+	for (int i = 0; i < f->n_blocks; i++)
+		cost[i] = f->block_bytes;
+	rc = pg_plan_cut(cost, f->n_blocks, f->output_bytes, pp, p->first_block);
+	free(cost);
+	if (rc)
+		return fail(err, err_len, "cannot cut %d blocks into %d stages", f->n_blocks, pp);
+	p->pp = pp;
+	p->tp = tp;
+	p->cp = cp;
+	p->n_devices = pp * tp * cp;
+	memcpy(p->dev, dev, sizeof(*dev) * (size_t)p->n_devices);
+	p->kv_replicated = kv_replicated(f, tp);
+	snprintf(p->reason, sizeof(p->reason), "as configured");
+	return 0;
+}
+
+/*
+ * The counts of a manual plan: tp and cp default to 1, pp to the devices
+ * left over.
+ */
+static int manual_counts(const struct pg_plan_request *req, int n_dev,
+			 int n_blocks, int *pp, int *tp, int *cp, char *err,
+			 size_t err_len)
+{
+	*tp = req->tensor_parallel ? req->tensor_parallel : 1;
+	*cp = req->context_parallel ? req->context_parallel : 1;
+	*pp = req->pipeline_parallel;
+	if (*tp < 1 || *cp < 1 || *pp < 0)
+		return fail(err, err_len, "--pipeline-parallel %d, --tensor-parallel %d, --context-parallel %d: each must be at least 1",
+			    *pp, *tp, *cp);
+	if (!*pp && n_dev % (*tp * *cp))
+		return fail(err, err_len, "%d devices do not make whole groups of --tensor-parallel %d x --context-parallel %d; name a multiple of %d devices",
+			    n_dev, *tp, *cp, *tp * *cp);
+	if (!*pp && n_dev / (*tp * *cp) > n_blocks)
+		return fail(err, err_len, "%d devices make %d pipeline stages, but the model has %d blocks and every stage needs at least one; name fewer devices or give --tensor-parallel or --context-parallel",
+			    n_dev, n_dev / (*tp * *cp), n_blocks);
+	if (!*pp)
+		*pp = n_dev / (*tp * *cp);
+	if ((long)*pp * *tp * *cp != n_dev)
+		return fail(err, err_len, "--pipeline-parallel %d x --tensor-parallel %d x --context-parallel %d = %ld devices, but %d %s named; name %ld devices with --devices (e.g. cpu:0,cpu:1) or change the counts",
+			    *pp, *tp, *cp, (long)*pp * *tp * *cp, n_dev,
+			    n_dev == 1 ? "device is" : "devices are",
+			    (long)*pp * *tp * *cp);
+	return 0;
+}
+
+/* Devices of the request: given, parsed, or cpu:0 .. cpu:n-1 for counts. */
+static int request_devices(const struct pg_plan_request *req,
+			   struct pg_device *dev, char *err, size_t err_len)
+{
+	char spec[PG_PLAN_MAX_DEVICES * 8];
+	long n = 1;
+	size_t len = 0;
+
+	if (req->n_devs > 0) {
+		if (req->n_devs > PG_PLAN_MAX_DEVICES)
+			return fail(err, err_len, "%d devices: at most %d",
+				    req->n_devs, PG_PLAN_MAX_DEVICES);
+		memcpy(dev, req->devs, sizeof(*dev) * (size_t)req->n_devs);
+		return req->n_devs;
+	}
+	if (req->devices || req->autoplan)
+		return pg_devices_parse(req->devices, req->n_threads, dev,
+					PG_PLAN_MAX_DEVICES, err, err_len);
+	n = (long)(req->pipeline_parallel > 0 ? req->pipeline_parallel : 1) *
+	    (req->tensor_parallel > 0 ? req->tensor_parallel : 1) *
+	    (req->context_parallel > 0 ? req->context_parallel : 1);
+	if (n > PG_PLAN_MAX_DEVICES)
+		return fail(err, err_len, "%ld devices: at most %d", n, PG_PLAN_MAX_DEVICES);
+	spec[0] = '\0';
+	for (long i = 0; i < n; i++)
+		len += (size_t)snprintf(spec + len, sizeof(spec) - len, "%scpu:%ld",
+					i ? "," : "", i);
+	return pg_devices_parse(spec, req->n_threads, dev, PG_PLAN_MAX_DEVICES,
+				err, err_len);
+}
+
+/* ---- parallel = auto ---- */
+
+/* What the planner works from. */
+struct autoplan {
+	const struct pg_device *dev;
+	int n_dev;
+	const struct pg_model_facts *f;
+	struct sizing z;
+	int tp_kind;		/* split by TP (fast links), else by PP */
+	int x_max;		/* the most ranks or stages the split allows */
+	struct pg_plan *p;
+};
+
+/* Build (x-way split, cp) into a->p; 0 when it is possible. */
+static int ap_build(struct autoplan *a, int x, int cp)
+{
+	char err[256];
+
+	return plan_build(a->p, a->dev, a->tp_kind ? 1 : x, a->tp_kind ? x : 1,
+			  cp, a->f, &a->z, err, sizeof(err));
+}
+
+static int fast_linked(const struct pg_device *dev, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (dev[i].kind != PG_DEV_CUDA || !dev[i].fast_links)
+			return 0;
+	return n > 1;
+}
+
+/* The largest split ap_build accepts, at most n_dev. */
+static int ap_x_max(struct autoplan *a)
+{
+	for (int x = a->n_dev; x > 1; x--)
+		if (!ap_build(a, x, 1))
+			return x;
+	return 1;
+}
+
+static int one_memory(const struct pg_device *dev, int n)
+{
+	for (int i = 1; i < n; i++)
+		if (!same_memory(&dev[0], &dev[i]))
+			return 0;
+	return n > 1;
+}
+
+/* "; 3 devices unused (replicas not built yet)" or "". */
+static void unused_note(const struct autoplan *a, char *buf, size_t len)
+{
+	int n = a->n_dev - a->p->n_devices;
+
+	buf[0] = '\0';
+	if (n > 0)
+		snprintf(buf, len, "; %d other device%s unused (replicas not built yet)",
+			 n, n == 1 ? "" : "s");
+}
+
+static void ap_reason(struct autoplan *a, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void ap_reason(struct autoplan *a, const char *fmt, ...)
+{
+	char note[96];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(a->p->reason, sizeof(a->p->reason), fmt, ap);
+	va_end(ap);
+	unused_note(a, note, sizeof(note));
+	if (n >= 0 && (size_t)n < sizeof(a->p->reason))
+		snprintf(a->p->reason + n, sizeof(a->p->reason) - (size_t)n, "%s", note);
+}
+
+/* Which split, and why: fast links make TP worth its all-reduces. */
+static const char *ap_split_why(const struct autoplan *a)
+{
+	if (a->tp_kind)
+		return "the CUDA devices have fast peer links, so tensor parallelism: TP ranks";
+	if (a->dev[0].kind == PG_DEV_CUDA)
+		return "links between the CUDA devices cannot be probed yet (treated as slow), so a pipeline: stages";
+	return "CPU devices (NUMA nodes) are joined by slow links, so a pipeline: stages";
+}
+
+/* The device with the least memory, of those whose memory is known. */
+static int smallest_device(const struct pg_device *dev, int n)
+{
+	int small = 0;
+
+	for (int i = 1; i < n; i++)
+		if (dev[i].mem_bytes && (!dev[small].mem_bytes ||
+					 dev[i].mem_bytes < dev[small].mem_bytes))
+			small = i;
+	return small;
+}
+
+/*
+ * The whole model on the first device, when it fits the smallest one;
+ * otherwise the start of the reason, in head.
+ */
+static int ap_fits_one(struct autoplan *a, char *head, size_t head_len)
+{
+	const struct pg_device *small = &a->dev[smallest_device(a->dev, a->n_dev)];
+	char b1[32], b2[32], b3[32], b4[32], b5[32];
+	struct share sh;
+
+	ap_build(a, 1, 1);
+	share_of(a->p, a->f, &a->z, 0, &sh);
+	snprintf(head, head_len, "weights %s + KV %s for %d x %d tokens = %s; the smallest device, %s, has %s usable (%d%% of %s)",
+		 fmt_bytes(b1, sizeof(b1), sh.weights), fmt_bytes(b2, sizeof(b2), sh.kv),
+		 a->z.batch_seqs, a->z.ctx_tokens,
+		 fmt_bytes(b3, sizeof(b3), sh.weights + sh.kv), small->name,
+		 small->mem_bytes ? fmt_bytes(b4, sizeof(b4), usable(small)) : "unknown",
+		 USABLE_PCT,
+		 small->mem_bytes ? fmt_bytes(b5, sizeof(b5), small->mem_bytes) : "unknown");
+	if (small->mem_bytes && sh.weights + sh.kv > usable(small))
+		return 0;
+	ap_reason(a, "fits one device: %s", head);
+	return 1;
+}
+
+/* The fewest stages (or TP ranks) that fit, without CP. */
+static int ap_split(struct autoplan *a, const char *head)
+{
+	char b1[32], b2[32];
+	struct fit fit;
+
+	for (int x = 2; x <= a->x_max; x++) {
+		if (ap_build(a, x, 1))
+			continue;
+		plan_fit(a->p, a->f, &a->z, &fit);
+		if (!fit.fits)
+			continue;
+		ap_reason(a, "%s; %s %d, the fewest that fit (fullest: %s needs %s of %s usable)",
+			  head, ap_split_why(a), x, a->p->dev[fit.dev].name,
+			  fmt_bytes(b1, sizeof(b1), fit.need),
+			  fmt_bytes(b2, sizeof(b2), fit.have));
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Whether one sequence of the context alone overflows a device of the
+ * widest split: its weights fit, but its KV share exceeds what is left
+ * (CP cannot help weights: every CP rank holds its stage's).  Builds the
+ * widest split into a->p.
+ */
+static int ap_long_context(struct autoplan *a, int *dev_out)
+{
+	struct share sh;
+
+	ap_build(a, a->x_max, 1);
+	for (int i = 0; i < a->p->n_devices; i++) {
+		uint64_t have = usable(&a->p->dev[i]);
+
+		share_of(a->p, a->f, &a->z, i, &sh);
+		if (have > sh.weights && sh.kv_seq > have - sh.weights) {
+			*dev_out = i;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The split with CP ranks that fits on the fewest devices (fewer CP ranks
+ * first: splitting by blocks or heads costs less communication than an
+ * all-gather per block).
+ */
+static int ap_context(struct autoplan *a, const char *head, int long_dev)
+{
+	char b1[32], b2[32];
+	struct fit fit;
+	struct share sh;
+
+	share_of(a->p, a->f, &a->z, long_dev, &sh);
+	fmt_bytes(b1, sizeof(b1), sh.kv_seq);
+	for (int d = 2; d <= a->n_dev; d++)
+		for (int cp = 2; cp <= d && cp <= a->z.page_tokens; cp *= 2) {
+			if (d % cp || ap_build(a, d / cp, cp))
+				continue;
+			plan_fit(a->p, a->f, &a->z, &fit);
+			if (!fit.fits)
+				continue;
+			ap_reason(a, "%s; split %d ways (the most it allows), one sequence of %d tokens still needs %s of KV on %s, more than is left there after its weights; so the KV is also divided by token range: %s %d x CP %d (fullest: %s needs %s)",
+				  head, a->x_max, a->z.ctx_tokens, b1,
+				  a->dev[long_dev].name, a->tp_kind ? "TP" : "PP",
+				  d / cp, cp, a->p->dev[fit.dev].name,
+				  fmt_bytes(b2, sizeof(b2), fit.need));
+			return 1;
+		}
+	return 0;
+}
+
+/* Nothing fits: the widest split, and a reason that says what to change. */
+static void ap_too_big(struct autoplan *a, const char *head)
+{
+	char b1[32], b2[32];
+	struct fit fit;
+
+	ap_build(a, a->x_max, 1);
+	plan_fit(a->p, a->f, &a->z, &fit);
+	if (a->x_max == 1) {
+		ap_reason(a, "%s; there is no split to make (%d device%s): add devices (--devices) or plan for fewer tokens (--ctx-size)",
+			  head, a->n_dev, a->n_dev == 1 ? "" : "s");
+		return;
+	}
+	ap_reason(a, "%s; %s %d, the most the model allows, and still it does not fit (%s needs %s of %s usable)%s: add devices or plan for fewer tokens (--ctx-size)",
+		  head, ap_split_why(a), a->x_max, a->p->dev[fit.dev].name,
+		  fmt_bytes(b1, sizeof(b1), fit.need),
+		  fmt_bytes(b2, sizeof(b2), fit.have),
+		  one_memory(a->dev, a->n_dev) ?
+		  "; the devices share one memory, so splitting adds none" : "");
+}
+
+static int plan_auto(const struct pg_device *dev, int n_dev,
+		     const struct pg_model_facts *f, const struct sizing *z,
+		     struct pg_plan *p, char *err, size_t err_len)
+{
+	struct autoplan a = {
+		.dev = dev, .n_dev = n_dev, .f = f, .z = *z, .p = p,
+	};
+	char head[256], fig[224];
+	int rc, long_dev;
+
+	if ((rc = plan_build(p, dev, 1, 1, 1, f, z, err, err_len)))
+		return rc;
+	if (ap_fits_one(&a, fig, sizeof(fig)))
+		return 0;
+	snprintf(head, sizeof(head), "does not fit one device: %s", fig);
+	a.tp_kind = fast_linked(dev, n_dev);
+	a.x_max = ap_x_max(&a);
+	if (ap_split(&a, head))
+		return 0;
+	if (ap_long_context(&a, &long_dev) && ap_context(&a, head, long_dev))
+		return 0;
+	ap_too_big(&a, head);
+	return 0;
+}
+
+int pg_plan_make(const struct pg_plan_request *req,
+		 const struct pg_model_facts *f, struct pg_plan *out,
+		 char *err, size_t err_len)
+{
+	struct sizing z = sizing_of(req, f);
+	struct pg_device *dev;
+	int n, pp, tp, cp, rc;
+
+	if ((rc = check_facts(f, err, err_len)))
+		return rc;
+	if (req->autoplan && (req->pipeline_parallel || req->tensor_parallel ||
+			      req->context_parallel))
+		return fail(err, err_len, "--parallel auto chooses the pipeline, tensor and context parallel counts itself; drop them or use --parallel manual");
+	dev = malloc(sizeof(*dev) * PG_PLAN_MAX_DEVICES);
+	if (!dev) {
+		snprintf(err, err_len, "out of memory for the device list");
+		return -ENOMEM;
+	}
+	n = request_devices(req, dev, err, err_len);
+	rc = n < 0 ? n : 0;
+	if (!rc && req->autoplan)
+		rc = plan_auto(dev, n, f, &z, out, err, err_len);
+	else if (!rc && !(rc = manual_counts(req, n, f->n_blocks, &pp, &tp, &cp,
+						 err, err_len)))
+		rc = plan_build(out, dev, pp, tp, cp, f, &z, err, err_len);
+	free(dev);
+	return rc;
+}
+
+void pg_plan_single(const struct pg_model_facts *f, int n_threads,
+		    struct pg_plan *out)
+{
+	struct pg_device *d = &out->dev[0];
+
+	out->pp = out->tp = out->cp = out->n_devices = 1;
+	memset(d, 0, sizeof(*d));
+	d->kind = PG_DEV_CPU;
+	snprintf(d->name, sizeof(d->name), "cpu:0");
+	d->n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (d->n_threads < 1)
+		d->n_threads = 1;
+	d->numa_node = -1;
+	d->mem_bytes = mem_available();
+	out->first_block[0] = 0;
+	out->first_block[1] = f->n_blocks;
+	out->kv_replicated = 0;
+	snprintf(out->reason, sizeof(out->reason), "one device");
+}
+
+const struct pg_device *pg_plan_device(const struct pg_plan *p, int stage,
+				       int tp_rank, int cp_rank)
+{
+	return &p->dev[(stage * p->tp + tp_rank) * p->cp + cp_rank];
+}
+
+/* ---- the printout ---- */
+
+/* "0-7,16-23" into buf; "-" when not pinned. */
+static const char *fmt_cpus(char *buf, size_t len, const struct pg_device *d)
+{
+	size_t n = 0;
+
+	if (!d->n_cpus)
+		return "-";
+	buf[0] = '\0';
+	for (int i = 0; i < d->n_cpus && n < len; i++) {
+		int j = i;
+
+		while (j + 1 < d->n_cpus && d->cpus[j + 1] == d->cpus[j] + 1)
+			j++;
+		n += (size_t)snprintf(buf + n, len - n, j > i ? "%s%d-%d" : "%s%d",
+				      i ? "," : "", d->cpus[i], d->cpus[j]);
+		i = j;
+	}
+	return buf;
+}
+
+static void print_devices(FILE *out, const struct pg_plan *p)
+{
+	char cpus[64], mem[32], node[16];
+
+	fprintf(out, "\ndevices\n  %-8s %7s  %-16s %4s  %s\n", "device",
+		"threads", "cpus", "numa", "memory");
+	for (int i = 0; i < p->n_devices; i++) {
+		const struct pg_device *d = &p->dev[i];
+
+		snprintf(node, sizeof(node), "%d", d->numa_node);
+		fprintf(out, "  %-8s %7d  %-16s %4s  %s\n", d->name, d->n_threads,
+			fmt_cpus(cpus, sizeof(cpus), d),
+			d->numa_node >= 0 ? node : "-",
+			d->mem_bytes ? fmt_bytes(mem, sizeof(mem), d->mem_bytes) : "unknown");
+	}
+}
+
+static void print_stages(FILE *out, const struct pg_plan *p)
+{
+	fprintf(out, "\nstages\n  %-5s  %-14s %-23s %s\n", "stage", "blocks",
+		"also", "devices");
+	for (int s = 0; s < p->pp; s++) {
+		int b0 = p->first_block[s], b1 = p->first_block[s + 1];
+		int per = p->tp * p->cp;
+		char blocks[32];
+
+		snprintf(blocks, sizeof(blocks), "%d-%d (%d)", b0, b1 - 1, b1 - b0);
+		fprintf(out, "  %-5d  %-14s %-23s", s, blocks,
+			p->pp == 1 ? "embedding, output head" :
+			s == 0 ? "embedding" : s == p->pp - 1 ? "output head" : "-");
+		for (int i = 0; i < per; i++)
+			fprintf(out, "%s%s", i ? "," : " ", p->dev[s * per + i].name);
+		fputc('\n', out);
+	}
+}
+
+static void print_shares(FILE *out, const struct pg_plan *p,
+			 const struct pg_model_facts *f, const struct sizing *z)
+{
+	char w[32], kv[32], tot[32], heads[16], kvh[16], ffn[24];
+	struct share sh;
+
+	fprintf(out, "\nper device (KV for %d x %d tokens, %d bytes an element)\n",
+		z->batch_seqs, z->ctx_tokens, z->kv_elem);
+	fprintf(out, "  %-8s %2s %2s %2s  %-9s %-9s %-12s %10s %10s %10s\n",
+		"device", "s", "t", "c", "heads", "kv heads", "ffn cols",
+		"weights", "kv", "total");
+	for (int i = 0; i < p->n_devices; i++) {
+		share_of(p, f, z, i, &sh);
+		snprintf(heads, sizeof(heads), "%d-%d", sh.h0, sh.h1 - 1);
+		snprintf(kvh, sizeof(kvh), "%d-%d", sh.k0, sh.k1 - 1);
+		snprintf(ffn, sizeof(ffn), "%d-%d", sh.f0, sh.f1 - 1);
+		fprintf(out, "  %-8s %2d %2d %2d  %-9s %-9s %-12s %10s %10s %10s\n",
+			p->dev[i].name, i / (p->tp * p->cp), i / p->cp % p->tp,
+			i % p->cp, heads, kvh, ffn,
+			fmt_bytes(w, sizeof(w), sh.weights),
+			fmt_bytes(kv, sizeof(kv), sh.kv),
+			fmt_bytes(tot, sizeof(tot), sh.weights + sh.kv));
+	}
+}
+
+/* The most heads one TP rank holds. */
+static int max_heads_held(const struct pg_plan *p,
+			  const struct pg_model_facts *f)
+{
+	int h0, h1, k0, k1, most = 0;
+
+	for (int t = 0; t < p->tp; t++) {
+		pg_plan_tp_heads(f->n_heads, f->n_kv_heads, p->tp, t, &h0, &h1, &k0, &k1);
+		if (h1 - h0 > most)
+			most = h1 - h0;
+	}
+	return most;
+}
+
+static void print_comm(FILE *out, const struct pg_plan *p,
+		       const struct pg_model_facts *f)
+{
+	uint64_t vec = 4ull * (uint64_t)f->n_embd;
+	uint64_t n_ar = p->tp > 1 ? 2ull * (uint64_t)f->n_blocks : 0;
+	uint64_t n_ag = p->cp > 1 ? (uint64_t)f->n_blocks : 0;
+	int hh = max_heads_held(p, f);
+	uint64_t part = 4ull * (uint64_t)(hh * f->head_dim + hh) * (uint64_t)p->cp;
+	uint64_t total = n_ar * vec + (uint64_t)(p->pp - 1) * vec + n_ag * part;
+	char b1[32], b2[32];
+
+	fprintf(out, "\ncommunication per token\n");
+	if (n_ar)
+		fprintf(out, "  TP: %llu all-reduces (2 per block) of %s (%d floats): %s\n",
+			(unsigned long long)n_ar, fmt_bytes(b1, sizeof(b1), vec),
+			f->n_embd, fmt_bytes(b2, sizeof(b2), n_ar * vec));
+	if (p->pp > 1)
+		fprintf(out, "  PP: %d stage hand-off%s of %s (%d floats): %s\n",
+			p->pp - 1, p->pp > 2 ? "s" : "",
+			fmt_bytes(b1, sizeof(b1), vec), f->n_embd,
+			fmt_bytes(b2, sizeof(b2), (uint64_t)(p->pp - 1) * vec));
+	if (n_ag)
+		fprintf(out, "  CP: %llu all-gathers (1 per block) of attention partials, %s each (%d ranks x %d heads x (%d + 1) floats): %s\n",
+			(unsigned long long)n_ag, fmt_bytes(b1, sizeof(b1), part),
+			p->cp, hh, f->head_dim, fmt_bytes(b2, sizeof(b2), n_ag * part));
+	fprintf(out, "  total: %s%s\n", fmt_bytes(b1, sizeof(b1), total),
+		total ? "" : " (one device)");
+}
+
+/* "KV head 1 is held by ranks 0 and 1" for each shared KV head. */
+static void warn_replicated(FILE *out, const struct pg_plan *p,
+			    const struct pg_model_facts *f)
+{
+	fprintf(out, "warning: KV heads do not divide among %d TP ranks:", p->tp);
+	for (int kv = 0, n = 0; kv < f->n_kv_heads; kv++) {
+		int h0, h1, k0, k1, first = -1, last = -1;
+
+		for (int t = 0; t < p->tp; t++) {
+			pg_plan_tp_heads(f->n_heads, f->n_kv_heads, p->tp, t,
+					 &h0, &h1, &k0, &k1);
+			if (kv >= k0 && kv < k1) {
+				first = first < 0 ? t : first;
+				last = t;
+			}
+		}
+		if (last > first)
+			fprintf(out, "%s KV head %d is held by ranks %d %s %d",
+				n++ ? ";" : "", kv, first,
+				last == first + 1 ? "and" : "to", last);
+	}
+	fprintf(out, " (its cache is kept twice)\n");
+}
+
+static void print_warnings(FILE *out, const struct pg_plan *p,
+			   const struct pg_model_facts *f, const struct sizing *z)
+{
+	int cpus[PG_DEVICE_MAX_CPUS];
+	int n_cpus = host_cpus(cpus, PG_DEVICE_MAX_CPUS), threads = 0;
+	char b1[32], b2[32];
+	struct fit fit;
+
+	for (int i = 0; i < p->n_devices; i++)
+		if (p->dev[i].kind == PG_DEV_CPU)
+			threads += p->dev[i].n_threads;
+	if (threads > n_cpus)
+		fprintf(out, "warning: oversubscribed: %d threads on %d CPUs\n",
+			threads, n_cpus);
+	if (p->kv_replicated)
+		warn_replicated(out, p, f);
+	plan_fit(p, f, z, &fit);
+	if (!fit.fits)
+		fprintf(out, "warning: does not fit: %s%s needs %s of %s usable\n",
+			p->dev[fit.dev].name,
+			p->dev[fit.dev].kind == PG_DEV_CPU ? " (and the devices sharing its memory)" : "",
+			fmt_bytes(b1, sizeof(b1), fit.need),
+			fmt_bytes(b2, sizeof(b2), fit.have));
+}
+
+void pg_plan_print(FILE *out, const struct pg_plan *p,
+		   const struct pg_model_facts *f,
+		   const struct pg_plan_request *req)
+{
+	struct sizing z = sizing_of(req, f);
+	uint64_t weights = (uint64_t)f->n_blocks * f->block_bytes + f->embd_bytes +
+			   (f->tied_output ? 0 : f->output_bytes);
+	char b1[32], b2[32];
+
+	fprintf(out, "plan: pipeline %d x tensor %d x context %d = %d device%s\n",
+		p->pp, p->tp, p->cp, p->n_devices, p->n_devices == 1 ? "" : "s");
+	fprintf(out, "model: %d blocks of %s, embedding %d, %d heads (%d KV) of %d, FFN %d (blocks of %d), vocabulary %d; weights %s%s\n",
+		f->n_blocks, fmt_bytes(b1, sizeof(b1), f->block_bytes), f->n_embd,
+		f->n_heads, f->n_kv_heads, f->head_dim, f->n_ff, f->qblock,
+		f->n_vocab, fmt_bytes(b2, sizeof(b2), weights),
+		f->tied_output ? " (output head tied to the embedding)" : "");
+	print_devices(out, p);
+	print_stages(out, p);
+	print_shares(out, p, f, &z);
+	print_comm(out, p, f);
+	fprintf(out, "\nreason: %s\n", p->reason);
+	print_warnings(out, p, f, &z);
+}
