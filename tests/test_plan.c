@@ -407,6 +407,11 @@ static int test_auto(void)
 	if (auto_plan(4, &big, 4096, "cannot be probed yet"))
 		return 1;
 	CHECK(plan.pp == 2 && plan.tp == 1, "pp %d", plan.pp);
+	/* a GPU keeps 6 GB back: 2.4 GiB do not fit 8 GB */
+	synth_devices(2, PG_DEV_CUDA, 8000000000ull, 0, 1);
+	if (auto_plan(2, &small, 4096, "less 6 GB"))
+		return 1;
+	CHECK(plan.tp == 2, "tp %d: %s", plan.tp, plan.reason);
 	/* CPU devices on one memory: splitting does not help */
 	synth_devices(4, PG_DEV_CPU, 64 * GiB, 0, 0);
 	if (auto_plan(4, &big, 4096, "the devices share one memory"))

@@ -24,10 +24,13 @@
 #include "plan.h"
 
 /*
- * A device may fill this share of its memory with weights and KV; the
- * rest is for scratch buffers, the runtime and the rest of the system.
+ * What a device may fill with weights and KV: a CPU device this share of
+ * its memory, a GPU its memory less a reserve for the CUDA context,
+ * activations and NCCL buffers (bench/README's cost model).  The rest is
+ * for scratch buffers, the runtime and the rest of the system.
  */
 #define USABLE_PCT 90
+#define GPU_RESERVE_BYTES 6000000000ull
 
 static int fail(char *err, size_t err_len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -641,7 +644,28 @@ static void share_of(const struct pg_plan *p, const struct pg_model_facts *f,
 
 static uint64_t usable(const struct pg_device *d)
 {
+	if (d->kind == PG_DEV_CUDA)
+		return d->mem_bytes > GPU_RESERVE_BYTES ?
+		       d->mem_bytes - GPU_RESERVE_BYTES : 0;
 	return d->mem_bytes / 100 * USABLE_PCT;
+}
+
+/* "57.6 GiB usable (90% of 64.0 GiB)" into buf. */
+static const char *fmt_usable(char *buf, size_t len, const struct pg_device *d)
+{
+	char b1[32], b2[32];
+
+	if (!d->mem_bytes)
+		snprintf(buf, len, "unknown memory (assumed enough)");
+	else if (d->kind == PG_DEV_CUDA)
+		snprintf(buf, len, "%s usable (%s less 6 GB)",
+			 fmt_bytes(b1, sizeof(b1), usable(d)),
+			 fmt_bytes(b2, sizeof(b2), d->mem_bytes));
+	else
+		snprintf(buf, len, "%s usable (%d%% of %s)",
+			 fmt_bytes(b1, sizeof(b1), usable(d)), USABLE_PCT,
+			 fmt_bytes(b2, sizeof(b2), d->mem_bytes));
+	return buf;
 }
 
 /*
@@ -952,18 +976,16 @@ static int smallest_device(const struct pg_device *dev, int n)
 static int ap_fits_one(struct autoplan *a, char *head, size_t head_len)
 {
 	const struct pg_device *small = &a->dev[smallest_device(a->dev, a->n_dev)];
-	char b1[32], b2[32], b3[32], b4[32], b5[32];
+	char b1[32], b2[32], b3[32], b4[80];
 	struct share sh;
 
 	ap_build(a, 1, 1);
 	share_of(a->p, a->f, &a->z, 0, &sh);
-	snprintf(head, head_len, "weights %s + KV %s for %d x %d tokens = %s; the smallest device, %s, has %s usable (%d%% of %s)",
+	snprintf(head, head_len, "weights %s + KV %s for %d x %d tokens = %s; the smallest device, %s, has %s",
 		 fmt_bytes(b1, sizeof(b1), sh.weights), fmt_bytes(b2, sizeof(b2), sh.kv),
 		 a->z.batch_seqs, a->z.ctx_tokens,
 		 fmt_bytes(b3, sizeof(b3), sh.weights + sh.kv), small->name,
-		 small->mem_bytes ? fmt_bytes(b4, sizeof(b4), usable(small)) : "unknown",
-		 USABLE_PCT,
-		 small->mem_bytes ? fmt_bytes(b5, sizeof(b5), small->mem_bytes) : "unknown");
+		 fmt_usable(b4, sizeof(b4), small));
 	if (small->mem_bytes && sh.weights + sh.kv > usable(small))
 		return 0;
 	ap_reason(a, "fits one device: %s", head);

@@ -9,9 +9,10 @@
  * device of (stage s, TP rank t, CP rank c) is dev[(s * tp + t) * cp + c].
  *
  * This file decides; it runs nothing and loads no weights.  The planner
- * (parallel = auto) follows DESIGN.md idea 7: its figures are bytes (weights
- * and KV against each device's memory; decode reads every weight once per
- * step, so weight bytes are also the cost that balances the stages).
+ * (parallel = auto) follows DESIGN.md idea 7 and bench/README's cost model:
+ * its figures are bytes (weights and KV against each device's memory;
+ * decode reads every weight once per step, so weight bytes are also the
+ * cost that balances the stages).
  */
 #ifndef PAGODA_PLAN_H
 #define PAGODA_PLAN_H
@@ -129,9 +130,10 @@ void pg_model_facts_of(const struct pg_model *m, struct pg_model_facts *f);
  * n_devices / (tp * cp); so a bare device list is a pipeline, the choice
  * that needs no fast links.  No devices but counts: cpu:0 .. cpu:pp*tp*cp-1.
  * Autoplan takes no counts (it chooses them) and may leave devices unused:
- * a device may fill 90% of its mem_bytes (0: unknown, enough) with weights
- * and KV for batch_seqs x ctx_tokens, counted once per memory (CPU devices
- * on one node, or on none, share theirs).  The model fits the smallest
+ * a CPU device may fill 90% of its mem_bytes with weights and KV for
+ * batch_seqs x ctx_tokens, a GPU its mem_bytes less 6 GB (0: unknown,
+ * enough), counted once per memory (CPU devices on one node, or on none,
+ * share theirs).  The model fits the smallest
  * device: pp = tp = cp = 1 on the first.  Else the fewest TP ranks that fit
  * when every device is CUDA with fast_links, otherwise the fewest stages.
  * When even the widest split does not fit and one sequence's KV exceeds
