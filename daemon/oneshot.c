@@ -622,6 +622,31 @@ static int32_t *tokenize_prompt(const struct options *o,
 	return ids;
 }
 
+/*
+ * Per device of a parallel plan: compute and communication time (a later
+ * pipeline stage's wait for its input is the pipeline bubble), bytes sent
+ * and collectives.
+ */
+static void print_devices(const struct pg_forward *fw)
+{
+	fprintf(stderr, "pagodad: %-7s %5s %3s %3s %7s %7s %12s %12s %6s %9s %9s\n",
+		"device", "stage", "tp", "cp", "blocks", "steps", "compute ms",
+		"comm ms", "comm %", "MB sent", "reduces");
+	for (int i = 0; i < pg_forward_n_devices(fw); i++) {
+		struct pg_forward_dev_stats d;
+		double busy;
+
+		pg_forward_device_stats(fw, i, &d);
+		busy = (double)d.busy_ns;
+		fprintf(stderr, "pagodad: %-7s %5d %3d %3d %3d-%-3d %7llu %12.1f %12.1f %5.1f%% %9.2f %9llu\n",
+			d.name, d.stage, d.tp_rank, d.cp_rank, d.first_block,
+			d.first_block + d.n_blocks - 1,
+			(unsigned long long)d.steps, d.compute_ns / 1e6,
+			d.comm_ns / 1e6, busy > 0 ? 100.0 * d.comm_ns / busy : 0.0,
+			d.bytes / 1e6, (unsigned long long)d.n_all_reduce);
+	}
+}
+
 static void print_figures(const struct options *o, const struct pg_forward *fw,
 			  double load_s, const struct pg_gen_stats *st)
 {
@@ -637,6 +662,8 @@ static void print_figures(const struct options *o, const struct pg_forward *fw,
 		pg_finish_name(st->finish),
 		(unsigned long long)o->gen.sampling.seed,
 		pg_forward_threads(fw), pg_forward_isa_name(fw));
+	if (pg_forward_n_devices(fw) > 1)
+		print_devices(fw);
 }
 
 static int run_prompt(const struct options *o, const struct pg_model *m,

@@ -45,6 +45,30 @@ struct pg_kv_layout {
 	int n_kv_heads;
 	int head_dim;
 	enum pg_dtype type;	/* PG_F32, PG_F16 or PG_BF16 */
+	/*
+	 * Context parallelism: with cp_size > 1 this store holds only CP rank
+	 * cp_rank's share of every page.  The page tables' pages then cover
+	 * page_tokens * cp_size positions each; entry j's positions
+	 * j * page_tokens * cp_size + cp_rank * page_tokens + s, s in
+	 * 0 .. page_tokens - 1, live in this store's page at slot s.  0 or 1:
+	 * the store holds every position.
+	 */
+	int cp_size;
+	int cp_rank;
+};
+
+/*
+ * Which query heads an attention call computes: q and out hold n_heads
+ * heads, the first being head0 of the model; the model has `group` query
+ * heads per KV head, and the KV store's first KV head is kv_head0 of the
+ * model.  Query head head0 + i reads the store's KV head
+ * (head0 + i) / group - kv_head0.  One device: head0 = kv_head0 = 0.
+ */
+struct pg_attn_heads {
+	int n_heads;
+	int head0;
+	int group;
+	int kv_head0;
 };
 
 /*
@@ -106,21 +130,39 @@ struct pg_backend_ops {
 
 	/*
 	 * Store K and V of n tokens of block `block` into their slots.
-	 * k, v: (n, n_kv_heads * head_dim); slots: (n) physical slots.
+	 * k, v: (n, n_kv_heads * head_dim); slots: (n) physical slots, or -1
+	 * for a token this store does not hold (another CP rank's).
 	 */
 	void (*kv_write)(struct pg_backend *be, const struct pg_kv_layout *kv,
 			 int block, const float *k, const float *v, int n,
 			 const int32_t *slots);
 
 	/*
-	 * Causal attention of block `block`, grouped-query aware (query head h
-	 * reads KV head h / (n_heads / n_kv_heads)).
-	 * q, out: (rows of the batch, n_heads * head_dim).
+	 * Causal attention of block `block`, grouped-query aware (see struct
+	 * pg_attn_heads), over the positions the store holds.
+	 * q, out: (rows of the batch, heads->n_heads * head_dim).  lse, when
+	 * not NULL: (rows, heads->n_heads), the log of each softmax's
+	 * denominator including its maximum (log sum exp(score)), -inf for a
+	 * row that has no key here (its out is then 0): what attn_merge needs
+	 * to combine the shares of several CP ranks exactly.
 	 */
 	void (*attention)(struct pg_backend *be, const struct pg_kv_layout *kv,
-			  int block, const float *q, int n_heads,
+			  int block, const float *q,
+			  const struct pg_attn_heads *heads,
 			  const struct pg_attn_seq *seqs, int n_seqs,
-			  float scale, float *out);
+			  float scale, float *out, float *lse);
+
+	/*
+	 * Merge n_parts partial attentions of the same queries over disjoint
+	 * key sets: out = sum_p exp(lse_p - L) out_p / sum_p exp(lse_p - L),
+	 * L the largest lse_p, summed in part order.  Part p starts at parts
+	 * + p * part_floats and holds its out (rows, n_heads * head_dim) then
+	 * its lse (rows, n_heads), as attention wrote them.
+	 * out: (rows, n_heads * head_dim).
+	 */
+	void (*attn_merge)(struct pg_backend *be, const float *parts,
+			   size_t part_floats, int n_parts, int rows,
+			   int n_heads, int head_dim, float *out);
 
 	/* gate[i] = silu(gate[i]) * up[i] for n values. */
 	void (*silu_mul)(struct pg_backend *be, float *gate, const float *up,

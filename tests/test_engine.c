@@ -102,6 +102,36 @@ static struct pg_model *make_model(void)
 	return m;
 }
 
+/*
+ * The parallel plan the engine's forward passes run under: none, or
+ * $PAGODA_TEST_PLAN = "PPxTPxCP" (e.g. "2x2x1") one-thread CPU devices,
+ * so that every test here also runs under a pipeline and TP plan.
+ */
+static struct pg_plan test_plan;
+static int have_plan;
+
+static void read_plan(const struct pg_model *m)
+{
+	const char *v = getenv("PAGODA_TEST_PLAN");
+	int pp, tp, cp;
+
+	if (!v || sscanf(v, "%dx%dx%d", &pp, &tp, &cp) != 3)
+		return;
+	test_plan = (struct pg_plan){ .pp = pp, .tp = tp, .cp = cp,
+				      .n_devices = pp * tp * cp };
+	for (int i = 0; i < test_plan.n_devices; i++) {
+		test_plan.dev[i].kind = PG_DEV_CPU;
+		snprintf(test_plan.dev[i].name, sizeof(test_plan.dev[i].name),
+			 "cpu:%d", i);
+		test_plan.dev[i].n_threads = 1;
+		test_plan.dev[i].numa_node = -1;
+	}
+	for (int s = 0; s <= pp; s++)
+		test_plan.first_block[s] = s * m->hp.n_blocks / pp;
+	have_plan = 1;
+	printf("engine tests under plan pp %d × tp %d × cp %d\n", pp, tp, cp);
+}
+
 static struct pg_forward *make_fw(const struct pg_model *m, int n_pages,
 				  int page_tokens)
 {
@@ -113,6 +143,8 @@ static struct pg_forward *make_fw(const struct pg_model *m, int n_pages,
 	p.max_batch_tokens = 64;
 	p.n_pages = n_pages;
 	p.page_tokens = page_tokens;
+	if (have_plan)
+		p.plan = &test_plan;
 	if (pg_forward_create(m, &p, &fw, err, sizeof(err)))
 		fprintf(stderr, "forward: %s\n", err);
 	return fw;
@@ -383,12 +415,17 @@ static void test_cancel(const struct pg_model *m)
 	      "cancel: submit");
 	pg_engine_step(e);
 	CHECK(pg_engine_cancel(e, a) == 0, "cancel: mid-prefill");
+	/* a sample in a batch in flight ends when its batch does */
+	for (int i = 0; i < 8 && !rs.r[0].done[0]; i++)
+		pg_engine_step(e);
 	CHECK(rs.r[0].done[0] && rs.r[0].finish[0] == PG_ENGINE_FINISH_CANCELLED &&
 	      rs.r[0].n_toks[0] == 0, "cancel: no cancelled event mid-prefill");
 	for (int i = 0; i < 100 && rs.r[1].n_toks[0] < 3; i++)
 		pg_engine_step(e);
 	CHECK(rs.r[1].n_toks[0] == 3, "cancel: decode did not start");
 	CHECK(pg_engine_cancel(e, b) == 0, "cancel: mid-decode");
+	for (int i = 0; i < 8 && !rs.r[1].done[0]; i++)
+		pg_engine_step(e);
 	CHECK(rs.r[1].done[0] && rs.r[1].finish[0] == PG_ENGINE_FINISH_CANCELLED,
 	      "cancel: no cancelled event mid-decode");
 	CHECK(pg_engine_cancel(e, b) == PG_ENGINE_ENOENT, "cancel: twice");
@@ -555,12 +592,63 @@ out:
 	pg_forward_destroy(fw);
 }
 
+/*
+ * Under a plan: a device that fails mid-batch fails that batch's requests
+ * with an error; the engine goes on and later requests are right.
+ */
+static void test_device_fault(const struct pg_model *m)
+{
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 128, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 64, 8, 0, &rs) : NULL;
+	struct result want;
+	struct pg_request r;
+	int32_t p[20];
+	uint64_t id;
+	int rc, failed = 0;
+
+	CHECK(e, "fault: set-up");
+	if (!e)
+		goto out;
+	make_prompt(p, 20, 3);
+	r = request(p, 20, 8);
+	r.ignore_eos = 1;
+	CHECK(pg_engine_submit(e, &r, &id) == 0, "fault: submit");
+	run_idle(e);
+	want = rs.r[0];
+	CHECK(pg_forward_inject_fault(fw, pg_forward_n_devices(fw) - 1, 1) == 0,
+	      "fault: inject");
+	CHECK(pg_engine_submit(e, &r, &id) == 0, "fault: submit 2");
+	for (int i = 0; i < 50 && !pg_engine_idle(e); i++) {
+		rc = pg_engine_step(e);
+		failed += rc == PG_ENGINE_EFORWARD;
+	}
+	CHECK(failed == 1 && rs.r[1].done[0] &&
+	      rs.r[1].finish[0] == PG_ENGINE_FINISH_ERROR,
+	      "fault: the failed batch's request did not end with an error (%d failed steps)",
+	      failed);
+	CHECK(pg_engine_submit(e, &r, &id) == 0, "fault: submit 3");
+	run_idle(e);
+	CHECK(rs.r[2].finish[0] == want.finish[0] &&
+	      rs.r[2].n_toks[0] == want.n_toks[0] &&
+	      !memcmp(rs.r[2].toks[0], want.toks[0],
+		      sizeof(int32_t) * (size_t)want.n_toks[0]),
+	      "fault: the request after the failure differs");
+	check_pool_back(e, "fault");
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
 int main(void)
 {
 	struct pg_model *m = make_model();
 
 	if (!m)
 		return 1;
+	read_plan(m);
+	if (have_plan)
+		test_device_fault(m);
 	test_batch_invariance(m);
 	test_prefix_cache(m);
 	test_memory_pressure(m);

@@ -575,8 +575,12 @@ static void check_attn_case(const struct attn_case *ac)
 				      "kv_write V pos %d head %d on %s", p, h,
 				      be_name(bes[i]));
 			}
-		bes[i]->ops->attention(bes[i], &kv, BLOCK, q, n_heads, seqs,
-				       ac->n_seqs, 1.0f / sqrtf((float)hd), out);
+		struct pg_attn_heads hs = { .n_heads = n_heads,
+					    .group = ac->group };
+
+		bes[i]->ops->attention(bes[i], &kv, BLOCK, q, &hs, seqs,
+				       ac->n_seqs, 1.0f / sqrtf((float)hd), out,
+				       NULL);
 		compare(what, i, out, want, 1e-9, first, qsz);
 	}
 	for (int s = 0; s < ac->n_seqs; s++)

@@ -45,7 +45,8 @@ struct seq {
 	struct pg_detok_stream detok;
 	struct pg_request_figures fig;
 	double t_first, t_last;		/* first and latest token */
-	int chunk;			/* tokens in this step's batch */
+	int chunk;			/* tokens in a batch in flight */
+	int cancel;			/* cancelled while in flight */
 };
 
 struct req {
@@ -75,6 +76,17 @@ struct seq_list {
 	int n, cap;
 };
 
+/* One batch: built by a step, in flight until its forward pass is done. */
+struct batch {
+	int32_t *tokens;		/* (max_batch_tokens) */
+	struct pg_fw_seq *fw;		/* (max_batch_seqs) */
+	struct seq **seq;		/* (max_batch_seqs) */
+	int n_tokens, n_seqs;
+	float *logits;			/* (max_batch_seqs, n_vocab) */
+};
+
+#define PG_ENGINE_MAX_INFLIGHT 16
+
 struct pg_engine {
 	const struct pg_model *m;
 	struct pg_forward *fw;
@@ -91,12 +103,14 @@ struct pg_engine {
 	struct seq_list waiting;
 	struct client *clients;
 	int n_clients;
-	/* this step's batch */
-	int32_t *b_tokens;		/* (max_batch_tokens) */
-	struct pg_fw_seq *b_fw;		/* (max_batch_seqs) */
-	struct seq **b_seq;		/* (max_batch_seqs) */
-	int b_n_tokens, b_n_seqs;
-	float *logits;			/* (max_batch_seqs, n_vocab) */
+	/*
+	 * Batches in flight, oldest at b_head: up to the forward pass's
+	 * pipeline depth, so that pipeline stages overlap (micro-batches).
+	 */
+	struct batch b[PG_ENGINE_MAX_INFLIGHT];
+	int n_slots, b_head, n_inflight;
+	struct batch *cur;		/* the one a step is building */
+	int seq_cap;			/* sequences per batch this step */
 	float *scratch;			/* (n_vocab) */
 	struct pg_engine_stats st;
 	char msg[256];
@@ -205,14 +219,22 @@ static int alloc_batch(struct pg_engine *e)
 {
 	size_t ns = (size_t)e->cfg.max_batch_seqs;
 
-	e->b_tokens = malloc(sizeof(int32_t) * (size_t)e->cfg.max_batch_tokens);
-	e->b_fw = malloc(sizeof(*e->b_fw) * ns);
-	e->b_seq = malloc(sizeof(*e->b_seq) * ns);
-	e->logits = malloc(sizeof(float) * ns * (size_t)e->n_vocab);
+	e->n_slots = pg_forward_max_inflight(e->fw);
+	if (e->n_slots > PG_ENGINE_MAX_INFLIGHT)
+		e->n_slots = PG_ENGINE_MAX_INFLIGHT;
+	for (int i = 0; i < e->n_slots; i++) {
+		struct batch *b = &e->b[i];
+
+		b->tokens = malloc(sizeof(int32_t) *
+				   (size_t)e->cfg.max_batch_tokens);
+		b->fw = malloc(sizeof(*b->fw) * ns);
+		b->seq = malloc(sizeof(*b->seq) * ns);
+		b->logits = malloc(sizeof(float) * ns * (size_t)e->n_vocab);
+		if (!b->tokens || !b->fw || !b->seq || !b->logits)
+			return -ENOMEM;
+	}
 	e->scratch = malloc(sizeof(float) * (size_t)e->n_vocab);
-	if (!e->b_tokens || !e->b_fw || !e->b_seq || !e->logits || !e->scratch)
-		return -ENOMEM;
-	return 0;
+	return e->scratch ? 0 : -ENOMEM;
 }
 
 int pg_engine_create(const struct pg_model *m, struct pg_forward *fw,
@@ -272,6 +294,8 @@ void pg_engine_destroy(struct pg_engine *e)
 {
 	if (!e)
 		return;
+	for (; e->n_inflight; e->n_inflight--)
+		pg_forward_wait(e->fw);
 	while (e->reqs) {
 		struct req *r = e->reqs;
 
@@ -282,10 +306,12 @@ void pg_engine_destroy(struct pg_engine *e)
 	free(e->running.v);
 	free(e->waiting.v);
 	free(e->clients);
-	free(e->b_tokens);
-	free(e->b_fw);
-	free(e->b_seq);
-	free(e->logits);
+	for (int i = 0; i < PG_ENGINE_MAX_INFLIGHT; i++) {
+		free(e->b[i].tokens);
+		free(e->b[i].fw);
+		free(e->b[i].seq);
+		free(e->b[i].logits);
+	}
 	free(e->scratch);
 	free(e);
 }
@@ -657,19 +683,19 @@ static int batch_add(struct pg_engine *e, struct seq *s, int chunk)
 		return rc;
 	for (int i = 0; i < n_cp; i++)
 		pg_forward_copy_page(e->fw, cp[i].src, cp[i].dst);
-	memcpy(e->b_tokens + e->b_n_tokens, s->toks + len,
+	memcpy(e->cur->tokens + e->cur->n_tokens, s->toks + len,
 	       sizeof(int32_t) * (size_t)chunk);
-	e->b_n_tokens += chunk;
-	e->b_seq[e->b_n_seqs++] = s;
+	e->cur->n_tokens += chunk;
+	e->cur->seq[e->cur->n_seqs++] = s;
 	s->chunk = chunk;
 	return 0;
 }
 
 static int batch_room(const struct pg_engine *e)
 {
-	if (e->b_n_seqs >= e->cfg.max_batch_seqs)
+	if (e->cur->n_seqs >= e->seq_cap)
 		return 0;
-	return e->cfg.max_batch_tokens - e->b_n_tokens;
+	return e->cfg.max_batch_tokens - e->cur->n_tokens;
 }
 
 /*
@@ -798,64 +824,109 @@ static void plan_admissions(struct pg_engine *e)
 
 /* ---- the step ---- */
 
-static int run_batch(struct pg_engine *e)
+static int submit_batch(struct pg_engine *e, struct batch *b)
 {
-	for (int i = 0; i < e->b_n_seqs; i++) {
-		struct seq *s = e->b_seq[i];
+	for (int i = 0; i < b->n_seqs; i++) {
+		struct seq *s = b->seq[i];
 
-		e->b_fw[i] = (struct pg_fw_seq){
+		b->fw[i] = (struct pg_fw_seq){
 			.pages = pg_kvc_seq_pages(s->kv),
 			.n_past = pg_kvc_seq_len(s->kv),
 			.n_tokens = s->chunk,
 		};
 	}
-	e->st.forward_tokens += (uint64_t)e->b_n_tokens;
+	e->st.forward_tokens += (uint64_t)b->n_tokens;
 	e->st.steps++;
-	return pg_forward_batch(e->fw, e->b_tokens, e->b_n_tokens, e->b_fw,
-				e->b_n_seqs, e->logits);
+	return pg_forward_submit(e->fw, b->tokens, b->n_tokens, b->fw,
+				 b->n_seqs, b->logits);
 }
 
-static void after_batch(struct pg_engine *e)
+static void after_batch(struct pg_engine *e, struct batch *b)
 {
-	for (int i = 0; i < e->b_n_seqs; i++) {
-		struct seq *s = e->b_seq[i];
+	for (int i = 0; i < b->n_seqs; i++) {
+		struct seq *s = b->seq[i];
 		int len = pg_kvc_seq_len(s->kv), chunk = s->chunk;
 
-		pg_kvc_seq_append(e->kvc, s->kv, s->toks + len, chunk);
 		s->chunk = 0;
+		if (s->cancel) {
+			finish(e, s, PG_ENGINE_FINISH_CANCELLED, 0);
+			continue;
+		}
+		pg_kvc_seq_append(e->kvc, s->kv, s->toks + len, chunk);
 		if (len + chunk == s->n_toks)
-			sample_seq(e, s, e->logits + (size_t)i * (size_t)e->n_vocab);
+			sample_seq(e, s, b->logits + (size_t)i * (size_t)e->n_vocab);
 	}
 }
 
-static void fail_batch(struct pg_engine *e)
+static void fail_batch(struct pg_engine *e, struct batch *b)
 {
-	for (int i = 0; i < e->b_n_seqs; i++) {
-		e->b_seq[i]->chunk = 0;
-		finish(e, e->b_seq[i], PG_ENGINE_FINISH_ERROR, 0);
+	for (int i = 0; i < b->n_seqs; i++) {
+		struct seq *s = b->seq[i];
+
+		s->chunk = 0;
+		finish(e, s, s->cancel ? PG_ENGINE_FINISH_CANCELLED :
+			     PG_ENGINE_FINISH_ERROR, 0);
 	}
+}
+
+/*
+ * Sequences one batch may carry: all of them with one batch in flight;
+ * with a pipeline of n_slots stages, an equal share, so that the running
+ * sequences form n_slots micro-batches that follow each other through the
+ * stages.
+ */
+static int seq_cap(const struct pg_engine *e)
+{
+	int n = e->running.n + e->waiting.n, cap;
+
+	if (e->n_slots <= 1)
+		return e->cfg.max_batch_seqs;
+	cap = (n + e->n_slots - 1) / e->n_slots;
+	cap = cap < 1 ? 1 : cap;
+	return cap < e->cfg.max_batch_seqs ? cap : e->cfg.max_batch_seqs;
 }
 
 int pg_engine_step(struct pg_engine *e)
 {
-	int n, rc;
+	int n = 0, rc;
 
-	e->b_n_tokens = e->b_n_seqs = 0;
-	plan_running(e, 1);
-	plan_running(e, 0);
-	plan_admissions(e);
-	n = e->b_n_seqs;
-	if (!n)
-		return 0;
-	rc = run_batch(e);
-	if (rc) {
-		fail_batch(e);
-		sweep(e);
-		return fail(e, PG_ENGINE_EFORWARD, "the forward pass failed: %s",
-			    strerror(-rc));
+	if (e->n_inflight < e->n_slots) {
+		e->cur = &e->b[(e->b_head + e->n_inflight) % e->n_slots];
+		e->cur->n_tokens = e->cur->n_seqs = 0;
+		e->seq_cap = seq_cap(e);
+		plan_running(e, 1);
+		plan_running(e, 0);
+		plan_admissions(e);
+		n = e->cur->n_seqs;
+		if (n) {
+			rc = submit_batch(e, e->cur);
+			if (rc) {
+				fail_batch(e, e->cur);
+				sweep(e);
+				return fail(e, PG_ENGINE_EFORWARD, "the forward pass refused the batch: %s",
+					    strerror(-rc));
+			}
+			e->n_inflight++;
+		}
 	}
-	after_batch(e);
-	sweep(e);
+	/* collect the oldest batch when the pipeline is full or idle */
+	if (e->n_inflight && (e->n_inflight == e->n_slots || !n)) {
+		struct batch *b = &e->b[e->b_head];
+
+		rc = pg_forward_wait(e->fw);
+		e->b_head = (e->b_head + 1) % e->n_slots;
+		e->n_inflight--;
+		if (rc) {
+			fail_batch(e, b);
+			sweep(e);
+			return fail(e, PG_ENGINE_EFORWARD, "the forward pass failed: %s; its requests end with an error",
+				    strerror(-rc));
+		}
+		after_batch(e, b);
+		sweep(e);
+		if (!n)
+			n = b->n_seqs;
+	}
 	return n;
 }
 
@@ -872,9 +943,16 @@ int pg_engine_cancel(struct pg_engine *e, uint64_t id)
 		return fail(e, PG_ENGINE_ENOENT, "no request %llu in the engine",
 			    (unsigned long long)id);
 	r->cancelled = 1;
-	for (int i = 0; i < r->n; i++)
-		if (r->seqs[i].state != SEQ_DONE)
-			finish(e, &r->seqs[i], PG_ENGINE_FINISH_CANCELLED, 0);
+	for (int i = 0; i < r->n; i++) {
+		struct seq *s = &r->seqs[i];
+
+		if (s->state == SEQ_DONE)
+			continue;
+		if (s->chunk)		/* in flight: ends when its batch does */
+			s->cancel = 1;
+		else
+			finish(e, s, PG_ENGINE_FINISH_CANCELLED, 0);
+	}
 	sweep(e);
 	return 0;
 }
@@ -900,7 +978,7 @@ void pg_engine_stats(const struct pg_engine *e, struct pg_engine_stats *st)
 
 int pg_engine_idle(const struct pg_engine *e)
 {
-	return !e->running.n && !e->waiting.n;
+	return !e->running.n && !e->waiting.n && !e->n_inflight;
 }
 
 const struct pg_kvc *pg_engine_kvc(const struct pg_engine *e)

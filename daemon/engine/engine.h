@@ -148,9 +148,15 @@ int pg_engine_submit(struct pg_engine *e, const struct pg_request *req,
  * pg_engine_step - one scheduler step: running decodes first, then
  * running chunked prefills, then admission of waiting requests, all under
  * max_batch_tokens and max_batch_seqs, in one forward call; then sampling
- * and events.  Returns the number of sequences the step ran (0: idle), or
- * PG_ENGINE_EFORWARD when the forward pass failed (the requests of that
- * batch finish with PG_ENGINE_FINISH_ERROR; the engine stays usable).
+ * and events.  With a pipeline of pp stages (pg_forward_max_inflight), a
+ * step starts a batch of about 1/pp of the sequences and collects the
+ * oldest batch in flight once pp are in flight (or when nothing new could
+ * start), so that the stages work on different micro-batches at once; a
+ * sequence is in one batch at a time, and cancelling one in flight takes
+ * effect when its batch ends.  Returns the number of sequences the step
+ * started or collected (0: idle), or PG_ENGINE_EFORWARD when the forward
+ * pass failed (the requests of that batch finish with
+ * PG_ENGINE_FINISH_ERROR; the engine stays usable).
  */
 int pg_engine_step(struct pg_engine *e);
 

@@ -1,6 +1,7 @@
 /*
  * forward.c - the forward pass: embedding, the block stack stage by stage,
- * final norm and output head, all through backend operations.
+ * final norm and output head, all through backend and communicator
+ * operations, on one device or on the devices of a parallel plan.
  *
  * Per block: x += Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n) with n =
  * rmsnorm(x); then x += Wdown · (silu(Wgate·n) * (Wup·n)) with n =
@@ -8,50 +9,126 @@
  * reads them back through the page tables, which the caller owns
  * (kvcache.h): this file never decides which page a token goes to.  No
  * intrinsics here.
+ *
+ * With a plan (plan.h), every device runs the same code on its own thread
+ * with its own backend, KV store and weight slices:
+ *  - pipeline stage s runs blocks first_block[s] .. ; the residual stream
+ *    x (n_tokens × n_embd floats) is received from stage s - 1 and sent to
+ *    stage s + 1, device (t, c) to device (t, c);
+ *  - TP rank t holds query heads [h0, h1), the KV heads they read, FFN
+ *    columns [f0, f1) (Megatron: Q/K/V, gate, up by output rows; Wo and
+ *    Wdown by input columns, then an all-reduce), and a slice of the
+ *    vocabulary for the output head (then an all-gather);
+ *  - CP rank c holds its share of every page's token slots; attention over
+ *    it returns the softmax's log-sum-exp, the ranks all-gather their
+ *    partial outputs and merge them exactly.  Matrix products are repeated
+ *    on every CP rank (CP buys KV memory and attention time, not FLOPs).
+ * Up to pp batches are in flight, so that stages overlap (micro-batches).
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "../../kernels/comm.h"
+#include "../../kernels/cpu/comm_shm.h"
 #include "forward.h"
 #include "kv.h"
 
-/* One device and the contiguous range of blocks it runs. */
-struct pg_stage {
-	struct pg_backend *be;
-	int first_block;
-	int n_blocks;
-	struct pg_kv_store *kv;
-};
+#define PG_FW_MAX_INFLIGHT 16
 
-/* Activations of one call, max_batch_tokens rows each. */
+/* Activations of one device, max_batch_tokens rows each. */
 struct scratch {
 	float *x;		/* (B, n_embd) residual stream */
 	float *xb;		/* (B, n_embd) normalised input of a sub-layer */
 	float *xb2;		/* (B, n_embd) sub-layer output */
-	float *q;		/* (B, n_heads * head_dim) */
-	float *k;		/* (B, n_kv_heads * head_dim) */
-	float *v;		/* (B, n_kv_heads * head_dim) */
-	float *att;		/* (B, n_heads * head_dim) */
-	float *hb;		/* (B, n_ff) gate, then silu(gate) * up */
-	float *hb2;		/* (B, n_ff) up */
-	int32_t *pos;		/* (B) positions */
-	int32_t *slots;		/* (B) physical KV slots */
+	float *q;		/* (B, nq * head_dim) */
+	float *k;		/* (B, nkv * head_dim) */
+	float *v;		/* (B, nkv * head_dim) */
+	float *att;		/* (B, nq * head_dim + nq): output, then lse */
+	float *parts;		/* (cp, B, nq * head_dim + nq) gathered */
+	float *hb;		/* (B, nff) gate, then silu(gate) * up */
+	float *hb2;		/* (B, nff) up */
+	int32_t *slots;		/* (B) this device's KV slots, -1 elsewhere */
+	float *lg;		/* (B, vpad) local logits, grown on demand */
+	float *lg_all;		/* (tp, B, vpad) gathered logits */
+	size_t lg_rows;		/* rows lg and lg_all have room for */
+};
+
+/* One batch: what the caller gave, checked and laid out once. */
+struct job {
+	int kind;		/* JOB_RUN or JOB_RESET */
+	int n_tokens, n_seqs, n_out;
+	int32_t *tokens;	/* (B) */
+	int32_t *pos;		/* (B) */
 	int32_t *out_rows;	/* (B) rows whose logits are wanted */
-	struct pg_attn_seq *aseqs;	/* (B) at most one sequence per row */
+	struct pg_fw_seq *seqs;	/* (B) */
+	struct pg_attn_seq *aseqs;	/* (B) */
+	float *logits;		/* the caller's */
+	atomic_int pending;	/* devices still working on it */
+	atomic_int rc;		/* first error of a device, else 0 */
+	int done;		/* under fw->lock */
+};
+
+enum { JOB_RUN = 0, JOB_RESET = 1 };
+
+/* One device of the plan: (stage, TP rank t, CP rank c). */
+struct device {
+	struct pg_forward *fw;
+	int index, stage, t, c;
+	const struct pg_device *info;	/* NULL: one device, no plan */
+	struct pg_backend *be;
+	struct pg_kv_store *kv;
+	int first_block, n_blocks;
+	struct pg_block_weights *w;	/* (n_blocks) this device's slices */
+	struct pg_matrix out_w;		/* last stage: vocabulary [v0, v1) */
+	int h0, nq, k0, nkv, f0, nff, v0, nv, vpad;
+	struct pg_comm *world, *tp, *cp;
+	struct scratch s;
+	void *arena;
+	/* the worker: jobs come in order through a ring */
+	pthread_t thread;
+	int started;
+	/* figures */
+	uint64_t busy_ns, steps;
+	int fault_after;		/* test hook: fail after this many blocks */
 };
 
 struct pg_forward {
 	const struct pg_model *m;
 	struct pg_forward_params p;
-	int n_stages;
-	struct pg_stage stage[1];
-	struct scratch s;
-	void *arena;
+	struct pg_plan plan;
+	int n_dev;
+	struct device *dev;
+	struct pg_comm_shm_group *g_world, **g_tp, **g_cp;
+	int n_g_tp, n_g_cp;
+	int threaded;			/* devices run on their own threads */
+	/* in-flight jobs, FIFO: jobs[(head + i) % n_slots] */
+	int n_slots, head, n_inflight;
+	struct job jobs[PG_FW_MAX_INFLIGHT];
+	struct job reset_job;
+	int need_reset;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* devices: new job or stop; caller: done */
+	uint64_t queued;		/* jobs handed to devices so far */
+	int stop;
+	struct job *queue[PG_FW_MAX_INFLIGHT + 1];	/* by queued % size */
+	uint64_t created_ns, stats_ns;
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 struct pg_forward_params pg_forward_params_default(void)
 {
@@ -66,23 +143,75 @@ struct pg_forward_params pg_forward_params_default(void)
 	};
 }
 
-static int alloc_scratch(struct pg_forward *fw)
+/* ---- weight slices (views into the model's mapping) ---- */
+
+/* Output rows r0 .. r0 + n - 1 of m. */
+static struct pg_matrix rows_of(const struct pg_matrix *m, int64_t r0,
+				int64_t n)
+{
+	struct pg_matrix v = *m;
+
+	v.data = (const uint8_t *)m->data + (size_t)r0 * m->row_bytes;
+	v.n_rows = n;
+	return v;
+}
+
+/* Input columns c0 .. c0 + n - 1 of m (c0 a whole number of blocks). */
+static struct pg_matrix cols_of(const struct pg_matrix *m, int64_t c0,
+				int64_t n)
+{
+	struct pg_matrix v = *m;
+
+	v.data = (const uint8_t *)m->data +
+		 pg_dtype_row_bytes(m->type, (uint64_t)c0);
+	v.n_cols = n;
+	return v;
+}
+
+static const float *bias_of(const float *b, int64_t off)
+{
+	return b ? b + off : NULL;
+}
+
+static void slice_block(const struct pg_hparams *hp, const struct device *d,
+			const struct pg_block_weights *w,
+			struct pg_block_weights *o)
+{
+	int hd = hp->head_dim;
+
+	*o = *w;
+	o->wq = rows_of(&w->wq, (int64_t)d->h0 * hd, (int64_t)d->nq * hd);
+	o->bq = bias_of(w->bq, (int64_t)d->h0 * hd);
+	o->wk = rows_of(&w->wk, (int64_t)d->k0 * hd, (int64_t)d->nkv * hd);
+	o->bk = bias_of(w->bk, (int64_t)d->k0 * hd);
+	o->wv = rows_of(&w->wv, (int64_t)d->k0 * hd, (int64_t)d->nkv * hd);
+	o->bv = bias_of(w->bv, (int64_t)d->k0 * hd);
+	o->wo = cols_of(&w->wo, (int64_t)d->h0 * hd, (int64_t)d->nq * hd);
+	o->w_gate = rows_of(&w->w_gate, d->f0, d->nff);
+	o->w_up = rows_of(&w->w_up, d->f0, d->nff);
+	o->w_down = cols_of(&w->w_down, d->f0, d->nff);
+}
+
+/* ---- set-up ---- */
+
+static int alloc_scratch(struct pg_forward *fw, struct device *d)
 {
 	const struct pg_hparams *hp = &fw->m->hp;
-	size_t B = (size_t)fw->p.max_batch_tokens;
-	size_t q_dim = (size_t)hp->n_heads * hp->head_dim;
-	size_t kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
-	size_t floats = B * (3 * (size_t)hp->n_embd + 2 * q_dim + 2 * kv_dim +
-			     2 * (size_t)hp->n_ff);
-	size_t bytes = floats * sizeof(float) + 3 * B * sizeof(int32_t) +
-		       B * sizeof(struct pg_attn_seq);
-	struct scratch *s = &fw->s;
+	size_t B = (size_t)fw->p.max_batch_tokens, hd = (size_t)hp->head_dim;
+	size_t q_dim = (size_t)d->nq * hd, kv_dim = (size_t)d->nkv * hd;
+	size_t att = B * (q_dim + (size_t)d->nq);
+	int cp = fw->plan.cp;
+	size_t floats = B * (3 * (size_t)hp->n_embd + q_dim + 2 * kv_dim +
+			     2 * (size_t)d->nff) + att +
+			(cp > 1 ? (size_t)cp * att : 0);
+	size_t bytes = floats * sizeof(float) + B * sizeof(int32_t) + 64 * 16;
+	struct scratch *s = &d->s;
 	char *a;
 
-	fw->arena = aligned_alloc(64, (bytes + 64 * 16 + 63) / 64 * 64);
-	if (!fw->arena)
+	d->arena = aligned_alloc(64, (bytes + 63) / 64 * 64);
+	if (!d->arena)
 		return -ENOMEM;
-	a = fw->arena;
+	a = d->arena;
 #define TAKE(ptr, n) do { (ptr) = (void *)a; a += ((n) * sizeof(*(ptr)) + 63) / 64 * 64; } while (0)
 	TAKE(s->x, B * hp->n_embd);
 	TAKE(s->xb, B * hp->n_embd);
@@ -90,15 +219,37 @@ static int alloc_scratch(struct pg_forward *fw)
 	TAKE(s->q, B * q_dim);
 	TAKE(s->k, B * kv_dim);
 	TAKE(s->v, B * kv_dim);
-	TAKE(s->att, B * q_dim);
-	TAKE(s->hb, B * hp->n_ff);
-	TAKE(s->hb2, B * hp->n_ff);
-	TAKE(s->pos, B);
+	TAKE(s->att, att);
+	if (cp > 1)
+		TAKE(s->parts, (size_t)cp * att);
+	TAKE(s->hb, B * (size_t)d->nff);
+	TAKE(s->hb2, B * (size_t)d->nff);
 	TAKE(s->slots, B);
-	TAKE(s->out_rows, B);
-	TAKE(s->aseqs, B);
 #undef TAKE
 	return 0;
+}
+
+static int alloc_job(struct pg_forward *fw, struct job *j)
+{
+	size_t B = (size_t)fw->p.max_batch_tokens;
+
+	j->tokens = malloc(B * sizeof(*j->tokens));
+	j->pos = malloc(B * sizeof(*j->pos));
+	j->out_rows = malloc(B * sizeof(*j->out_rows));
+	j->seqs = malloc(B * sizeof(*j->seqs));
+	j->aseqs = malloc(B * sizeof(*j->aseqs));
+	if (!j->tokens || !j->pos || !j->out_rows || !j->seqs || !j->aseqs)
+		return -ENOMEM;
+	return 0;
+}
+
+static void free_job(struct job *j)
+{
+	free(j->tokens);
+	free(j->pos);
+	free(j->out_rows);
+	free(j->seqs);
+	free(j->aseqs);
 }
 
 /* MemAvailable from /proc/meminfo, in bytes; 0 when unknown. */
@@ -121,6 +272,8 @@ static size_t mem_available(void)
  * How many pages the parameters ask for: n_pages, else kv_bytes, else
  * kv_fraction of the memory available, else room for 4 sequences of the
  * training context (at most 8192 tokens each).  0 when that is no page.
+ * page_bytes is a page of the whole model: with a plan the bytes are the
+ * budget of all devices together.
  */
 static int pages_wanted(const struct pg_model *m,
 			const struct pg_forward_params *p, size_t page_bytes)
@@ -157,13 +310,173 @@ static void kv_error(char *err, size_t err_len, int rc, int n_pages,
 			 n_pages, page_bytes, mib, strerror(-rc));
 }
 
+/* Check what the plan asks of this model and these parameters. */
+static int plan_ok(const struct pg_forward *fw, char *err, size_t err_len)
+{
+	const struct pg_plan *pl = &fw->plan;
+	const struct pg_hparams *hp = &fw->m->hp;
+	int qb = 1;
+
+	if (pl->pp < 1 || pl->tp < 1 || pl->cp < 1 ||
+	    pl->pp * pl->tp * pl->cp != pl->n_devices ||
+	    pl->n_devices > PG_PLAN_MAX_DEVICES || pl->pp > hp->n_blocks) {
+		snprintf(err, err_len, "the parallel plan is inconsistent (pp %d × tp %d × cp %d for %d devices, %d blocks)",
+			 pl->pp, pl->tp, pl->cp, pl->n_devices, hp->n_blocks);
+		return -EINVAL;
+	}
+	if (pl->first_block[0] != 0 || pl->first_block[pl->pp] != hp->n_blocks) {
+		snprintf(err, err_len, "the parallel plan's stages do not cover blocks 0 .. %d",
+			 hp->n_blocks - 1);
+		return -EINVAL;
+	}
+	for (int s = 0; s < pl->pp; s++)
+		if (pl->first_block[s + 1] <= pl->first_block[s]) {
+			snprintf(err, err_len, "pipeline stage %d has no block", s);
+			return -EINVAL;
+		}
+	for (int i = 0; i < pl->n_devices; i++)
+		if (pl->dev[i].kind != PG_DEV_CPU) {
+			snprintf(err, err_len, "device %s: only CPU devices can run the forward pass in this build",
+				 pl->dev[i].name);
+			return -ENOTSUP;
+		}
+	if (pl->cp > 1 && fw->p.page_tokens % pl->cp) {
+		snprintf(err, err_len, "context parallelism %d must divide the KV page size (%d tokens)",
+			 pl->cp, fw->p.page_tokens);
+		return -EINVAL;
+	}
+	if (pl->tp > 1) {
+		qb = pg_dtype_block_size(fw->m->blocks[0].wo.type);
+		for (int t = 0; t < pl->tp; t++) {
+			int h0, h1, k0, k1;
+
+			pg_plan_tp_heads(hp->n_heads, hp->n_kv_heads, pl->tp, t,
+					 &h0, &h1, &k0, &k1);
+			if (h1 <= h0 || ((int64_t)h0 * hp->head_dim) % qb) {
+				snprintf(err, err_len, "tensor parallelism %d cannot split %d heads of %d values along whole %d-value quantisation blocks; use fewer ranks",
+					 pl->tp, hp->n_heads, hp->head_dim, qb);
+				return -EINVAL;
+			}
+		}
+		if (hp->n_ff / pg_dtype_block_size(fw->m->blocks[0].w_down.type) <
+		    pl->tp) {
+			snprintf(err, err_len, "tensor parallelism %d leaves a rank no feed-forward columns (%d); use fewer ranks",
+				 pl->tp, hp->n_ff);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int setup_device(struct pg_forward *fw, struct device *d,
+			size_t full_page_bytes, char *err, size_t err_len)
+{
+	const struct pg_model *m = fw->m;
+	const struct pg_hparams *hp = &m->hp;
+	const struct pg_plan *pl = &fw->plan;
+	struct pg_kv_mem mem = fw->p.kv_mem;
+	int n_threads = fw->p.n_threads, h1, k1, f1, rc;
+
+	d->fw = fw;
+	d->first_block = pl->first_block[d->stage];
+	d->n_blocks = pl->first_block[d->stage + 1] - d->first_block;
+	pg_plan_tp_heads(hp->n_heads, hp->n_kv_heads, pl->tp, d->t, &d->h0, &h1,
+			 &d->k0, &k1);
+	pg_plan_tp_ffn(hp->n_ff, pg_dtype_block_size(m->blocks[0].w_down.type),
+		       pl->tp, d->t, &d->f0, &f1);
+	d->nq = h1 - d->h0;
+	d->nkv = k1 - d->k0;
+	d->nff = f1 - d->f0;
+	d->vpad = (hp->n_vocab + pl->tp - 1) / pl->tp;
+	d->v0 = d->t * d->vpad;
+	d->nv = hp->n_vocab - d->v0 < d->vpad ? hp->n_vocab - d->v0 : d->vpad;
+	d->out_w = rows_of(&m->output, d->v0, d->nv);
+	d->w = calloc((size_t)d->n_blocks, sizeof(*d->w));
+	if (!d->w)
+		return -ENOMEM;
+	for (int b = 0; b < d->n_blocks; b++)
+		slice_block(hp, d, &m->blocks[d->first_block + b], &d->w[b]);
+
+	if (d->info && d->info->n_threads > 0)
+		n_threads = d->info->n_threads;
+	d->be = pg_cpu_backend_create(n_threads, fw->p.isa);
+	if (!d->be) {
+		rc = -errno;
+		snprintf(err, err_len, "cannot start the CPU backend with %d threads: %s",
+			 n_threads, strerror(errno));
+		return rc;
+	}
+	if (d->info && d->info->n_cpus > 0)
+		pg_cpu_backend_pin(d->be, d->info->cpus, d->info->n_cpus);
+	if (d->info && d->info->numa_node >= 0)
+		mem.numa_node = d->info->numa_node;
+	rc = pg_kv_store_create(fw->p.n_pages, fw->p.page_tokens / pl->cp,
+				d->n_blocks, d->nkv, hp->head_dim,
+				fw->p.kv_type, &mem, &d->kv);
+	if (rc) {
+		kv_error(err, err_len, rc, fw->p.n_pages, full_page_bytes / (size_t)pl->n_devices, &mem);
+		return rc;
+	}
+	pg_kv_store_set_cp(d->kv, pl->cp, d->c);
+	rc = alloc_scratch(fw, d);
+	if (rc)
+		snprintf(err, err_len, "cannot allocate the activations of a %d-token batch: %s",
+			 fw->p.max_batch_tokens, strerror(-rc));
+	return rc;
+}
+
+/* The communicator groups: one world, a TP group per (stage, c), a CP
+ * group per (stage, t). */
+static int setup_comms(struct pg_forward *fw, char *err, size_t err_len)
+{
+	const struct pg_plan *pl = &fw->plan;
+	int rc;
+
+	rc = pg_comm_shm_group_create(fw->n_dev, &fw->g_world);
+	fw->n_g_tp = pl->pp * pl->cp;
+	fw->n_g_cp = pl->pp * pl->tp;
+	fw->g_tp = calloc((size_t)fw->n_g_tp, sizeof(*fw->g_tp));
+	fw->g_cp = calloc((size_t)fw->n_g_cp, sizeof(*fw->g_cp));
+	if (rc || !fw->g_tp || !fw->g_cp)
+		goto fail;
+	for (int i = 0; i < fw->n_g_tp && pl->tp > 1; i++)
+		if ((rc = pg_comm_shm_group_create(pl->tp, &fw->g_tp[i])))
+			goto fail;
+	for (int i = 0; i < fw->n_g_cp && pl->cp > 1; i++)
+		if ((rc = pg_comm_shm_group_create(pl->cp, &fw->g_cp[i])))
+			goto fail;
+	for (int i = 0; i < fw->n_dev; i++) {
+		struct device *d = &fw->dev[i];
+
+		d->world = pg_comm_shm_join(fw->g_world, i);
+		if (!d->world)
+			goto fail_errno;
+		if (pl->tp > 1 &&
+		    !(d->tp = pg_comm_shm_join(fw->g_tp[d->stage * pl->cp + d->c], d->t)))
+			goto fail_errno;
+		if (pl->cp > 1 &&
+		    !(d->cp = pg_comm_shm_join(fw->g_cp[d->stage * pl->tp + d->t], d->c)))
+			goto fail_errno;
+	}
+	return 0;
+fail_errno:
+	rc = -errno;
+fail:
+	if (!rc)
+		rc = -ENOMEM;
+	snprintf(err, err_len, "cannot set up the devices' communicators: %s",
+		 strerror(-rc));
+	return rc;
+}
+
+static void *device_main(void *arg);
+
 int pg_forward_create(const struct pg_model *m,
 		      const struct pg_forward_params *p,
 		      struct pg_forward **out, char *err, size_t err_len)
 {
 	const struct pg_hparams *hp = &m->hp;
 	struct pg_forward *fw;
-	struct pg_stage *st;
 	size_t page_bytes;
 	int rc;
 
@@ -180,6 +493,9 @@ int pg_forward_create(const struct pg_model *m,
 		return -ENOMEM;
 	fw->m = m;
 	fw->p = *p;
+	fw->p.plan = NULL;
+	pthread_mutex_init(&fw->lock, NULL);
+	pthread_cond_init(&fw->cond, NULL);
 	fw->p.n_pages = pages_wanted(m, p, page_bytes);
 	if (fw->p.n_pages < 1) {
 		snprintf(err, err_len, "the KV cache size leaves no page of %zu bytes (%d tokens); give it more memory",
@@ -187,32 +503,62 @@ int pg_forward_create(const struct pg_model *m,
 		free(fw);
 		return -EINVAL;
 	}
-	fw->n_stages = 1;
-	st = &fw->stage[0];
-	st->first_block = 0;
-	st->n_blocks = hp->n_blocks;
-	st->be = pg_cpu_backend_create(p->n_threads, p->isa);
-	if (!st->be) {
-		rc = -errno;
-		snprintf(err, err_len, "cannot start the CPU backend with %d threads: %s",
-			 p->n_threads, strerror(errno));
+	if (p->plan) {
+		fw->plan = *p->plan;
+	} else {
+		fw->plan = (struct pg_plan){ .pp = 1, .tp = 1, .cp = 1,
+					     .n_devices = 1 };
+		fw->plan.first_block[1] = hp->n_blocks;
+	}
+	rc = plan_ok(fw, err, err_len);
+	if (rc)
+		goto out_free;
+	fw->n_dev = fw->plan.n_devices;
+	fw->threaded = fw->n_dev > 1;
+	fw->n_slots = fw->threaded ? fw->plan.pp : 1;
+	if (fw->n_slots > PG_FW_MAX_INFLIGHT)
+		fw->n_slots = PG_FW_MAX_INFLIGHT;
+	fw->dev = calloc((size_t)fw->n_dev, sizeof(*fw->dev));
+	if (!fw->dev) {
+		rc = -ENOMEM;
 		goto out_free;
 	}
-	rc = pg_kv_store_create(fw->p.n_pages, p->page_tokens, st->n_blocks,
-				hp->n_kv_heads, hp->head_dim, p->kv_type,
-				&p->kv_mem, &st->kv);
-	if (rc) {
-		kv_error(err, err_len, rc, fw->p.n_pages, page_bytes, &p->kv_mem);
-		goto out_free;
+	for (int i = 0; i < fw->n_dev; i++) {
+		struct device *d = &fw->dev[i];
+
+		d->index = i;
+		d->c = i % fw->plan.cp;
+		d->t = i / fw->plan.cp % fw->plan.tp;
+		d->stage = i / (fw->plan.cp * fw->plan.tp);
+		d->info = p->plan ? &fw->plan.dev[i] : NULL;
+		rc = setup_device(fw, d, page_bytes, err, err_len);
+		if (rc)
+			goto out_free;
 	}
-	rc = alloc_scratch(fw);
-	if (rc) {
-		snprintf(err, err_len, "cannot allocate the activations of a %d-token batch: %s",
-			 p->max_batch_tokens, strerror(-rc));
-		goto out_free;
+	for (int i = 0; i < fw->n_slots; i++)
+		if ((rc = alloc_job(fw, &fw->jobs[i])))
+			goto out_nomem;
+	if (fw->threaded) {
+		rc = setup_comms(fw, err, err_len);
+		if (rc)
+			goto out_free;
+		for (int i = 0; i < fw->n_dev; i++) {
+			rc = -pthread_create(&fw->dev[i].thread, NULL,
+					     device_main, &fw->dev[i]);
+			if (rc) {
+				snprintf(err, err_len, "cannot start the thread of device %d: %s",
+					 i, strerror(-rc));
+				goto out_free;
+			}
+			fw->dev[i].started = 1;
+		}
 	}
+	fw->created_ns = fw->stats_ns = now_ns();
 	*out = fw;
 	return 0;
+out_nomem:
+	snprintf(err, err_len, "cannot allocate the batches' bookkeeping: %s",
+		 strerror(-rc));
 out_free:
 	pg_forward_destroy(fw);
 	return rc;
@@ -222,12 +568,43 @@ void pg_forward_destroy(struct pg_forward *fw)
 {
 	if (!fw)
 		return;
-	for (int i = 0; i < fw->n_stages; i++) {
-		pg_kv_store_destroy(fw->stage[i].kv);
-		if (fw->stage[i].be)
-			fw->stage[i].be->ops->destroy(fw->stage[i].be);
+	while (fw->n_inflight > 0)
+		pg_forward_wait(fw);
+	pthread_mutex_lock(&fw->lock);
+	fw->stop = 1;
+	pthread_cond_broadcast(&fw->cond);
+	pthread_mutex_unlock(&fw->lock);
+	for (int i = 0; fw->dev && i < fw->n_dev; i++) {
+		struct device *d = &fw->dev[i];
+
+		if (d->started)
+			pthread_join(d->thread, NULL);
+		pg_kv_store_destroy(d->kv);
+		if (d->be)
+			d->be->ops->destroy(d->be);
+		if (d->world)
+			d->world->ops->destroy(d->world);
+		if (d->tp)
+			d->tp->ops->destroy(d->tp);
+		if (d->cp)
+			d->cp->ops->destroy(d->cp);
+		free(d->w);
+		free(d->arena);
+		free(d->s.lg);
+		free(d->s.lg_all);
 	}
-	free(fw->arena);
+	for (int i = 0; fw->g_tp && i < fw->n_g_tp; i++)
+		pg_comm_shm_group_destroy(fw->g_tp[i]);
+	for (int i = 0; fw->g_cp && i < fw->n_g_cp; i++)
+		pg_comm_shm_group_destroy(fw->g_cp[i]);
+	pg_comm_shm_group_destroy(fw->g_world);
+	free(fw->g_tp);
+	free(fw->g_cp);
+	for (int i = 0; i < PG_FW_MAX_INFLIGHT; i++)
+		free_job(&fw->jobs[i]);
+	free(fw->dev);
+	pthread_mutex_destroy(&fw->lock);
+	pthread_cond_destroy(&fw->cond);
 	free(fw);
 }
 
@@ -243,8 +620,8 @@ int pg_forward_page_tokens(const struct pg_forward *fw)
 
 void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst)
 {
-	for (int i = 0; i < fw->n_stages; i++)
-		pg_kv_store_copy(fw->stage[i].kv, src, dst);
+	for (int i = 0; i < fw->n_dev; i++)
+		pg_kv_store_copy(fw->dev[i].kv, src, dst);
 }
 
 int pg_forward_max_batch(const struct pg_forward *fw)
@@ -254,13 +631,29 @@ int pg_forward_max_batch(const struct pg_forward *fw)
 
 int pg_forward_threads(const struct pg_forward *fw)
 {
-	return pg_cpu_backend_threads(fw->stage[0].be);
+	int n = 0;
+
+	for (int i = 0; i < fw->n_dev; i++)
+		n += pg_cpu_backend_threads(fw->dev[i].be);
+	return n;
 }
 
 const char *pg_forward_isa_name(const struct pg_forward *fw)
 {
-	return pg_cpu_isa_name(pg_cpu_backend_isa(fw->stage[0].be));
+	return pg_cpu_isa_name(pg_cpu_backend_isa(fw->dev[0].be));
 }
+
+int pg_forward_max_inflight(const struct pg_forward *fw)
+{
+	return fw->n_slots;
+}
+
+const struct pg_plan *pg_forward_plan(const struct pg_forward *fw)
+{
+	return &fw->plan;
+}
+
+/* ---- one batch ---- */
 
 /* A sequence's page table covers its positions with ids in range. */
 static int pages_ok(const struct pg_forward *fw, const struct pg_fw_seq *sq)
@@ -276,15 +669,16 @@ static int pages_ok(const struct pg_forward *fw, const struct pg_fw_seq *sq)
 	return 1;
 }
 
-/* Check the batch and lay out positions, slots and attention spans. */
-static int prepare(struct pg_forward *fw, const int32_t *tokens, int n_tokens,
-		   const struct pg_fw_seq *seqs, int n_seqs, int *n_out)
+/* Check the batch and lay out positions and attention spans in job j. */
+static int prepare(struct pg_forward *fw, struct job *j,
+		   const int32_t *tokens, int n_tokens,
+		   const struct pg_fw_seq *seqs, int n_seqs, float *logits)
 {
-	int pt = fw->p.page_tokens, row = 0;
+	int row = 0;
 
 	if (n_tokens > fw->p.max_batch_tokens)
 		return -E2BIG;
-	if (n_tokens < 1 || n_seqs < 1 || n_seqs > n_tokens)
+	if (n_tokens < 1 || n_seqs < 1 || n_seqs > n_tokens || !logits)
 		return -EINVAL;
 	for (int i = 0; i < n_tokens; i++)
 		if (tokens[i] < 0 || tokens[i] >= fw->m->hp.n_vocab)
@@ -296,113 +690,472 @@ static int prepare(struct pg_forward *fw, const int32_t *tokens, int n_tokens,
 	}
 	if (row != n_tokens)
 		return -EINVAL;
-	*n_out = 0;
+	memcpy(j->tokens, tokens, (size_t)n_tokens * sizeof(*tokens));
+	memcpy(j->seqs, seqs, (size_t)n_seqs * sizeof(*seqs));
+	j->n_tokens = n_tokens;
+	j->n_seqs = n_seqs;
+	j->logits = logits;
+	j->n_out = 0;
 	row = 0;
 	for (int i = 0; i < n_seqs; i++) {
 		const struct pg_fw_seq *sq = &seqs[i];
 
-		fw->s.aseqs[i] = (struct pg_attn_seq){
+		j->aseqs[i] = (struct pg_attn_seq){
 			.pages = sq->pages,
 			.n_ctx = sq->n_past + sq->n_tokens,
 			.first_row = row,
 			.n_rows = sq->n_tokens,
 		};
-		for (int j = 0; j < sq->n_tokens; j++, row++) {
-			int pos = sq->n_past + j;
-
-			fw->s.pos[row] = pos;
-			fw->s.slots[row] = sq->pages[pos / pt] * pt + pos % pt;
-			if (sq->logits_all || j == sq->n_tokens - 1)
-				fw->s.out_rows[(*n_out)++] = row;
+		for (int k = 0; k < sq->n_tokens; k++, row++) {
+			j->pos[row] = sq->n_past + k;
+			if (sq->logits_all || k == sq->n_tokens - 1)
+				j->out_rows[j->n_out++] = row;
 		}
 	}
 	return 0;
 }
 
-static void attention_layer(struct pg_forward *fw, struct pg_stage *st,
-			    const struct pg_block_weights *w, int lb, int n,
-			    int n_seqs)
+/* This device's KV slot of every row (-1: another CP rank holds it). */
+static void device_slots(const struct device *d, const struct job *j)
 {
-	const struct pg_hparams *hp = &fw->m->hp;
-	const struct pg_backend_ops *ops = st->be->ops;
-	struct pg_backend *be = st->be;
-	struct scratch *s = &fw->s;
+	int pt = d->fw->p.page_tokens, cp = d->fw->plan.cp, ptl = pt / cp;
+
+	for (int i = 0, row = 0; i < j->n_seqs; i++)
+		for (int k = 0; k < j->seqs[i].n_tokens; k++, row++) {
+			int pos = j->pos[row], o = pos % pt;
+
+			d->s.slots[row] = o / ptl == d->c ?
+				j->seqs[i].pages[pos / pt] * ptl + o % ptl : -1;
+		}
+}
+
+static uint64_t comm_ns(const struct device *d)
+{
+	uint64_t ns = d->world ? d->world->stats.wait_ns : 0;
+
+	if (d->tp)
+		ns += d->tp->stats.wait_ns;
+	if (d->cp)
+		ns += d->cp->stats.wait_ns;
+	return ns;
+}
+
+static int attention_layer(struct device *d, const struct job *j,
+			   const struct pg_block_weights *w, int lb)
+{
+	const struct pg_hparams *hp = &d->fw->m->hp;
+	const struct pg_backend_ops *ops = d->be->ops;
+	struct pg_backend *be = d->be;
+	struct scratch *s = &d->s;
+	int n = j->n_tokens, hd = hp->head_dim, rc;
+	const struct pg_kv_layout *kv = pg_kv_store_layout(d->kv);
+	struct pg_attn_heads heads = {
+		.n_heads = d->nq, .head0 = d->h0,
+		.group = hp->n_heads / hp->n_kv_heads, .kv_head0 = d->k0,
+	};
+	size_t part = (size_t)n * (size_t)d->nq * (size_t)(hd + 1);
 
 	ops->rmsnorm(be, s->x, w->attn_norm, n, hp->n_embd, hp->rms_eps, s->xb);
 	ops->matmul(be, &w->wq, s->xb, n, w->bq, s->q);
 	ops->matmul(be, &w->wk, s->xb, n, w->bk, s->k);
 	ops->matmul(be, &w->wv, s->xb, n, w->bv, s->v);
-	ops->rope(be, s->q, n, hp->n_heads, hp->head_dim, hp->n_rot, s->pos,
-		  hp->rope_base, hp->rope_mode);
-	ops->rope(be, s->k, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, s->pos,
-		  hp->rope_base, hp->rope_mode);
-	ops->kv_write(be, pg_kv_store_layout(st->kv), lb, s->k, s->v, n, s->slots);
-	ops->attention(be, pg_kv_store_layout(st->kv), lb, s->q, hp->n_heads,
-		       s->aseqs, n_seqs, 1.0f / sqrtf((float)hp->head_dim),
-		       s->att);
+	ops->rope(be, s->q, n, d->nq, hd, hp->n_rot, j->pos, hp->rope_base,
+		  hp->rope_mode);
+	ops->rope(be, s->k, n, d->nkv, hd, hp->n_rot, j->pos, hp->rope_base,
+		  hp->rope_mode);
+	ops->kv_write(be, kv, lb, s->k, s->v, n, s->slots);
+	if (!d->cp) {
+		ops->attention(be, kv, lb, s->q, &heads, j->aseqs, j->n_seqs,
+			       1.0f / sqrtf((float)hd), s->att, NULL);
+	} else {
+		ops->attention(be, kv, lb, s->q, &heads, j->aseqs, j->n_seqs,
+			       1.0f / sqrtf((float)hd), s->att,
+			       s->att + (size_t)n * d->nq * hd);
+		rc = d->cp->ops->all_gather(d->cp, s->att, part * sizeof(float),
+					    s->parts);
+		if (rc)
+			return rc;
+		ops->attn_merge(be, s->parts, part, d->fw->plan.cp, n, d->nq,
+				hd, s->att);
+	}
 	ops->matmul(be, &w->wo, s->att, n, NULL, s->xb2);
+	if (d->tp && (rc = d->tp->ops->all_reduce_sum(d->tp, s->xb2,
+				(size_t)n * hp->n_embd)))
+		return rc;
 	ops->add(be, s->x, s->xb2, (int64_t)n * hp->n_embd);
+	return 0;
 }
 
-static void ffn_layer(struct pg_forward *fw, struct pg_stage *st,
-		      const struct pg_block_weights *w, int n)
+static int ffn_layer(struct device *d, const struct job *j,
+		     const struct pg_block_weights *w)
 {
-	const struct pg_hparams *hp = &fw->m->hp;
-	const struct pg_backend_ops *ops = st->be->ops;
-	struct pg_backend *be = st->be;
-	struct scratch *s = &fw->s;
+	const struct pg_hparams *hp = &d->fw->m->hp;
+	const struct pg_backend_ops *ops = d->be->ops;
+	struct pg_backend *be = d->be;
+	struct scratch *s = &d->s;
+	int n = j->n_tokens, rc;
 
 	ops->rmsnorm(be, s->x, w->ffn_norm, n, hp->n_embd, hp->rms_eps, s->xb);
 	ops->matmul(be, &w->w_gate, s->xb, n, NULL, s->hb);
 	ops->matmul(be, &w->w_up, s->xb, n, NULL, s->hb2);
-	ops->silu_mul(be, s->hb, s->hb2, (int64_t)n * hp->n_ff);
+	ops->silu_mul(be, s->hb, s->hb2, (int64_t)n * d->nff);
 	ops->matmul(be, &w->w_down, s->hb, n, NULL, s->xb2);
+	if (d->tp && (rc = d->tp->ops->all_reduce_sum(d->tp, s->xb2,
+				(size_t)n * hp->n_embd)))
+		return rc;
 	ops->add(be, s->x, s->xb2, (int64_t)n * hp->n_embd);
+	return 0;
+}
+
+/* Room for rows logits rows of the local and gathered vocabulary slices. */
+static int grow_logits(struct device *d, size_t rows)
+{
+	size_t tp = (size_t)d->fw->plan.tp, vp = (size_t)d->vpad;
+	float *a, *b;
+
+	if (rows <= d->s.lg_rows)
+		return 0;
+	a = realloc(d->s.lg, rows * vp * sizeof(float));
+	if (a)
+		d->s.lg = a;
+	b = realloc(d->s.lg_all, tp * rows * vp * sizeof(float));
+	if (b)
+		d->s.lg_all = b;
+	if (!a || !b)
+		return -ENOMEM;
+	d->s.lg_rows = rows;
+	return 0;
 }
 
 /* Final norm and output projection of the rows whose logits are wanted. */
-static void head(struct pg_forward *fw, struct pg_stage *st, int n_out,
-		 float *logits)
+static int head(struct device *d, const struct job *j)
 {
-	const struct pg_model *m = fw->m;
-	int d = m->hp.n_embd;
-	struct scratch *s = &fw->s;
+	const struct pg_model *m = d->fw->m;
+	int dm = m->hp.n_embd, nv = m->hp.n_vocab, n_out = j->n_out, rc;
+	struct scratch *s = &d->s;
+	struct pg_backend *be = d->be;
 
 	for (int i = 0; i < n_out; i++)
-		if (s->out_rows[i] != i)
-			memcpy(s->x + (size_t)i * d,
-			       s->x + (size_t)s->out_rows[i] * d,
-			       sizeof(float) * (size_t)d);
-	st->be->ops->rmsnorm(st->be, s->x, m->output_norm, n_out, d,
-			     m->hp.rms_eps, s->xb);
-	st->be->ops->matmul(st->be, &m->output, s->xb, n_out, NULL, logits);
+		if (j->out_rows[i] != i)
+			memcpy(s->x + (size_t)i * dm,
+			       s->x + (size_t)j->out_rows[i] * dm,
+			       sizeof(float) * (size_t)dm);
+	be->ops->rmsnorm(be, s->x, m->output_norm, n_out, dm, m->hp.rms_eps,
+			 s->xb);
+	if (!d->tp) {
+		if (d->c == 0)
+			be->ops->matmul(be, &m->output, s->xb, n_out, NULL,
+					j->logits);
+		return 0;
+	}
+	if ((rc = grow_logits(d, (size_t)n_out)))
+		return rc;
+	/* rows of vpad floats: this rank's slice, zero-padded */
+	be->ops->matmul(be, &d->out_w, s->xb, n_out, NULL, s->lg);
+	if (d->nv < d->vpad)
+		for (int i = n_out - 1; i >= 0; i--) {
+			memmove(s->lg + (size_t)i * d->vpad,
+				s->lg + (size_t)i * d->nv,
+				sizeof(float) * (size_t)d->nv);
+			memset(s->lg + (size_t)i * d->vpad + d->nv, 0,
+			       sizeof(float) * (size_t)(d->vpad - d->nv));
+		}
+	rc = d->tp->ops->all_gather(d->tp, s->lg,
+				    (size_t)n_out * d->vpad * sizeof(float),
+				    s->lg_all);
+	if (rc || d->c != 0 || d->t != 0)
+		return rc;
+	for (int r = 0; r < d->fw->plan.tp; r++) {
+		int v0 = r * d->vpad;
+		int cnt = nv - v0 < d->vpad ? nv - v0 : d->vpad;
+
+		for (int i = 0; i < n_out; i++)
+			memcpy(j->logits + (size_t)i * nv + v0,
+			       s->lg_all + ((size_t)r * n_out + i) * d->vpad,
+			       sizeof(float) * (size_t)cnt);
+	}
+	return 0;
+}
+
+/* Everything device d does for one batch. */
+static int run_job(struct device *d, const struct job *j)
+{
+	const struct pg_model *m = d->fw->m;
+	const struct pg_plan *pl = &d->fw->plan;
+	size_t x_bytes = (size_t)j->n_tokens * m->hp.n_embd * sizeof(float);
+	int rc;
+
+	if (d->stage == 0) {
+		d->be->ops->get_rows(d->be, &m->tok_embd, j->tokens,
+				     j->n_tokens, d->s.x);
+	} else {
+		rc = d->world->ops->recv(d->world, d->index - pl->tp * pl->cp,
+					 d->s.x, x_bytes);
+		if (rc)
+			return rc;
+	}
+	device_slots(d, j);
+	for (int lb = 0; lb < d->n_blocks; lb++) {
+		if (d->fault_after > 0 && lb + 1 == d->fault_after) {
+			d->fault_after = 0;
+			return -EIO;
+		}
+		if ((rc = attention_layer(d, j, &d->w[lb], lb)))
+			return rc;
+		if ((rc = ffn_layer(d, j, &d->w[lb])))
+			return rc;
+	}
+	if (d->stage < pl->pp - 1)
+		return d->world->ops->send(d->world, d->index + pl->tp * pl->cp,
+					   d->s.x, x_bytes);
+	return head(d, j);
+}
+
+/* Clear an abort on every group of device d. */
+static void reset_device(struct device *d)
+{
+	if (d->world)
+		d->world->ops->reset(d->world);
+	if (d->tp)
+		d->tp->ops->reset(d->tp);
+	if (d->cp)
+		d->cp->ops->reset(d->cp);
+}
+
+static void abort_device(struct device *d)
+{
+	if (d->world)
+		d->world->ops->abort(d->world);
+	if (d->tp)
+		d->tp->ops->abort(d->tp);
+	if (d->cp)
+		d->cp->ops->abort(d->cp);
+}
+
+/*
+ * Device d has finished job j with rc.  The batch's error is the cause,
+ * not the -ECANCELED of the devices that the failing one's abort stopped.
+ */
+static void job_done(struct pg_forward *fw, struct job *j, int rc)
+{
+	int cur = atomic_load(&j->rc);
+
+	while (rc && (cur == 0 || (cur == -ECANCELED && rc != -ECANCELED)) &&
+	       !atomic_compare_exchange_weak(&j->rc, &cur, rc))
+		;
+	if (atomic_fetch_sub(&j->pending, 1) == 1) {
+		pthread_mutex_lock(&fw->lock);
+		j->done = 1;
+		pthread_cond_broadcast(&fw->cond);
+		pthread_mutex_unlock(&fw->lock);
+	}
+}
+
+static void *device_main(void *arg)
+{
+	struct device *d = arg;
+	struct pg_forward *fw = d->fw;
+	uint64_t next = 0;
+
+	if (d->info && d->info->n_cpus > 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(d->info->cpus[0], &set);
+		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	for (;;) {
+		struct job *j;
+		uint64_t t0;
+		int rc;
+
+		pthread_mutex_lock(&fw->lock);
+		while (!fw->stop && fw->queued == next)
+			pthread_cond_wait(&fw->cond, &fw->lock);
+		if (fw->stop && fw->queued == next) {
+			pthread_mutex_unlock(&fw->lock);
+			return NULL;
+		}
+		j = fw->queue[next % (PG_FW_MAX_INFLIGHT + 1)];
+		next++;
+		pthread_mutex_unlock(&fw->lock);
+		if (j->kind == JOB_RESET) {
+			reset_device(d);
+			job_done(fw, j, 0);
+			continue;
+		}
+		t0 = now_ns();
+		rc = run_job(d, j);
+		if (rc)
+			abort_device(d);
+		d->busy_ns += now_ns() - t0;
+		d->steps++;
+		job_done(fw, j, rc);
+	}
+}
+
+/* Hand job j to every device (threaded) or run it here. */
+static void start_job(struct pg_forward *fw, struct job *j)
+{
+	atomic_store(&j->pending, fw->n_dev);
+	atomic_store(&j->rc, 0);
+	j->done = 0;
+	if (!fw->threaded) {
+		uint64_t t0 = now_ns();
+		int rc = run_job(&fw->dev[0], j);
+
+		fw->dev[0].busy_ns += now_ns() - t0;
+		fw->dev[0].steps++;
+		atomic_store(&j->rc, rc);
+		atomic_store(&j->pending, 0);
+		j->done = 1;
+		return;
+	}
+	pthread_mutex_lock(&fw->lock);
+	fw->queue[fw->queued % (PG_FW_MAX_INFLIGHT + 1)] = j;
+	fw->queued++;
+	pthread_cond_broadcast(&fw->cond);
+	pthread_mutex_unlock(&fw->lock);
+}
+
+static int wait_job(struct pg_forward *fw, struct job *j)
+{
+	if (fw->threaded) {
+		pthread_mutex_lock(&fw->lock);
+		while (!j->done)
+			pthread_cond_wait(&fw->cond, &fw->lock);
+		pthread_mutex_unlock(&fw->lock);
+	}
+	return atomic_load(&j->rc);
+}
+
+/* After a failed batch and once nothing is in flight: clear the aborts. */
+static void reset_if_needed(struct pg_forward *fw)
+{
+	if (!fw->need_reset || fw->n_inflight)
+		return;
+	fw->reset_job.kind = JOB_RESET;
+	start_job(fw, &fw->reset_job);
+	wait_job(fw, &fw->reset_job);
+	fw->need_reset = 0;
+}
+
+int pg_forward_submit(struct pg_forward *fw, const int32_t *tokens,
+		      int n_tokens, const struct pg_fw_seq *seqs, int n_seqs,
+		      float *logits)
+{
+	struct job *j;
+	int rc;
+
+	if (fw->n_inflight >= fw->n_slots)
+		return -EBUSY;
+	if (fw->need_reset) {
+		while (fw->n_inflight)
+			pg_forward_wait(fw);
+		reset_if_needed(fw);
+	}
+	j = &fw->jobs[(fw->head + fw->n_inflight) % fw->n_slots];
+	rc = prepare(fw, j, tokens, n_tokens, seqs, n_seqs, logits);
+	if (rc)
+		return rc;
+	j->kind = JOB_RUN;
+	fw->n_inflight++;
+	start_job(fw, j);
+	return 0;
+}
+
+int pg_forward_wait(struct pg_forward *fw)
+{
+	struct job *j;
+	int rc;
+
+	if (!fw->n_inflight)
+		return -ENOENT;
+	j = &fw->jobs[fw->head];
+	rc = wait_job(fw, j);
+	fw->head = (fw->head + 1) % fw->n_slots;
+	fw->n_inflight--;
+	if (rc && fw->threaded)
+		fw->need_reset = 1;
+	reset_if_needed(fw);
+	return rc;
 }
 
 int pg_forward_batch(struct pg_forward *fw, const int32_t *tokens,
 		     int n_tokens, const struct pg_fw_seq *seqs, int n_seqs,
 		     float *logits)
 {
-	const struct pg_model *m = fw->m;
-	int n_out, rc;
+	int rc;
 
-	rc = prepare(fw, tokens, n_tokens, seqs, n_seqs, &n_out);
+	while (fw->n_inflight)
+		pg_forward_wait(fw);
+	rc = pg_forward_submit(fw, tokens, n_tokens, seqs, n_seqs, logits);
 	if (rc)
 		return rc;
-	for (int si = 0; si < fw->n_stages; si++) {
-		struct pg_stage *st = &fw->stage[si];
+	return pg_forward_wait(fw);
+}
 
-		if (si == 0)
-			st->be->ops->get_rows(st->be, &m->tok_embd, tokens,
-					      n_tokens, fw->s.x);
-		for (int lb = 0; lb < st->n_blocks; lb++) {
-			const struct pg_block_weights *w =
-				&m->blocks[st->first_block + lb];
+/* ---- figures ---- */
 
-			attention_layer(fw, st, w, lb, n_tokens, n_seqs);
-			ffn_layer(fw, st, w, n_tokens);
-		}
-		if (si == fw->n_stages - 1)
-			head(fw, st, n_out, logits);
+int pg_forward_n_devices(const struct pg_forward *fw)
+{
+	return fw->n_dev;
+}
+
+void pg_forward_device_stats(const struct pg_forward *fw, int i,
+			     struct pg_forward_dev_stats *st)
+{
+	const struct device *d = &fw->dev[i];
+	const struct pg_comm *cs[3] = { d->world, d->tp, d->cp };
+
+	memset(st, 0, sizeof(*st));
+	snprintf(st->name, sizeof(st->name), "%s",
+		 d->info ? d->info->name : "cpu:0");
+	st->stage = d->stage;
+	st->tp_rank = d->t;
+	st->cp_rank = d->c;
+	st->first_block = d->first_block;
+	st->n_blocks = d->n_blocks;
+	st->steps = d->steps;
+	st->busy_ns = d->busy_ns;
+	st->comm_ns = comm_ns(d);
+	st->compute_ns = st->busy_ns > st->comm_ns ? st->busy_ns - st->comm_ns : 0;
+	st->wall_ns = now_ns() - fw->stats_ns;
+	for (int k = 0; k < 3; k++) {
+		if (!cs[k])
+			continue;
+		st->bytes += cs[k]->stats.bytes_out;
+		st->n_all_reduce += cs[k]->stats.n_all_reduce;
+		st->n_all_gather += cs[k]->stats.n_all_gather;
+		st->n_send += cs[k]->stats.n_send;
+		st->n_recv += cs[k]->stats.n_recv;
 	}
+}
+
+void pg_forward_reset_stats(struct pg_forward *fw)
+{
+	while (fw->n_inflight)
+		pg_forward_wait(fw);
+	for (int i = 0; i < fw->n_dev; i++) {
+		struct device *d = &fw->dev[i];
+		struct pg_comm *cs[3] = { d->world, d->tp, d->cp };
+
+		d->busy_ns = 0;
+		d->steps = 0;
+		for (int k = 0; k < 3; k++)
+			if (cs[k])
+				memset(&cs[k]->stats, 0, sizeof(cs[k]->stats));
+	}
+	fw->stats_ns = now_ns();
+}
+
+int pg_forward_inject_fault(struct pg_forward *fw, int device, int block)
+{
+	if (device < 0 || device >= fw->n_dev || block < 1 ||
+	    block > fw->dev[device].n_blocks)
+		return -EINVAL;
+	while (fw->n_inflight)
+		pg_forward_wait(fw);
+	fw->dev[device].fault_after = block;
 	return 0;
 }

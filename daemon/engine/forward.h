@@ -2,12 +2,15 @@
  * forward.h - the Llama forward pass over a batch of tokens from one or
  * more sequences, run as a list of stages.
  *
- * A stage is one device (a backend) with a contiguous range of blocks, the
- * KV pages of those blocks, and, for the first and last stage, the embedding
- * and the output head.  Today one stage holds every block; the structure is
- * the one pipeline parallelism extends.  Prefill (many tokens of a sequence)
- * and decode (one token) are the same code.  This file knows nothing of
- * requests, sampling or scheduling.
+ * Without a plan, one CPU device runs every block on the caller's thread.
+ * With a plan (plan.h), each device of the plan runs on a thread of its
+ * own with its own backend, KV store and weight slices: pipeline stages
+ * hand the residual stream on, TP ranks split heads and FFN columns and
+ * all-reduce, CP ranks split the KV pages' token slots and merge their
+ * partial attentions (forward.c says how).  Up to pp batches may be in
+ * flight (pg_forward_submit / pg_forward_wait) so that stages overlap.
+ * Prefill (many tokens of a sequence) and decode (one token) are the same
+ * code.  This file knows nothing of requests, sampling or scheduling.
  */
 #ifndef PAGODA_FORWARD_H
 #define PAGODA_FORWARD_H
@@ -96,5 +99,63 @@ const char *pg_forward_isa_name(const struct pg_forward *fw);
 int pg_forward_batch(struct pg_forward *fw, const int32_t *tokens,
 		     int n_tokens, const struct pg_fw_seq *seqs, int n_seqs,
 		     float *logits);
+
+/*
+ * pg_forward_submit - start a batch (as pg_forward_batch) without waiting
+ * for it.  Up to pg_forward_max_inflight() batches may be in flight; the
+ * page tables and logits must stay untouched until the batch is waited
+ * for, and no sequence may be in two batches in flight.  Returns 0, -EBUSY
+ * (too many in flight), or pg_forward_batch's errors (nothing started).
+ */
+int pg_forward_submit(struct pg_forward *fw, const int32_t *tokens,
+		      int n_tokens, const struct pg_fw_seq *seqs, int n_seqs,
+		      float *logits);
+
+/*
+ * pg_forward_wait - wait for the oldest batch in flight.  Returns 0, the
+ * error of a device that failed (-EIO, -ENOMEM ...; the batch's logits are
+ * then undefined and its KV slots must be treated as unwritten; the
+ * devices recover by themselves), or -ENOENT when nothing is in flight.
+ */
+int pg_forward_wait(struct pg_forward *fw);
+
+/* pg_forward_max_inflight - batches that may be in flight: pp, or 1. */
+int pg_forward_max_inflight(const struct pg_forward *fw);
+
+/* pg_forward_plan - the plan it runs (a one-device plan without one). */
+const struct pg_plan *pg_forward_plan(const struct pg_forward *fw);
+
+/* pg_forward_n_devices - devices of the plan (1 without one). */
+int pg_forward_n_devices(const struct pg_forward *fw);
+
+/* What one device has done since creation or pg_forward_reset_stats. */
+struct pg_forward_dev_stats {
+	char name[16];			/* "cpu:0" */
+	int stage, tp_rank, cp_rank;
+	int first_block, n_blocks;
+	uint64_t steps;			/* batches run */
+	uint64_t wall_ns;		/* time since the figures started */
+	uint64_t busy_ns;		/* running batches (compute + comm) */
+	uint64_t compute_ns;		/* busy minus communication */
+	uint64_t comm_ns;		/* in communicator operations, waiting
+					   for peers included (for a later
+					   stage: the pipeline bubble) */
+	uint64_t bytes;			/* bytes sent to other devices */
+	uint64_t n_all_reduce, n_all_gather, n_send, n_recv;
+};
+
+/* pg_forward_device_stats - device i's figures (i < n_devices). */
+void pg_forward_device_stats(const struct pg_forward *fw, int i,
+			     struct pg_forward_dev_stats *st);
+
+/* pg_forward_reset_stats - start the figures again (waits for batches). */
+void pg_forward_reset_stats(struct pg_forward *fw);
+
+/*
+ * pg_forward_inject_fault - for tests: device `device` fails (-EIO) the
+ * next batch it runs, before its block `block` (1-based, in its stage).
+ * Returns 0 or -EINVAL.
+ */
+int pg_forward_inject_fault(struct pg_forward *fw, int device, int block);
 
 #endif

@@ -122,6 +122,12 @@ void pg_kv_store_destroy(struct pg_kv_store *s)
 	free(s);
 }
 
+void pg_kv_store_set_cp(struct pg_kv_store *s, int cp_size, int cp_rank)
+{
+	s->layout.cp_size = cp_size;
+	s->layout.cp_rank = cp_rank;
+}
+
 const struct pg_kv_layout *pg_kv_store_layout(const struct pg_kv_store *s)
 {
 	return &s->layout;

@@ -44,6 +44,13 @@ void pg_kv_store_destroy(struct pg_kv_store *s);
 /* pg_kv_store_layout - the page layout the backend reads and writes. */
 const struct pg_kv_layout *pg_kv_store_layout(const struct pg_kv_store *s);
 
+/*
+ * pg_kv_store_set_cp - this store holds CP rank cp_rank's share (its
+ * page_tokens slots) of pages that cover page_tokens * cp_size positions
+ * each (see struct pg_kv_layout).  cp_size 1: every position.
+ */
+void pg_kv_store_set_cp(struct pg_kv_store *s, int cp_size, int cp_rank);
+
 /* pg_kv_store_n_pages - pages in the store. */
 int pg_kv_store_n_pages(const struct pg_kv_store *s);
 

@@ -22,10 +22,12 @@ struct attn_ctx {
 	int block;
 	const float *q;			/* (rows, n_heads * head_dim) */
 	int n_heads;
+	struct pg_attn_heads heads;
 	const struct pg_attn_seq *seqs;	/* (n_seqs) */
 	int n_seqs;
 	float scale;
 	float *out;			/* (rows, n_heads * head_dim) */
+	float *lse;			/* (rows, n_heads) or NULL */
 };
 
 /* Running state of one query's softmax: max m, sum l, weighted V in acc. */
@@ -59,27 +61,48 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
 			  pg_kv_row(kv, c->block, 1, kvh, slot0), st->acc);
 }
 
-/* out = softmax(q K^T * scale) V over positions 0 .. n_keys - 1. */
+/*
+ * out = softmax(q K^T * scale) V over the positions 0 .. n_keys - 1 that
+ * this store holds: page table entry j covers page_tokens * cp_size
+ * positions, of which this store holds the run starting cp_rank *
+ * page_tokens (all of them without CP).  *lse = log sum exp(scores), or
+ * -inf (and out = 0) when no position is held.
+ */
 static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
-		     int n_keys, int kvh, const float *q, float *out)
+		     int n_keys, int kvh, const float *q, float *out,
+		     float *lse)
 {
-	int pt = c->kv->page_tokens, hd = c->kv->head_dim;
+	const struct pg_kv_layout *kv = c->kv;
+	int pt = kv->page_tokens, hd = kv->head_dim;
+	int cps = kv->cp_size > 1 ? kv->cp_size : 1;
+	int span = pt * cps, first = cps > 1 ? kv->cp_rank * pt : 0;
 	float acc[PG_ATTN_MAX_HEAD_DIM];
 	struct attn_state st = { .m = -INFINITY, .l = 0.0f, .acc = acc };
 
 	for (int i = 0; i < hd; i++)
 		acc[i] = 0.0f;
-	for (int p = 0; p < n_keys;) {
-		int off = p % pt;
-		int n = pt - off;
+	for (int j = 0; j * span + first < n_keys; j++) {
+		int p0 = j * span + first;
+		int end = p0 + pt < n_keys ? p0 + pt : n_keys;
 
-		n = n < n_keys - p ? n : n_keys - p;
-		n = n < PG_ATTN_CHUNK ? n : PG_ATTN_CHUNK;
-		attn_run(c, kvh, seq->pages[p / pt] * pt + off, n, q, &st);
-		p += n;
+		for (int p = p0; p < end; p += PG_ATTN_CHUNK) {
+			int n = end - p < PG_ATTN_CHUNK ? end - p : PG_ATTN_CHUNK;
+
+			attn_run(c, kvh, seq->pages[j] * pt + (p - p0), n, q,
+				 &st);
+		}
+	}
+	if (st.l == 0.0f) {
+		for (int i = 0; i < hd; i++)
+			out[i] = 0.0f;
+		if (lse)
+			*lse = -INFINITY;
+		return;
 	}
 	for (int i = 0; i < hd; i++)
 		out[i] = acc[i] / st.l;
+	if (lse)
+		*lse = st.m + logf(st.l);
 }
 
 /* Query heads h0 .. h1 - 1 of one row, in order: heads sharing a KV head
@@ -87,14 +110,17 @@ static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 static void attn_heads(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 		       int i, int h0, int h1)
 {
-	int hd = c->kv->head_dim, group = c->n_heads / c->kv->n_kv_heads;
+	const struct pg_attn_heads *hs = &c->heads;
+	int hd = c->kv->head_dim;
 	size_t row = (size_t)(seq->first_row + i);
 	int n_keys = seq->n_ctx - seq->n_rows + i + 1;
 
 	for (int h = h0; h < h1; h++) {
-		size_t o = (row * (size_t)c->n_heads + (size_t)h) * (size_t)hd;
+		size_t rh = row * (size_t)c->n_heads + (size_t)h;
+		int kvh = (hs->head0 + h) / hs->group - hs->kv_head0;
 
-		attn_one(c, seq, n_keys, h / group, c->q + o, c->out + o);
+		attn_one(c, seq, n_keys, kvh, c->q + rh * (size_t)hd,
+			 c->out + rh * (size_t)hd, c->lse ? c->lse + rh : NULL);
 	}
 }
 
@@ -128,16 +154,57 @@ static void attn_worker(void *arg, int ith, int nth)
 }
 
 void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
-		      int block, const float *q, int n_heads,
+		      int block, const float *q,
+		      const struct pg_attn_heads *heads,
 		      const struct pg_attn_seq *seqs, int n_seqs,
-		      float scale, float *out)
+		      float scale, float *out, float *lse)
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	struct attn_ctx c = {
 		.k = cpu->k, .kv = kv, .block = block, .q = q,
-		.n_heads = n_heads, .seqs = seqs, .n_seqs = n_seqs,
-		.scale = scale, .out = out,
+		.n_heads = heads->n_heads, .heads = *heads, .seqs = seqs,
+		.n_seqs = n_seqs, .scale = scale, .out = out, .lse = lse,
 	};
 
 	pg_pool_run(cpu->pool, attn_worker, &c);
+}
+
+/*
+ * Merge partial attentions: per (row, head), weights exp(lse_p - max) in
+ * part order, so every rank that merges the same parts gets the same bits.
+ * Cheap (rows × heads × head_dim × parts): run on the caller's thread.
+ */
+void pg_cpu_attn_merge(struct pg_backend *be, const float *parts,
+		       size_t part_floats, int n_parts, int rows, int n_heads,
+		       int head_dim, float *out)
+{
+	size_t n_rh = (size_t)rows * (size_t)n_heads, hd = (size_t)head_dim;
+
+	(void)be;
+	for (size_t rh = 0; rh < n_rh; rh++) {
+		float mx = -INFINITY, sum = 0.0f, *o = out + rh * hd;
+
+		for (int p = 0; p < n_parts; p++) {
+			float l = parts[(size_t)p * part_floats + n_rh * hd + rh];
+
+			mx = l > mx ? l : mx;
+		}
+		for (size_t d = 0; d < hd; d++)
+			o[d] = 0.0f;
+		if (mx == -INFINITY)
+			continue;
+		for (int p = 0; p < n_parts; p++) {
+			const float *part = parts + (size_t)p * part_floats;
+			float l = part[n_rh * hd + rh], w;
+
+			if (l == -INFINITY)
+				continue;
+			w = expf(l - mx);
+			sum += w;
+			for (size_t d = 0; d < hd; d++)
+				o[d] += w * part[rh * hd + d];
+		}
+		for (size_t d = 0; d < hd; d++)
+			o[d] /= sum;
+	}
 }

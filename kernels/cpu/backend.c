@@ -95,6 +95,7 @@ static const struct pg_backend_ops cpu_ops = {
 	.rope = pg_cpu_rope,
 	.kv_write = pg_cpu_kv_write,
 	.attention = pg_cpu_attention,
+	.attn_merge = pg_cpu_attn_merge,
 	.silu_mul = pg_cpu_silu_mul,
 	.add = pg_cpu_add,
 };
@@ -153,4 +154,9 @@ enum pg_cpu_isa pg_cpu_backend_isa(const struct pg_backend *be)
 int pg_cpu_backend_threads(const struct pg_backend *be)
 {
 	return ((const struct pg_cpu_backend *)be)->n_threads;
+}
+
+int pg_cpu_backend_pin(struct pg_backend *be, const int *cpus, int n_cpus)
+{
+	return pg_pool_pin(pg_cpu(be)->pool, cpus, n_cpus);
 }

@@ -36,6 +36,13 @@ const char *pg_cpu_isa_name(enum pg_cpu_isa isa);
  */
 struct pg_backend *pg_cpu_backend_create(int n_threads, enum pg_cpu_isa isa);
 
+/*
+ * pg_cpu_backend_pin - pin the backend's pool threads to cpus (thread i to
+ * cpus[i % n_cpus]; thread 0 is the caller's, which the caller pins).
+ * Returns 0 or -errno.
+ */
+int pg_cpu_backend_pin(struct pg_backend *be, const int *cpus, int n_cpus);
+
 /* pg_cpu_backend_isa - the level a CPU backend actually runs at. */
 enum pg_cpu_isa pg_cpu_backend_isa(const struct pg_backend *be);
 

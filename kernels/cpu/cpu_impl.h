@@ -190,9 +190,13 @@ void pg_cpu_kv_write(struct pg_backend *be, const struct pg_kv_layout *kv,
 		     int block, const float *k, const float *v, int n,
 		     const int32_t *slots);
 void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
-		      int block, const float *q, int n_heads,
+		      int block, const float *q,
+		      const struct pg_attn_heads *heads,
 		      const struct pg_attn_seq *seqs, int n_seqs,
-		      float scale, float *out);
+		      float scale, float *out, float *lse);
+void pg_cpu_attn_merge(struct pg_backend *be, const float *parts,
+		       size_t part_floats, int n_parts, int rows, int n_heads,
+		       int head_dim, float *out);
 void pg_cpu_silu_mul(struct pg_backend *be, float *gate, const float *up,
 		     int64_t n);
 void pg_cpu_add(struct pg_backend *be, float *x, const float *y, int64_t n);

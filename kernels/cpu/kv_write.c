@@ -17,7 +17,7 @@ static void store_token(const struct pg_kv_layout *kv, int block, int which,
 				kv->head_dim);
 }
 
-/* k, v: (n, n_kv_heads * head_dim); slots: (n) */
+/* k, v: (n, n_kv_heads * head_dim); slots: (n), -1 = not held here */
 void pg_cpu_kv_write(struct pg_backend *be, const struct pg_kv_layout *kv,
 		     int block, const float *k, const float *v, int n,
 		     const int32_t *slots)
@@ -25,6 +25,8 @@ void pg_cpu_kv_write(struct pg_backend *be, const struct pg_kv_layout *kv,
 	size_t stride = (size_t)kv->n_kv_heads * (size_t)kv->head_dim;
 
 	for (int t = 0; t < n; t++) {
+		if (slots[t] < 0)	/* another CP rank's token */
+			continue;
 		store_token(kv, block, 0, k + t * stride, slots[t]);
 		store_token(kv, block, 1, v + t * stride, slots[t]);
 	}

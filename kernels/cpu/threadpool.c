@@ -225,6 +225,24 @@ out_free_pool:
 	return err;
 }
 
+int pg_pool_pin(struct pg_pool *pool, const int *cpus, int n_cpus)
+{
+	if (n_cpus < 1)
+		return 0;
+	for (int i = 0; i < pool->n_threads - 1; i++) {
+		cpu_set_t set;
+		int err;
+
+		CPU_ZERO(&set);
+		CPU_SET(cpus[(i + 1) % n_cpus], &set);
+		err = pthread_setaffinity_np(pool->workers[i].thread,
+					     sizeof(set), &set);
+		if (err)
+			return -err;
+	}
+	return 0;
+}
+
 void pg_pool_destroy(struct pg_pool *pool)
 {
 	if (!pool)

@@ -20,6 +20,13 @@ struct pg_pool;
  */
 int pg_pool_create(int n_threads, struct pg_pool **out);
 
+/*
+ * pg_pool_pin - pin worker ith (1 .. n_threads - 1) to cpus[ith % n_cpus];
+ * the caller pins its own thread (number 0) if it wants.  Returns 0 or
+ * -errno of pthread_setaffinity_np.
+ */
+int pg_pool_pin(struct pg_pool *pool, const int *cpus, int n_cpus);
+
 /* pg_pool_destroy - stop and join the workers, free the pool.  NULL ok. */
 void pg_pool_destroy(struct pg_pool *pool);
 

@@ -1,0 +1,473 @@
+/*
+ * test_parallel.c - parallel plans on CPU devices give what one device
+ * gives.
+ *
+ * For pipeline (PP 2, 3), tensor (TP 2, 3; with KV heads that do not
+ * divide, so shared ones are replicated), PP 2 × TP 2, context (CP 2) and
+ * TP 2 × CP 2 plans, on generated models of uneven shapes (F32, Q8_0 and
+ * Q4_1 weights, llama and qwen2) and on the default model when it is there:
+ *
+ *  - prompt logits (every position) agree with one device's: PP exactly
+ *    (the same kernels in the same order), TP and CP within a stated
+ *    tolerance (the all-reduce and the softmax merge sum in another order);
+ *  - greedy generation gives the same tokens, or, where it does not, the
+ *    first difference is at a near-tie of one device's logits;
+ *  - several batches in flight (PP micro-batches) give each batch's own
+ *    result;
+ *  - a device that fails (injected) fails that batch with its error, and
+ *    the next batch runs and is right.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/engine/forward.h"
+#include "daemon/engine/generate.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/plan.h"
+#include "daemon/engine/tokenizer.h"
+#include "tests/gen/ggufgen.h"
+
+static int failures;
+
+#define CHECK(cond, ...) do { if (!(cond)) { failures++; \
+	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+#define PT 16		/* KV page tokens */
+#define N_PAGES 64
+
+struct shape {
+	int pp, tp, cp;
+};
+
+static const struct shape shapes[] = {
+	{ 2, 1, 1 }, { 3, 1, 1 }, { 1, 2, 1 }, { 1, 3, 1 }, { 2, 2, 1 },
+	{ 1, 1, 2 }, { 1, 2, 2 },
+};
+
+/* A plan of pp × tp × cp one-thread CPU devices, blocks cut evenly. */
+static void make_plan(const struct shape *sh, int n_blocks, struct pg_plan *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->pp = sh->pp;
+	p->tp = sh->tp;
+	p->cp = sh->cp;
+	p->n_devices = sh->pp * sh->tp * sh->cp;
+	for (int i = 0; i < p->n_devices; i++) {
+		p->dev[i].kind = PG_DEV_CPU;
+		p->dev[i].index = i;
+		snprintf(p->dev[i].name, sizeof(p->dev[i].name), "cpu:%d", i);
+		p->dev[i].n_threads = 1;
+		p->dev[i].numa_node = -1;
+	}
+	for (int s = 0; s <= sh->pp; s++)
+		p->first_block[s] = s * n_blocks / sh->pp;
+}
+
+struct rig {
+	struct pg_forward *fw;
+	struct pg_kvc *kvc;
+	struct pg_plan plan;
+};
+
+static int make_rig(struct rig *r, const struct pg_model *m,
+		    const struct shape *sh, int max_batch)
+{
+	struct pg_forward_params p = pg_forward_params_default();
+	char err[512];
+
+	p.n_threads = 1;
+	p.page_tokens = PT;
+	p.n_pages = N_PAGES;
+	p.max_batch_tokens = max_batch;
+	memset(r, 0, sizeof(*r));
+	if (sh) {
+		make_plan(sh, m->hp.n_blocks, &r->plan);
+		p.plan = &r->plan;
+	}
+	if (pg_forward_create(m, &p, &r->fw, err, sizeof(err))) {
+		CHECK(0, "pg_forward_create: %s", err);
+		return -1;
+	}
+	r->kvc = pg_kvc_for_forward(r->fw, m);
+	return r->kvc ? 0 : -1;
+}
+
+static void free_rig(struct rig *r)
+{
+	pg_kvc_destroy(r->kvc);
+	pg_forward_destroy(r->fw);
+}
+
+/* Logits of every position of ids (n <= the batch limit). */
+static float *prefill(struct rig *r, const struct pg_model *m,
+		      const int32_t *ids, int n)
+{
+	float *lg = malloc(sizeof(float) * (size_t)n * m->hp.n_vocab);
+	struct pg_kvc_seq *s = pg_kvc_seq_new(r->kvc, 0);
+	int rc = pg_run_tokens(r->fw, r->kvc, s, ids, n, 1, lg);
+
+	CHECK(rc == 0, "prefill rc %d", rc);
+	pg_kvc_seq_free(r->kvc, s);
+	/* later runs must compute, not reuse this prompt's pages */
+	pg_kvc_evict(r->kvc, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
+	return lg;
+}
+
+static int greedy(struct rig *r, const struct pg_model *m,
+		  const int32_t *prompt, int n, int n_gen, int32_t *out)
+{
+	struct pg_gen_params gp = { .sampling = pg_sampling_default(),
+				    .max_tokens = n_gen, .ignore_eos = 1 };
+	struct pg_gen_stats st;
+	char err[256];
+	int rc;
+
+	rc = pg_generate(r->fw, r->kvc, m, prompt, n, &gp, NULL, NULL, out,
+			 &st, err, sizeof(err));
+	CHECK(rc == 0 && st.n_gen == n_gen, "generate: %d %s", rc, err);
+	pg_kvc_evict(r->kvc, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
+	return rc;
+}
+
+/* Top-1 minus top-2 of a row. */
+static float margin(const float *row, int n)
+{
+	float a = -INFINITY, b = -INFINITY;
+
+	for (int i = 0; i < n; i++)
+		if (row[i] > a)
+			b = a, a = row[i];
+		else if (row[i] > b)
+			b = row[i];
+	return a - b;
+}
+
+struct figures {
+	double max_d, mean_d;
+	int same, n;		/* greedy runs identical */
+};
+
+/*
+ * Compare one plan with one device on model m: logits of the prompts'
+ * positions within logit_tol (0: bit-identical), greedy tokens equal or
+ * first different where one device's top two are within tie_tol.
+ */
+static void compare_plan(const struct pg_model *m, struct rig *one,
+			 const struct shape *sh, int32_t prompts[][64],
+			 int n_prompts, int n, int n_gen, double logit_tol,
+			 double tie_tol, const char *what)
+{
+	int V = m->hp.n_vocab;
+	struct rig r;
+	struct figures f = { 0 };
+	char name[96];
+
+	snprintf(name, sizeof(name), "%s pp%d tp%d cp%d", what, sh->pp, sh->tp,
+		 sh->cp);
+	if (make_rig(&r, m, sh, 64))
+		return;
+	for (int k = 0; k < n_prompts; k++) {
+		float *a = prefill(one, m, prompts[k], n);
+		float *b = prefill(&r, m, prompts[k], n);
+		int32_t ga[64], gb[64], seq[128];
+		int d;
+
+		for (size_t i = 0; i < (size_t)n * V; i++) {
+			double e = fabs((double)a[i] - b[i]);
+
+			f.max_d = e > f.max_d ? e : f.max_d;
+			f.mean_d += e / ((double)n * V * n_prompts);
+		}
+		free(a);
+		free(b);
+		greedy(one, m, prompts[k], n, n_gen, ga);
+		greedy(&r, m, prompts[k], n, n_gen, gb);
+		for (d = 0; d < n_gen && ga[d] == gb[d]; d++)
+			;
+		f.n++;
+		if (d == n_gen) {
+			f.same++;
+			continue;
+		}
+		/* one device's logits where the two first differ */
+		memcpy(seq, prompts[k], sizeof(int32_t) * (size_t)n);
+		memcpy(seq + n, ga, sizeof(int32_t) * (size_t)d);
+		a = prefill(one, m, seq, n + d);
+		{
+			float mg = margin(a + (size_t)(n + d - 1) * V, V);
+
+			CHECK(mg <= tie_tol, "%s prompt %d: greedy differs at token %d where one device's top two are %.4f apart (near-tie bound %.3g)",
+			      name, k, d, mg, tie_tol);
+			printf("  %s prompt %d: first difference at generated token %d, one device's margin there %.4f\n",
+			       name, k, d, mg);
+		}
+		free(a);
+	}
+	if (logit_tol == 0)
+		CHECK(f.max_d == 0, "%s: logits differ by %.3g, expected bit-identical",
+		      name, f.max_d);
+	else
+		CHECK(f.max_d <= logit_tol, "%s: logits differ by up to %.3g (tolerance %.3g)",
+		      name, f.max_d, logit_tol);
+	printf("%-34s logits max |d| %.2e mean %.2e; greedy identical %d/%d\n",
+	       name, f.max_d, f.mean_d, f.same, f.n);
+	free_rig(&r);
+}
+
+/* Several batches in flight give each its own result (PP micro-batches). */
+static void check_inflight(const struct pg_model *m, struct rig *one,
+			   int32_t prompts[][64], int n)
+{
+	static const struct shape sh = { 3, 1, 1 };
+	int V = m->hp.n_vocab, inflight;
+	struct rig r;
+	struct pg_kvc_seq *s[3];
+	struct pg_fw_seq fs[3];
+	float *lg[3], *want;
+
+	if (make_rig(&r, m, &sh, 64))
+		return;
+	inflight = pg_forward_max_inflight(r.fw);
+	CHECK(inflight == 3, "pp 3 allows %d batches in flight", inflight);
+	for (int k = 0; k < 3; k++) {
+		struct pg_kvc_copy cp[2];
+		int n_cp;
+
+		s[k] = pg_kvc_seq_new(r.kvc, 0);
+		CHECK(pg_kvc_seq_reserve(r.kvc, s[k], n, cp, &n_cp) == 0 &&
+		      n_cp == 0, "reserve");
+		fs[k] = (struct pg_fw_seq){ .pages = pg_kvc_seq_pages(s[k]),
+			.n_tokens = n, .logits_all = 1 };
+		lg[k] = malloc(sizeof(float) * (size_t)n * V);
+		CHECK(pg_forward_submit(r.fw, prompts[k], n, &fs[k], 1, lg[k]) == 0,
+		      "submit %d", k);
+	}
+	CHECK(pg_forward_submit(r.fw, prompts[0], n, &fs[0], 1, lg[0]) == -EBUSY,
+	      "a fourth batch in flight is refused");
+	for (int k = 0; k < 3; k++)
+		CHECK(pg_forward_wait(r.fw) == 0, "wait %d", k);
+	CHECK(pg_forward_wait(r.fw) == -ENOENT, "nothing left in flight");
+	for (int k = 0; k < 3; k++) {
+		want = prefill(one, m, prompts[k], n);
+		CHECK(!memcmp(want, lg[k], sizeof(float) * (size_t)n * V),
+		      "batch %d of 3 in flight differs from one device", k);
+		free(want);
+		free(lg[k]);
+		pg_kvc_seq_free(r.kvc, s[k]);
+	}
+	free_rig(&r);
+	printf("pp3 with 3 batches in flight: each equals one device\n");
+}
+
+/* An injected failure fails one batch; the next one is right. */
+static void check_fault(const struct pg_model *m, struct rig *one,
+			int32_t prompts[][64], int n)
+{
+	static const struct shape shs[] = { { 2, 2, 1 }, { 1, 2, 2 } };
+	int V = m->hp.n_vocab;
+
+	for (size_t i = 0; i < sizeof(shs) / sizeof(shs[0]); i++) {
+		struct rig r;
+		float *want, *got;
+		int32_t pages[8];
+		struct pg_fw_seq fs = { .pages = pages, .n_tokens = n,
+					.logits_all = 1 };
+		int nd, rc;
+
+		if (make_rig(&r, m, &shs[i], 64))
+			continue;
+		for (int p = 0; p < 8; p++)
+			pages[p] = p;
+		got = malloc(sizeof(float) * (size_t)n * V);
+		nd = pg_forward_n_devices(r.fw);
+		for (int dev = 0; dev < nd; dev++) {
+			CHECK(pg_forward_inject_fault(r.fw, dev, 1) == 0, "inject");
+			rc = pg_forward_batch(r.fw, prompts[0], n, &fs, 1, got);
+			CHECK(rc == -EIO, "device %d failing: batch gives %d, expected -EIO",
+			      dev, rc);
+			rc = pg_forward_batch(r.fw, prompts[1], n, &fs, 1, got);
+			CHECK(rc == 0, "the batch after a failure gives %d", rc);
+			want = prefill(one, m, prompts[1], n);
+			{
+				double e = 0;
+
+				for (size_t k = 0; k < (size_t)n * V; k++)
+					e = fmax(e, fabs((double)want[k] - got[k]));
+				CHECK(e < 1e-2, "after a failure on device %d the next batch is off by %.3g",
+				      dev, e);
+			}
+			free(want);
+		}
+		free(got);
+		free_rig(&r);
+	}
+	printf("injected device failures: the batch fails with -EIO, the next one is right\n");
+}
+
+/* The figures: steps, communication counted. */
+static void check_stats(const struct pg_model *m, int32_t prompts[][64], int n)
+{
+	static const struct shape sh = { 2, 2, 1 };
+	struct rig r;
+	float *lg;
+
+	if (make_rig(&r, m, &sh, 64))
+		return;
+	lg = prefill(&r, m, prompts[0], n);
+	free(lg);
+	for (int i = 0; i < pg_forward_n_devices(r.fw); i++) {
+		struct pg_forward_dev_stats st;
+
+		pg_forward_device_stats(r.fw, i, &st);
+		CHECK(st.steps >= 1 && st.busy_ns > 0, "device %d ran nothing", i);
+		/* 2 all-reduces per block, and the output head's all-gather */
+		CHECK(st.n_all_reduce == 2 * (uint64_t)st.n_blocks * st.steps,
+		      "device %d: %llu all-reduces for %d blocks", i,
+		      (unsigned long long)st.n_all_reduce, st.n_blocks);
+		CHECK(st.stage == 0 ? st.n_send == st.steps : st.n_recv == st.steps,
+		      "device %d: stage hand-offs not counted", i);
+		CHECK(st.bytes > 0, "device %d: no bytes counted", i);
+	}
+	free_rig(&r);
+}
+
+static struct pg_model *gen_model(enum ggufgen_arch arch, enum pg_dtype type,
+				  char *path)
+{
+	struct ggufgen_opts o;
+	struct pg_model *m = NULL;
+	char err[512];
+	int fd = mkstemp(path);
+
+	close(fd);
+	ggufgen_preset(&o, "tiny");
+	o.arch = arch;
+	o.qkv_bias = arch == GGUFGEN_QWEN2;
+	o.type = type;
+	o.embd_type = type;
+	o.n_blocks = 5;
+	o.hidden = 192;		/* 6 heads of 32 */
+	o.n_heads = 6;
+	o.n_kv_heads = 3;	/* TP 2: KV head 1 on both ranks */
+	o.ffn = 224;		/* 7 blocks of 32: uneven TP splits */
+	o.n_vocab = 301;	/* uneven vocabulary slices */
+	o.untied = 1;
+	if (ggufgen_write(&o, path, err, sizeof(err)) ||
+	    pg_model_load(path, 0, &m, err, sizeof(err))) {
+		CHECK(0, "model: %s", err);
+		unlink(path);
+		return NULL;
+	}
+	return m;
+}
+
+static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
+			  double logit_tol, double tie_tol)
+{
+	char path[] = "/tmp/pagoda-test-parallel-XXXXXX", what[64];
+	static int32_t prompts[3][64];
+	struct pg_model *m = gen_model(arch, type, path);
+	struct rig one;
+
+	if (!m)
+		return;
+	snprintf(what, sizeof(what), "%s %s",
+		 arch == GGUFGEN_QWEN2 ? "qwen2" : "llama", pg_dtype_name(type));
+	for (int k = 0; k < 3; k++)
+		for (int i = 0; i < 64; i++)
+			prompts[k][i] = (int32_t)((i * 37 + k * 101 + 11) % m->hp.n_vocab);
+	if (make_rig(&one, m, NULL, 64) == 0) {
+		for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+			compare_plan(m, &one, &shapes[i], prompts, 3, 40, 16,
+				     shapes[i].tp == 1 && shapes[i].cp == 1 ? 0 : logit_tol,
+				     tie_tol, what);
+		if (type == PG_Q8_0 && arch == GGUFGEN_LLAMA) {
+			check_inflight(m, &one, prompts, 40);
+			check_fault(m, &one, prompts, 40);
+			check_stats(m, prompts, 40);
+		}
+		free_rig(&one);
+	}
+	pg_model_free(m);
+	unlink(path);
+}
+
+static void run_default_model(void)
+{
+	char buf[4096], err[512];
+	const char *path = pg_model_default_path(buf, sizeof(buf));
+	static const struct shape dshapes[] = {
+		{ 2, 1, 1 }, { 3, 1, 1 }, { 1, 2, 1 }, { 1, 3, 1 }, { 2, 2, 1 },
+		{ 1, 1, 2 },
+	};
+	/* long enough (40+ tokens) that CP ranks each hold part of them */
+	static const char *texts[] = {
+		"The capital of France is Paris, and the capital of Italy is Rome. "
+		"Spain's capital is Madrid, Portugal's is Lisbon, and the capital "
+		"of Germany is",
+		"def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number, "
+		"computed iteratively so that large n does not overflow the "
+		"stack.\"\"\"\n",
+		"<|im_start|>user\nWhat is a pagoda, and why do pagodas have an "
+		"odd number of floors? Answer in two sentences.<|im_end|>\n"
+		"<|im_start|>assistant\n",
+	};
+	static int32_t prompts[3][64];
+	struct pg_model *m;
+	struct rig one;
+	int n = 64;
+
+	if (access(path, R_OK)) {
+		printf("default model not found (%s): its cases skipped\n", path);
+		return;
+	}
+	if (pg_model_load(path, 0, &m, err, sizeof(err))) {
+		CHECK(0, "%s", err);
+		return;
+	}
+	for (int k = 0; k < 3; k++) {
+		int32_t ids[64];
+		int got = (int)pg_tokenize(m->tok, texts[k], strlen(texts[k]),
+					   pg_tokenizer_add_bos(m->tok), 1,
+					   ids, 64);
+
+		CHECK(got > 0, "tokenize");
+		n = got < n ? got : n;
+		memcpy(prompts[k], ids, sizeof(int32_t) * (size_t)(got > 0 ? got : 0));
+	}
+	if (make_rig(&one, m, NULL, 64) == 0) {
+		for (size_t i = 0; i < sizeof(dshapes) / sizeof(dshapes[0]); i++)
+			compare_plan(m, &one, &dshapes[i], prompts, 3, n, 24,
+				     dshapes[i].tp == 1 && dshapes[i].cp == 1 ? 0 : 1.5,
+				     0.5, "SmolLM2");
+		free_rig(&one);
+	}
+	pg_model_free(m);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	/*
+	 * F32 weights keep every difference at rounding size (1e-5); 8-bit
+	 * activations turn a last-bit difference of the all-reduce into a
+	 * flipped rounding now and then, so those logits move by up to a few
+	 * tenths, and greedy runs may part only where two tokens nearly tie.
+	 */
+	run_generated(GGUFGEN_LLAMA, PG_F32, 1e-3, 1e-3);
+	run_generated(GGUFGEN_QWEN2, PG_F32, 1e-3, 1e-3);
+	run_generated(GGUFGEN_LLAMA, PG_Q8_0, 0.5, 0.25);
+	run_generated(GGUFGEN_QWEN2, PG_Q4_1, 0.5, 0.25);
+	run_default_model();
+	if (failures) {
+		fprintf(stderr, "%d failure(s)\n", failures);
+		return 1;
+	}
+	printf("all parallel plans agree with one device\n");
+	return 0;
+}
