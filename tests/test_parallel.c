@@ -219,6 +219,55 @@ static void compare_plan(const struct pg_model *m, struct rig *one,
 	free_rig(&r);
 }
 
+/*
+ * Devices bound to a NUMA node (node 0 exists everywhere) copy their weight
+ * slices there: the same results as views of the file (PP: bit-identical
+ * to one device).
+ */
+static void check_numa_weights(const struct pg_model *m, struct rig *one,
+			       int32_t prompts[][64], int n)
+{
+	static const struct shape shs[] = { { 2, 1, 1 }, { 2, 2, 1 } };
+
+	for (size_t k = 0; k < sizeof(shs) / sizeof(shs[0]); k++) {
+		struct pg_forward_params p = pg_forward_params_default();
+		struct pg_plan plan;
+		struct rig r = { 0 }, views;
+		char err[256];
+		float *a, *b;
+
+		/* the same plan with its weights as views of the file */
+		if (shs[k].tp == 1)
+			views = *one;
+		else if (make_rig(&views, m, &shs[k], 64))
+			continue;
+		make_plan(&shs[k], m->hp.n_blocks, &plan);
+		for (int i = 0; i < plan.n_devices; i++)
+			plan.dev[i].numa_node = 0;
+		p.n_threads = 1;
+		p.page_tokens = PT;
+		p.n_pages = N_PAGES;
+		p.max_batch_tokens = 64;
+		p.plan = &plan;
+		if (pg_forward_create(m, &p, &r.fw, err, sizeof(err))) {
+			CHECK(0, "numa weights: %s", err);
+			continue;
+		}
+		r.kvc = pg_kvc_for_forward(r.fw, m);
+		a = prefill(&views, m, prompts[0], n);
+		b = prefill(&r, m, prompts[0], n);
+		CHECK(!memcmp(a, b, sizeof(float) * (size_t)n * m->hp.n_vocab),
+		      "pp%d tp%d: weights copied to NUMA node 0 give other logits than views",
+		      shs[k].pp, shs[k].tp);
+		free(a);
+		free(b);
+		free_rig(&r);
+		if (shs[k].tp > 1)
+			free_rig(&views);
+	}
+	printf("pp2 and pp2 x tp2 with weight slices copied to NUMA node 0: bit-identical to views of the file\n");
+}
+
 /* Several batches in flight give each its own result (PP micro-batches). */
 static void check_inflight(const struct pg_model *m, struct rig *one,
 			   int32_t prompts[][64], int n)
@@ -388,6 +437,7 @@ static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
 				     tie_tol, what);
 		if (type == PG_Q8_0 && arch == GGUFGEN_LLAMA) {
 			check_inflight(m, &one, prompts, 40);
+			check_numa_weights(m, &one, prompts, 40);
 			check_fault(m, &one, prompts, 40);
 			check_stats(m, prompts, 40);
 		}

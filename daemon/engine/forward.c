@@ -27,6 +27,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <numa.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -88,6 +89,8 @@ struct device {
 	int first_block, n_blocks;
 	struct pg_block_weights *w;	/* (n_blocks) this device's slices */
 	struct pg_matrix out_w;		/* last stage: vocabulary [v0, v1) */
+	void *local;			/* slices copied to the device's node */
+	size_t local_bytes;
 	int h0, nq, k0, nkv, f0, nff, v0, nv, vpad;
 	struct pg_comm *world, *tp, *cp;
 	struct scratch s;
@@ -193,6 +196,76 @@ static void slice_block(const struct pg_hparams *hp, const struct device *d,
 }
 
 /* ---- set-up ---- */
+
+/* The matrices of device d that it reads, for walking them all. */
+static int device_matrices(struct device *d, struct pg_matrix **out)
+{
+	int n = 0;
+
+	for (int b = 0; b < d->n_blocks; b++) {
+		struct pg_block_weights *w = &d->w[b];
+
+		out[n++] = &w->wq, out[n++] = &w->wk, out[n++] = &w->wv;
+		out[n++] = &w->wo, out[n++] = &w->w_gate, out[n++] = &w->w_up;
+		out[n++] = &w->w_down;
+	}
+	if (d->stage == d->fw->plan.pp - 1)
+		out[n++] = &d->out_w;
+	return n;
+}
+
+static size_t packed_bytes(const struct pg_matrix *m)
+{
+	return pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols) *
+	       (size_t)m->n_rows;
+}
+
+/*
+ * A device bound to a NUMA node reads its weights from that node: its
+ * slices are copied there, packed (the row stride becomes the slice's own
+ * row size).  Otherwise they stay views of the file's mapping, shared
+ * with the page cache.  The token embedding stays in the mapping (a batch
+ * reads a few rows of it).
+ */
+static int localize_weights(struct device *d, int node)
+{
+	struct pg_matrix **ms;
+	size_t bytes = 0;
+	uint8_t *p;
+	int n;
+
+	ms = malloc(sizeof(*ms) * ((size_t)d->n_blocks * 7 + 1));
+	if (!ms)
+		return -ENOMEM;
+	n = device_matrices(d, ms);
+	for (int i = 0; i < n; i++)
+		bytes += (packed_bytes(ms[i]) + 63) / 64 * 64;
+	if (numa_available() < 0 || node > numa_max_node()) {
+		free(ms);
+		return -EINVAL;
+	}
+	d->local = numa_alloc_onnode(bytes, node);
+	if (!d->local) {
+		free(ms);
+		return -ENOMEM;
+	}
+	d->local_bytes = bytes;
+	p = d->local;
+	for (int i = 0; i < n; i++) {
+		struct pg_matrix *m = ms[i];
+		size_t rb = pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
+
+		for (int64_t r = 0; r < m->n_rows; r++)
+			memcpy(p + (size_t)r * rb,
+			       (const uint8_t *)m->data + (size_t)r * m->row_bytes,
+			       rb);
+		m->data = p;
+		m->row_bytes = rb;
+		p += (packed_bytes(m) + 63) / 64 * 64;
+	}
+	free(ms);
+	return 0;
+}
 
 static int alloc_scratch(struct pg_forward *fw, struct device *d)
 {
@@ -397,6 +470,13 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	for (int b = 0; b < d->n_blocks; b++)
 		slice_block(hp, d, &m->blocks[d->first_block + b], &d->w[b]);
 
+	if (d->info && d->info->numa_node >= 0 &&
+	    (rc = localize_weights(d, d->info->numa_node))) {
+		snprintf(err, err_len, "device %s: cannot place its weights on NUMA node %d: %s",
+			 d->info->name, d->info->numa_node,
+			 rc == -EINVAL ? "no such node" : strerror(-rc));
+		return rc;
+	}
 	if (d->info && d->info->n_threads > 0)
 		n_threads = d->info->n_threads;
 	d->be = pg_cpu_backend_create(n_threads, fw->p.isa);
@@ -589,6 +669,8 @@ void pg_forward_destroy(struct pg_forward *fw)
 		if (d->cp)
 			d->cp->ops->destroy(d->cp);
 		free(d->w);
+		if (d->local)
+			numa_free(d->local, d->local_bytes);
 		free(d->arena);
 		free(d->s.lg);
 		free(d->s.lg_all);
