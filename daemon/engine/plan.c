@@ -1189,6 +1189,32 @@ static const char *fmt_cpus(char *buf, size_t len, const struct pg_device *d)
 	return buf;
 }
 
+/*
+ * The links between CPU devices on different NUMA nodes: the kernel's
+ * node distances (10 = local; a remote socket is typically 20-32), which
+ * say how much a stage hand-off or an all-reduce across them costs.
+ */
+static void print_links(FILE *out, const struct pg_plan *p)
+{
+	int any = 0;
+
+	if (numa_available() < 0)
+		return;
+	for (int i = 0; i < p->n_devices; i++)
+		for (int j = i + 1; j < p->n_devices; j++) {
+			const struct pg_device *a = &p->dev[i], *b = &p->dev[j];
+
+			if (a->kind != PG_DEV_CPU || b->kind != PG_DEV_CPU ||
+			    a->numa_node < 0 || b->numa_node < 0 ||
+			    a->numa_node == b->numa_node)
+				continue;
+			if (!any++)
+				fprintf(out, "\nlinks (NUMA distance; 10 = local memory)\n");
+			fprintf(out, "  %s - %s: %d\n", a->name, b->name,
+				numa_distance(a->numa_node, b->numa_node));
+		}
+}
+
 static void print_devices(FILE *out, const struct pg_plan *p)
 {
 	char cpus[64], mem[32], node[16];
@@ -1204,6 +1230,7 @@ static void print_devices(FILE *out, const struct pg_plan *p)
 			d->numa_node >= 0 ? node : "-",
 			d->mem_bytes ? fmt_bytes(mem, sizeof(mem), d->mem_bytes) : "unknown");
 	}
+	print_links(out, p);
 }
 
 static void print_stages(FILE *out, const struct pg_plan *p)
