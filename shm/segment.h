@@ -102,7 +102,9 @@ static inline int pg_seg_check(const struct pg_seg_header *h,
 	if (h->sq_off < PG_SEG_HEADER_BYTES || h->sq_off % PG_CACHE_LINE ||
 	    h->cq_off < end || h->cq_off % PG_CACHE_LINE ||
 	    h->sq_arena_off < h->cq_off + (uint64_t)h->cq_slots * PG_SLOT_BYTES ||
+	    h->sq_arena_off % PG_CACHE_LINE ||
 	    h->cq_arena_off < (uint64_t)h->sq_arena_off + h->sq_arena ||
+	    h->cq_arena_off % PG_CACHE_LINE ||
 	    (uint64_t)h->cq_arena_off + h->cq_arena > map_bytes ||
 	    h->seg_bytes != map_bytes) {
 		snprintf(err, err_len, "the shared segment's regions do not fit its %llu bytes",
