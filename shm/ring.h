@@ -284,6 +284,8 @@ static inline void *pg_arena_alloc(struct pg_arena *a, uint32_t k,
 		start += a->size - pos;
 		pos = 0;
 	}
+	if (a->freed == a->alloc)	/* nothing live: the skipped end is free */
+		a->freed = start;
 	if (start + len - a->freed > a->size)
 		return NULL;
 	a->alloc = start + len;
