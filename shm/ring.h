@@ -268,7 +268,8 @@ static inline void pg_arena_reclaim(struct pg_arena *a, uint32_t head)
 /*
  * pg_arena_alloc - len contiguous bytes (len <= size) for ring entry k;
  * their offset goes to *off.  Returns the bytes, or NULL when the arena
- * has no such run free now (wait for the reader).  Call pg_arena_alloc at
+ * has no such run free now (reclaim, or wait for the reader; NULL too
+ * while entry k - n_slots's run is not reclaimed).  Call pg_arena_alloc at
  * most once per entry and for every entry in order (with len 0 when the
  * entry has no payload) so that runs free in order.
  */
@@ -278,8 +279,8 @@ static inline void *pg_arena_alloc(struct pg_arena *a, uint32_t k,
 	uint64_t start = a->alloc;
 	uint32_t pos = (uint32_t)(start % a->size);
 
-	if (len > a->size)
-		return NULL;
+	if (len > a->size || k - a->entries_freed > a->mask)
+		return NULL;	/* too long, or end[] still holds a live entry's */
 	if (len && pos + len > a->size) {	/* no wrapping: skip the end */
 		start += a->size - pos;
 		pos = 0;
