@@ -63,7 +63,7 @@ static inline void pg_ring_attach(struct pg_ring *r, struct pg_ring_ctl *ctl,
 	r->mask = n_slots - 1;
 	r->local = r->shared = producer ? tail : head;
 	r->cached = producer ? head : tail;
-	r->corrupt = 0;
+	r->corrupt = tail - head > n_slots;	/* the peer may have moved first */
 }
 
 /* pg_ring_slot - the slot of entry k. */
