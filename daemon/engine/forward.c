@@ -505,11 +505,32 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	return rc;
 }
 
+/*
+ * How long a device waiting for its peers spins before it sleeps: long
+ * (1 ms) when every device thread has a CPU of its own, since a futex
+ * wake-up costs tens of microseconds on every collective; short (20 us)
+ * when the devices' threads outnumber the CPUs, so that a waiting device
+ * does not hold the CPU its peer needs.
+ */
+static int64_t comm_spin_ns(const struct pg_forward *fw)
+{
+	cpu_set_t set;
+	int threads = 0, cpus;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return 20000;
+	cpus = CPU_COUNT(&set);
+	for (int i = 0; i < fw->n_dev; i++)
+		threads += pg_cpu_backend_threads(fw->dev[i].be);
+	return threads <= cpus ? 1000000 : 20000;
+}
+
 /* The communicator groups: one world, a TP group per (stage, c), a CP
  * group per (stage, t). */
 static int setup_comms(struct pg_forward *fw, char *err, size_t err_len)
 {
 	const struct pg_plan *pl = &fw->plan;
+	int64_t spin;
 	int rc;
 
 	rc = pg_comm_shm_group_create(fw->n_dev, &fw->g_world);
@@ -525,6 +546,12 @@ static int setup_comms(struct pg_forward *fw, char *err, size_t err_len)
 	for (int i = 0; i < fw->n_g_cp && pl->cp > 1; i++)
 		if ((rc = pg_comm_shm_group_create(pl->cp, &fw->g_cp[i])))
 			goto fail;
+	spin = comm_spin_ns(fw);
+	pg_comm_shm_group_set_spin(fw->g_world, spin);
+	for (int i = 0; i < fw->n_g_tp && pl->tp > 1; i++)
+		pg_comm_shm_group_set_spin(fw->g_tp[i], spin);
+	for (int i = 0; i < fw->n_g_cp && pl->cp > 1; i++)
+		pg_comm_shm_group_set_spin(fw->g_cp[i], spin);
 	for (int i = 0; i < fw->n_dev; i++) {
 		struct device *d = &fw->dev[i];
 

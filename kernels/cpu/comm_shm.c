@@ -37,9 +37,10 @@
 #include "comm_shm.h"
 
 /*
- * Spin this long before sleeping: enough to catch a peer that arrives a few
- * microseconds later (a futex wake-up costs several), short enough not to
- * steal the CPU from that peer when there are more ranks than cores.
+ * Spin this long before sleeping, by default: enough to catch a peer that
+ * arrives a few microseconds later (a futex wake-up costs several), short
+ * enough not to steal the CPU from that peer when there are more ranks than
+ * cores.  pg_comm_shm_group_set_spin() changes it per group.
  */
 #define SHM_SPIN_NS 30000
 #define SHM_SPIN_CHECK 64	/* pauses between clock reads */
@@ -80,6 +81,7 @@ struct pg_comm_shm_group {
 	_Alignas(64) _Atomic uint32_t aborted;	/* 1 from abort() to reset() */
 	_Atomic uint32_t abort_seq;	/* abort() calls, to cancel reset() */
 	int size;
+	int64_t spin_ns;		/* spin before sleeping */
 	struct shm_rank *rank;		/* (size) */
 	struct shm_box *box;		/* (size, size): [src * size + dst] */
 };
@@ -140,10 +142,10 @@ static int shm_cancelled(_Atomic uint32_t *cancel, uint32_t cancel_val)
 }
 
 /*
- * Spin until done(arg) or a cancel (0), or until SHM_SPIN_NS have passed
+ * Spin until done(arg) or a cancel (0), or until spin_ns have passed
  * (1: time to sleep).
  */
-static int shm_spin(shm_done_fn done, const void *arg,
+static int shm_spin(int64_t spin_ns, shm_done_fn done, const void *arg,
 		    _Atomic uint32_t *cancel, uint32_t cancel_val)
 {
 	int64_t start = 0, t;
@@ -157,7 +159,7 @@ static int shm_spin(shm_done_fn done, const void *arg,
 		t = now_ns();
 		if (!start)
 			start = t;
-		else if (t - start > SHM_SPIN_NS)
+		else if (t - start > spin_ns)
 			return 1;
 	}
 }
@@ -170,7 +172,7 @@ static int shm_wait(struct shm_comm *c, shm_done_fn done, const void *arg,
 		    _Atomic uint32_t *cancel, uint32_t cancel_val)
 {
 	struct shm_rank *me = &c->g->rank[c->base.rank];
-	int stop = !shm_spin(done, arg, cancel, cancel_val);
+	int stop = !shm_spin(c->g->spin_ns, done, arg, cancel, cancel_val);
 	uint32_t seq;
 
 	while (!stop) {
@@ -610,6 +612,7 @@ int pg_comm_shm_group_create(int size, struct pg_comm_shm_group **out)
 	if (!g)
 		return -ENOMEM;
 	g->size = size;
+	g->spin_ns = SHM_SPIN_NS;
 	g->rank = shm_calloc_lines((size_t)size, sizeof(*g->rank));
 	if (!g->rank)
 		goto out_free_group;
@@ -633,4 +636,9 @@ void pg_comm_shm_group_destroy(struct pg_comm_shm_group *g)
 	free(g->box);
 	free(g->rank);
 	free(g);
+}
+
+void pg_comm_shm_group_set_spin(struct pg_comm_shm_group *g, int64_t spin_ns)
+{
+	g->spin_ns = spin_ns < 0 ? 0 : spin_ns;
 }

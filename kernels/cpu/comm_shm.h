@@ -41,6 +41,8 @@
 #ifndef PAGODA_KERNELS_CPU_COMM_SHM_H
 #define PAGODA_KERNELS_CPU_COMM_SHM_H
 
+#include <stdint.h>
+
 #include "kernels/comm.h"
 
 struct pg_comm_shm_group;
@@ -62,6 +64,14 @@ int pg_comm_shm_group_create(int size, struct pg_comm_shm_group **out);
  * ENOMEM.
  */
 struct pg_comm *pg_comm_shm_join(struct pg_comm_shm_group *g, int rank);
+
+/*
+ * pg_comm_shm_group_set_spin - how long a waiting rank spins before it
+ * sleeps on its futex (default 30 us).  Long spins suit ranks that each
+ * have a core of their own (a futex wake-up costs tens of microseconds);
+ * short ones suit more ranks than cores.  Set it before the ranks start.
+ */
+void pg_comm_shm_group_set_spin(struct pg_comm_shm_group *g, int64_t spin_ns);
 
 /*
  * pg_comm_shm_group_destroy - free the group, after every handle has been
