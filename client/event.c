@@ -122,7 +122,7 @@ int pagoda_next_event(pagoda_t *p, struct pagoda_event *ev, int timeout_ms)
 		int was_armed = p->fd_armed;
 
 		p->fd_armed = 0;
-		if (was_armed && !p->sleepers)
+		if (was_armed && !p->poller)
 			pg_ring_awake(&p->cq);
 		rc = pgc_wait(p, match_stream, NULL, &p->ev_rx, timeout_ms);
 		if (rc > 0)

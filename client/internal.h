@@ -7,7 +7,8 @@
  *
  * Locking: one mutex per handle guards everything below.  A call takes it
  * on entry and gives it up only while it spins or sleeps waiting for the
- * daemon (io.c), so that other threads may submit or cancel meanwhile.
+ * daemon (io.c), so that other threads may submit or cancel meanwhile;
+ * one waiting thread polls the doorbell, the others wait on cond.
  */
 #ifndef PAGODA_CLIENT_INTERNAL_H
 #define PAGODA_CLIENT_INTERNAL_H
@@ -76,7 +77,8 @@ struct pagoda {
 	int dead;			/* 0, or the code every call returns
 					   once the ring is empty */
 	char bye[160];			/* the daemon's goodbye message */
-	int sleepers;			/* threads asleep on cq_efd */
+	int poller;			/* a thread sleeps on cq_efd */
+	pthread_cond_t cond;		/* (CLOCK_MONOTONIC) the others */
 	int fd_armed;			/* pagoda_fd's user waits on it */
 	_Atomic uint64_t q_gen;		/* bumped whenever an item is queued */
 

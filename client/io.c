@@ -5,9 +5,11 @@
  * on the completion doorbell without losing a wake-up.
  *
  * Every function here runs with the handle's lock held; the waits let go
- * of it while they spin or sleep.  Several threads may wait at once: a
- * completion that one of them reads for another is queued, and the doorbell
- * is rung again so that the others look (the "baton" below).
+ * of it while they spin or sleep.  Several threads may wait at once: one
+ * of them (the poller) sleeps on the doorbell and the socket, the others
+ * on the handle's condition variable.  Whoever reads a completion meant
+ * for another queues it and wakes the others; a poller that leaves wakes
+ * them too, so that one of them takes its place.
  */
 #include <errno.h>
 #include <poll.h>
@@ -280,11 +282,26 @@ static int take_entry(struct pagoda *p, const struct pg_cqe *slot,
 	return hit;
 }
 
-/* baton - others wait on the doorbell that this thread may have taken. */
-static void baton(struct pagoda *p)
+/*
+ * wake_others - completions were queued, or the poller left: the threads
+ * waiting on the condition variable look again, and an event loop polling
+ * pagoda_fd() is woken if something may be there for it (its doorbell may
+ * have been read by a poller here).
+ */
+static void wake_others(struct pagoda *p)
 {
-	if (p->sleepers || p->fd_armed)
+	pthread_cond_broadcast(&p->cond);
+	if (!p->fd_armed)
+		return;
+	if (atomic_load_explicit(&p->hdr->cq.tail, memory_order_acquire) != p->cq.local) {
 		ring(p->cq_efd);
+		return;
+	}
+	for (struct pgc_item *it = p->q_head; it; it = it->next)
+		if (it->owner == PGC_STREAM) {
+			ring(p->cq_efd);
+			return;
+		}
 }
 
 /*
@@ -302,7 +319,7 @@ static int drain(struct pagoda *p, pgc_match_fn match, void *ctx,
 	if (!rc && pg_ring_corrupt(&p->cq))
 		rc = broke(p, "the completion ring's counters");
 	if (queued)
-		baton(p);
+		wake_others(p);
 	return rc;
 }
 
@@ -393,11 +410,11 @@ static void spin(struct pagoda *p, uint64_t until)
 }
 
 /*
- * sleep_once - advertise sleep on the completion ring and wait on its
- * doorbell and the socket for up to ms (-1: no limit).  Returns 0, or
- * -EINTR when a signal came.
+ * poll_once - as the poller: advertise sleep on the completion ring and
+ * wait on its doorbell and the socket for up to ms (-1: no limit).
+ * Returns 0, or -EINTR when a signal came.
  */
-static int sleep_once(struct pagoda *p, int ms)
+static int poll_once(struct pagoda *p, int ms)
 {
 	struct pollfd fds[2] = {
 		{ .fd = p->cq_efd, .events = POLLIN },
@@ -408,25 +425,65 @@ static int sleep_once(struct pagoda *p, int ms)
 
 	if (!pg_ring_prepare_sleep(&p->cq))
 		return 0;
-	p->sleepers++;
+	p->poller = 1;
 	pthread_mutex_unlock(&p->lock);
 	n = poll(fds, 2, ms);
 	e = errno;
 	pthread_mutex_lock(&p->lock);
-	p->sleepers--;
+	p->poller = 0;
 	if (n > 0 && (fds[0].revents & POLLIN))
 		(void)!read(p->cq_efd, &v, sizeof(v));	/* non-blocking */
 	if (n > 0 && fds[1].revents)
 		socket_event(p, fds[1].revents);
-	if (!p->sleepers && !p->fd_armed)
+	if (!p->fd_armed)
 		pg_ring_awake(&p->cq);
+	wake_others(p);
 	return n < 0 && e == EINTR ? -EINTR : 0;
+}
+
+/* follow - another thread polls: wait until it wakes us, or until deadline
+   (ns, CLOCK_MONOTONIC; 0: no limit). */
+static void follow(struct pagoda *p, uint64_t deadline)
+{
+	struct timespec ts;
+
+	if (!deadline) {
+		pthread_cond_wait(&p->cond, &p->lock);
+		return;
+	}
+	ts.tv_sec = (time_t)(deadline / 1000000000u);
+	ts.tv_nsec = (long)(deadline % 1000000000u);
+	pthread_cond_timedwait(&p->cond, &p->lock, &ts);
+}
+
+/* sleep_once - as the poller, or as a follower when another polls. */
+static int sleep_once(struct pagoda *p, int ms, uint64_t deadline)
+{
+	if (!p->poller)
+		return poll_once(p, ms);
+	follow(p, ms < 0 ? 0 : deadline);
+	return 0;
+}
+
+/*
+ * spin_budget - how long to spin: only while the daemon is awake.  A
+ * sleeping daemon (it says so in the submission ring's control words)
+ * answers only after a wake-up that outlasts any useful spin, and the
+ * scheduler tends to wake it on the CPU of the thread that rang it: a
+ * client spinning there holds it off (measured: the round trip grew by
+ * the whole spin time).
+ */
+static uint64_t spin_budget(struct pagoda *p)
+{
+	if (atomic_load_explicit(&p->hdr->sq.sleeping, memory_order_relaxed))
+		return 0;
+	return p->spin_ns;
 }
 
 int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
 	     struct pgc_rx *rx, int timeout_ms)
 {
-	uint64_t start = pgc_now_ns(), spin_end = start + p->spin_ns;
+	uint64_t start = pgc_now_ns(), spin_end = start + spin_budget(p);
 	uint64_t deadline = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
 	int rc;
 
@@ -453,10 +510,9 @@ int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
 		if (timeout_ms > 0 && t >= deadline)
 			break;
 		if (sleep_once(p, timeout_ms < 0 ? -1
-				  : (int)((deadline - t + 999999) / 1000000)))
+				  : (int)((deadline - t + 999999) / 1000000), deadline))
 			break;
 	}
-	baton(p);
 	return rc;
 }
 

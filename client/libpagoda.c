@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/internal.h"
@@ -362,8 +363,14 @@ static struct pagoda *handle_new(void)
 
 	if (!p)
 		return NULL;
+	pthread_condattr_t ca;
+
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_mutex_init(&p->err_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	p->sock = p->seg_fd = p->sq_efd = p->cq_efd = p->ep_fd = -1;
 	p->spin_ns = PGC_SPIN_US * 1000;
 	p->next_id = 1;
@@ -438,6 +445,7 @@ void pagoda_close(pagoda_t *p)
 	pgc_rx_free(&p->ev_rx);
 	free(p->flight);
 	free(p->sq_end);
+	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->err_lock);
 	pthread_mutex_destroy(&p->lock);
 	free(p);

@@ -1,0 +1,171 @@
+/*
+ * cli_out.c - the `pagoda` command's output: JSON lines for --json, the
+ * figures for --verbose, and error messages with their exit statuses.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/cli.h"
+
+void cli_buf_add(struct cli_buf *b, const char *s, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->s, cap);
+		if (!p) {
+			fputs("pagoda: out of memory\n", stderr);
+			exit(CLI_FAIL);
+		}
+		b->s = p;
+		b->cap = cap;
+	}
+	memcpy(b->s + b->len, s, n);
+	b->len += n;
+	b->s[b->len] = 0;
+}
+
+/* utf8_len - bytes of the valid UTF-8 character at s (n left), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t len = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+		     : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+		     : s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : 0;
+
+	if (!len || len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	/* overlong three-byte forms, surrogates, beyond U+10FFFF */
+	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
+	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
+		return 0;
+	return len;
+}
+
+void cli_json_string(FILE *f, const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+
+	putc('"', f);
+	for (size_t i = 0; i < n;) {
+		size_t len = utf8_len(u + i, n - i);
+
+		if (!len) {
+			fputs("\\ufffd", f);
+			i++;
+		} else if (u[i] == '"' || u[i] == '\\') {
+			fprintf(f, "\\%c", u[i++]);
+		} else if (u[i] == '\n') {
+			fputs("\\n", f);
+			i++;
+		} else if (u[i] == '\t') {
+			fputs("\\t", f);
+			i++;
+		} else if (u[i] < 0x20 || u[i] == 0x7f) {
+			fprintf(f, "\\u%04x", u[i++]);
+		} else {
+			fwrite(u + i, 1, len, f);
+			i += len;
+		}
+	}
+	putc('"', f);
+}
+
+static void json_head(const char *type, const struct pagoda_event *ev)
+{
+	printf("{\"event\":\"%s\",\"id\":%llu,\"sample\":%u", type,
+	       (unsigned long long)ev->id, ev->sample);
+}
+
+static void json_tokens(const struct pagoda_event *ev)
+{
+	json_head("tokens", ev);
+	fputs(",\"ids\":[", stdout);
+	for (size_t i = 0; i < ev->n_ids; i++)
+		printf(i ? ",%d" : "%d", ev->ids[i]);
+	fputs("],\"text\":", stdout);
+	cli_json_string(stdout, ev->text, ev->text_len);
+}
+
+static void json_logprobs(const struct pagoda_event *ev)
+{
+	json_head("logprobs", ev);
+	fputs(",\"logprobs\":[", stdout);
+	for (size_t i = 0; i < ev->n_logprobs; i++)
+		printf("%s{\"id\":%d,\"logprob\":%.6g}", i ? "," : "",
+		       ev->logprobs[i].id, (double)ev->logprobs[i].logprob);
+	putchar(']');
+}
+
+static void json_done(const struct pagoda_event *ev, const struct cli_buf *text,
+		      uint64_t seed)
+{
+	const struct pagoda_figures *f = &ev->figures;
+
+	json_head("done", ev);
+	printf(",\"last\":%s,\"finish\":\"%s\",\"text\":", ev->last ? "true" : "false",
+	       pagoda_finish_name(ev->finish));
+	cli_json_string(stdout, text && text->s ? text->s : "", text ? text->len : 0);
+	printf(",\"n_prompt\":%u,\"n_cached\":%u,\"n_gen\":%u,\"n_preempt\":%u,"
+	       "\"queue_s\":%.6f,\"ttft_s\":%.6f,\"itl_s\":%.6f,\"seed\":%llu",
+	       f->n_prompt, f->n_cached, f->n_gen, f->n_preempt, f->queue_s,
+	       f->ttft_s, f->itl_s, (unsigned long long)seed);
+}
+
+void cli_json_event(const struct pagoda_event *ev, const struct cli_buf *text,
+		    uint64_t seed)
+{
+	switch (ev->type) {
+	case PAGODA_EVENT_TOKENS:
+		json_tokens(ev);
+		break;
+	case PAGODA_EVENT_LOGPROBS:
+		json_logprobs(ev);
+		break;
+	case PAGODA_EVENT_DONE:
+		json_done(ev, text, seed);
+		break;
+	case PAGODA_EVENT_ERROR:
+		json_head("error", ev);
+		printf(",\"code\":%d,\"error\":\"%s\",\"message\":", ev->error,
+		       pagoda_strerror(ev->error));
+		cli_json_string(stdout, ev->text, ev->text_len);
+		break;
+	}
+	puts("}");
+	fflush(stdout);
+}
+
+void cli_figures(const struct pagoda_event *ev, uint64_t seed)
+{
+	const struct pagoda_figures *f = &ev->figures;
+
+	fprintf(stderr,
+		"pagoda: sample %u: %s; prompt %u tokens (%u cached); generated %u tokens; "
+		"queued %.3f s; first token %.3f s; %.1f ms between tokens; "
+		"preempted %u times; seed %llu\n",
+		ev->sample, pagoda_finish_name(ev->finish), f->n_prompt, f->n_cached,
+		f->n_gen, f->queue_s, f->ttft_s, f->itl_s * 1e3, f->n_preempt,
+		(unsigned long long)seed);
+}
+
+int cli_error(int code, const char *msg)
+{
+	fprintf(stderr, "pagoda: %s\n", msg && *msg ? msg : pagoda_strerror(code));
+	switch (code) {
+	case PAGODA_ECONNECT:
+	case PAGODA_EACCESS:
+	case PAGODA_EVERSION:
+	case PAGODA_ECLIENTS:
+		return CLI_CONNECT;
+	case PAGODA_ESHUTDOWN:
+		return CLI_GONE;
+	default:
+		return CLI_FAIL;
+	}
+}
