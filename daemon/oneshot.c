@@ -1,11 +1,13 @@
 /*
- * oneshot.c - pagodad's command line: the one-shot completion and tokenize
- * modes that operators and tests use without a running daemon, and --plan,
- * which shows the parallel plan the options give without loading weights.
+ * oneshot.c - pagodad's command line: the serving daemon (the default
+ * mode: options into a struct pgd_config, then pgd_serve()), the one-shot
+ * completion and tokenize modes that operators and tests use without a
+ * running daemon, and --plan, which shows the parallel plan the options
+ * give without loading weights.
  *
- * This is the only daemon code that prints to the terminal; it parses the
- * options, loads the model and calls the engine.  The serving loop
- * (sockets, rings) is not here.
+ * This is the only daemon code that prints to the terminal on its own; it
+ * parses the options, loads the model and builds the forward pass.  The
+ * serving loop (sockets, rings) is server.c's and logs through log.h.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -20,10 +22,13 @@
 #include "config.h"
 #include "daemon/pagodad.h"
 #include "engine/chat.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/plan.h"
 #include "engine/tokenizer.h"
+#include "log.h"
+#include "server.h"
 
 #define MAX_STOP 16
 
@@ -51,7 +56,10 @@ struct options {
 	enum pg_dtype kv_type;
 	struct pg_gen_params gen;
 	int seed_given;
+	int max_tokens_given;
 	const char *stop[MAX_STOP];
+	struct pgd_config daemon;	/* the serving daemon's options */
+	int log_level;
 };
 
 enum {
@@ -61,6 +69,10 @@ enum {
 	OPT_TOKENIZE_FILE, OPT_PARSE_SPECIAL, OPT_CHAT, OPT_VERSION,
 	OPT_KV_SIZE, OPT_KV_FRACTION, OPT_KV_LOCK, OPT_KV_HUGETLB, OPT_NUMA_NODE,
 	OPT_DEVICES, OPT_PP, OPT_TP, OPT_CP, OPT_PARALLEL, OPT_PLAN,
+	OPT_SOCKET, OPT_SOCKET_MODE, OPT_SOCKET_GROUP, OPT_ALLOW_USERS,
+	OPT_ALLOW_GROUPS, OPT_MAX_CLIENTS, OPT_MAX_INFLIGHT, OPT_MAX_PROMPT,
+	OPT_MAX_PAYLOAD, OPT_SQ_SLOTS, OPT_CQ_SLOTS, OPT_SQ_ARENA, OPT_CQ_ARENA,
+	OPT_SPIN_US, OPT_DRAIN_TIMEOUT, OPT_LOG_LEVEL, OPT_FOREGROUND,
 };
 
 static const struct option long_opts[] = {
@@ -97,6 +109,23 @@ static const struct option long_opts[] = {
 	{ "tokenize", required_argument, NULL, OPT_TOKENIZE },
 	{ "tokenize-file", required_argument, NULL, OPT_TOKENIZE_FILE },
 	{ "parse-special", no_argument, NULL, OPT_PARSE_SPECIAL },
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
+	{ "socket-group", required_argument, NULL, OPT_SOCKET_GROUP },
+	{ "allow-users", required_argument, NULL, OPT_ALLOW_USERS },
+	{ "allow-groups", required_argument, NULL, OPT_ALLOW_GROUPS },
+	{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
+	{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
+	{ "max-prompt", required_argument, NULL, OPT_MAX_PROMPT },
+	{ "max-payload", required_argument, NULL, OPT_MAX_PAYLOAD },
+	{ "sq-slots", required_argument, NULL, OPT_SQ_SLOTS },
+	{ "cq-slots", required_argument, NULL, OPT_CQ_SLOTS },
+	{ "sq-arena", required_argument, NULL, OPT_SQ_ARENA },
+	{ "cq-arena", required_argument, NULL, OPT_CQ_ARENA },
+	{ "spin-us", required_argument, NULL, OPT_SPIN_US },
+	{ "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
+	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -106,7 +135,8 @@ static const struct option long_opts[] = {
 static void usage(FILE *out)
 {
 	fprintf(out,
-"Usage: pagodad --model FILE --prompt TEXT [options]   one-shot completion\n"
+"Usage: pagodad --model FILE [--socket PATH] [--foreground] [options]   serve\n"
+"       pagodad --model FILE --prompt TEXT [options]   one-shot completion\n"
 "       pagodad --model FILE --tokenize TEXT             print token ids\n"
 "       pagodad --model FILE --tokenize-file FILE|-      one line of ids per line\n"
 "       pagodad --model FILE --plan [parallel options]   show the parallel plan\n"
@@ -152,13 +182,29 @@ static void usage(FILE *out)
 "      --tokenize TEXT       print TEXT's token ids\n"
 "      --tokenize-file FILE  tokenize each line of FILE ('-': standard input)\n"
 "      --parse-special       recognise special tokens such as <|im_start|>\n"
+"Serving (without --prompt, --tokenize or --plan):\n"
+"      --socket PATH         the Unix socket (default %s)\n"
+"      --socket-mode MODE    its mode, octal (default 0660)\n"
+"      --socket-group GROUP  its group (default pagoda when it exists)\n"
+"      --allow-users LIST    only these users (names or uids, comma-separated;\n"
+"                            root always); default: anyone who can open the socket\n"
+"      --allow-groups LIST   ... and members of these groups\n"
+"      --max-clients N       clients connected at once (default 64)\n"
+"      --max-inflight N      requests in flight per client (default 64)\n"
+"      --max-prompt N        prompt tokens (default: the KV pool's capacity)\n"
+"      --max-tokens N        tokens one request may generate (default 4096)\n"
+"      --max-payload SIZE    bytes of one request's payload (default: --sq-arena)\n"
+"      --sq-slots N --cq-slots N   ring entries per client (default 256, 1024)\n"
+"      --sq-arena SIZE --cq-arena SIZE   payload arenas (default 1M, 4M)\n"
+"      --spin-us N           poll this long before sleeping (default 50)\n"
+"      --drain-timeout S     drop a client whose completion ring stays full\n"
+"                            this many seconds (default 10)\n"
+"      --log-level LEVEL     error, warn, info or debug (default info)\n"
+"      --foreground          stay in the foreground (pagodad always does)\n"
 "Other:\n"
 "  -q, --quiet               no figures on standard error\n"
 "  -h, --help                this text\n"
-"      --version             the version\n"
-"\n"
-"The serving daemon (Unix socket and shared-memory rings) is not part of this\n"
-"build yet; see pagodad(8).\n", MAX_STOP);
+"      --version             the version\n", MAX_STOP, PGD_DEFAULT_SOCKET);
 }
 
 static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
@@ -273,7 +319,9 @@ static int parse_other_opt(struct options *o, int c, const char *arg)
 	case 'p': o->prompt = arg; return 0;
 	case OPT_PROMPT_FILE: o->prompt_file = arg; return 0;
 	case OPT_CHAT: o->chat = 1; return 0;
-	case OPT_MAX_TOKENS: return parse_int("--max-tokens", arg, 0, 1 << 24, &o->gen.max_tokens);
+	case OPT_MAX_TOKENS:
+		o->max_tokens_given = 1;
+		return parse_int("--max-tokens", arg, 0, 1 << 24, &o->gen.max_tokens);
 	case OPT_STOP:
 		if (o->gen.n_stop == MAX_STOP) {
 			fprintf(stderr, "pagodad: at most %d --stop strings\n", MAX_STOP);
@@ -342,6 +390,90 @@ static int parse_parallel_opt(struct options *o, int c, const char *arg)
 	return 1;
 }
 
+/* An unsigned size in bytes that fits 32 bits. */
+static int parse_size32(const char *opt, const char *s, uint32_t *out)
+{
+	size_t v;
+
+	if (parse_size(opt, s, &v))
+		return -1;
+	if (v > UINT32_MAX) {
+		fprintf(stderr, "pagodad: %s '%s': at most 4G\n", opt, s);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_mode(const char *s, unsigned *mode)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 8);
+	if (errno || end == s || *end || v > 0777) {
+		fprintf(stderr, "pagodad: --socket-mode '%s': expected an octal mode such as 0660\n", s);
+		return -1;
+	}
+	*mode = (unsigned)v;
+	return 0;
+}
+
+static int parse_slots(const char *opt, const char *s, uint32_t *out)
+{
+	int v;
+
+	if (parse_int(opt, s, 8, 65536, &v))
+		return -1;
+	if (v & (v - 1)) {
+		fprintf(stderr, "pagodad: %s '%s': expected a power of two\n", opt, s);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_daemon_opt(struct options *o, int c, const char *arg)
+{
+	struct pgd_config *d = &o->daemon;
+	float f;
+
+	switch (c) {
+	case OPT_SOCKET: d->socket_path = arg; return 0;
+	case OPT_SOCKET_MODE: return parse_mode(arg, &d->socket_mode);
+	case OPT_SOCKET_GROUP: d->socket_group = arg; return 0;
+	case OPT_ALLOW_USERS: d->allow_users = arg; return 0;
+	case OPT_ALLOW_GROUPS: d->allow_groups = arg; return 0;
+	case OPT_MAX_CLIENTS: return parse_int("--max-clients", arg, 1, 4096, &d->max_clients);
+	case OPT_MAX_INFLIGHT: return parse_int("--max-inflight", arg, 1, 65536, &d->max_inflight);
+	case OPT_MAX_PROMPT: return parse_int("--max-prompt", arg, 1, 1 << 24, &d->max_prompt);
+	case OPT_MAX_PAYLOAD: return parse_size32("--max-payload", arg, &d->max_payload);
+	case OPT_SQ_SLOTS: return parse_slots("--sq-slots", arg, &d->sq_slots);
+	case OPT_CQ_SLOTS: return parse_slots("--cq-slots", arg, &d->cq_slots);
+	case OPT_SQ_ARENA: return parse_size32("--sq-arena", arg, &d->sq_arena);
+	case OPT_CQ_ARENA: return parse_size32("--cq-arena", arg, &d->cq_arena);
+	case OPT_SPIN_US: return parse_int("--spin-us", arg, 0, 1000000, &d->spin_us);
+	case OPT_DRAIN_TIMEOUT:
+		if (parse_float("--drain-timeout", arg, &f))
+			return -1;
+		if (!(f > 0)) {
+			fprintf(stderr, "pagodad: --drain-timeout '%s': expected a positive number of seconds\n", arg);
+			return -1;
+		}
+		d->drain_timeout_s = f;
+		return 0;
+	case OPT_LOG_LEVEL:
+		o->log_level = pgd_log_parse(arg);
+		if (o->log_level >= 0)
+			return 0;
+		fprintf(stderr, "pagodad: --log-level '%s': expected error, warn, info or debug\n", arg);
+		return -1;
+	case OPT_FOREGROUND: return 0;
+	}
+	return 1;
+}
+
 static void set_defaults(struct options *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -357,6 +489,8 @@ static void set_defaults(struct options *o)
 	o->gen.sampling.min_p = 0.05f;
 	o->gen.max_tokens = 128;
 	o->gen.stop = o->stop;
+	pgd_config_default(&o->daemon);
+	o->log_level = PGD_LOG_INFO;
 }
 
 /* Returns 0 to run, 1 to exit successfully (help), -1 on a usage error. */
@@ -380,6 +514,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 		rc = parse_sampling_opt(o, c, optarg);
 		if (rc > 0)
 			rc = parse_parallel_opt(o, c, optarg);
+		if (rc > 0)
+			rc = parse_daemon_opt(o, c, optarg);
 		if (rc > 0)
 			rc = parse_other_opt(o, c, optarg);
 		if (rc)
@@ -666,20 +802,18 @@ static void print_figures(const struct options *o, const struct pg_forward *fw,
 		print_devices(fw);
 }
 
-static int run_prompt(const struct options *o, const struct pg_model *m,
-		      double t_start)
+/*
+ * The forward pass of the options for m: its plan (malloc'd, to free after
+ * the forward pass) in *plan_out.  Returns 0, or 1 after saying why.
+ */
+static int make_forward(const struct options *o, const struct pg_model *m,
+			struct pg_forward **fw, struct pg_plan **plan_out)
 {
 	struct pg_forward_params fp = pg_forward_params_default();
-	struct pg_forward *fw = NULL;
 	struct pg_model_facts facts;
 	struct pg_plan_request req;
 	struct pg_plan *plan;
-	struct pg_kvc *kvc;
-	struct pg_gen_stats st;
 	char err[512];
-	double load_s;
-	int32_t *ids;
-	int n, rc;
 
 	fp.n_threads = o->threads;
 	fp.max_batch_tokens = o->batch;
@@ -699,11 +833,29 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 	 */
 	if (o->parallel_given)
 		fp.plan = plan;
-	if (pg_forward_create(m, &fp, &fw, err, sizeof(err))) {
+	if (pg_forward_create(m, &fp, fw, err, sizeof(err))) {
 		fprintf(stderr, "pagodad: %s\n", err);
 		free(plan);
 		return 1;
 	}
+	*plan_out = plan;
+	return 0;
+}
+
+static int run_prompt(const struct options *o, const struct pg_model *m,
+		      double t_start)
+{
+	struct pg_forward *fw = NULL;
+	struct pg_plan *plan;
+	struct pg_kvc *kvc;
+	struct pg_gen_stats st;
+	char err[512];
+	double load_s;
+	int32_t *ids;
+	int n, rc;
+
+	if (make_forward(o, m, &fw, &plan))
+		return 1;
 	load_s = pg_now() - t_start;	/* model mapped, backend and KV pool up */
 	kvc = pg_kvc_for_forward(fw, m);
 	ids = kvc ? tokenize_prompt(o, m, &n) : NULL;
@@ -722,6 +874,36 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 	return rc ? 1 : 0;
 }
 
+/* The serving daemon: signals blocked before any thread starts, then serve. */
+static int run_daemon(struct options *o, const struct pg_model *m)
+{
+	struct pg_forward *fw = NULL;
+	struct pg_plan *plan;
+	int rc;
+
+	pgd_log_set_level((enum pgd_log_level)o->log_level);
+	if (o->max_tokens_given) {
+		if (o->gen.max_tokens < 1) {
+			fprintf(stderr, "pagodad: --max-tokens: the daemon's limit must be at least 1\n");
+			return 2;
+		}
+		o->daemon.max_tokens = o->gen.max_tokens;
+	}
+	rc = pgd_block_signals();
+	if (rc) {
+		fprintf(stderr, "pagodad: cannot block signals: %s\n", strerror(-rc));
+		return 1;
+	}
+	if (make_forward(o, m, &fw, &plan))
+		return 1;
+	o->daemon.plan_desc = o->parallel_given ? plan->reason : "one CPU device, threads not pinned";
+	o->daemon.max_batch_tokens = o->batch;
+	rc = pgd_serve(&o->daemon, m, fw);
+	pg_forward_destroy(fw);
+	free(plan);
+	return rc;
+}
+
 int pagodad_main(int argc, char **argv)
 {
 	struct options o;
@@ -729,16 +911,13 @@ int pagodad_main(int argc, char **argv)
 	char path_buf[4096], err[1024];
 	const char *path;
 	double t0 = pg_now();
-	int rc, vocab_only;
+	int rc, vocab_only, serve;
 
 	rc = parse_options(argc, argv, &o);
 	if (rc)
 		return rc > 0 ? 0 : 2;
-	if (!o.prompt && !o.prompt_file && !o.tokenize && !o.tokenize_file &&
-	    !o.plan_only) {
-		fprintf(stderr, "pagodad: nothing to do: give --prompt TEXT for a one-shot completion, --tokenize TEXT, or --plan; the serving daemon is not part of this build yet\n");
-		return 2;
-	}
+	serve = !o.prompt && !o.prompt_file && !o.tokenize && !o.tokenize_file &&
+		!o.plan_only;
 	path = model_path(&o, path_buf, sizeof(path_buf));
 	if (o.plan_only)
 		return run_plan(&o, path);
@@ -750,7 +929,10 @@ int pagodad_main(int argc, char **argv)
 			fprintf(stderr, "pagodad: fetch the default model with scripts/fetch-model, or pass --model FILE\n");
 		return 1;
 	}
-	rc = vocab_only ? run_tokenize(&o, m) : run_prompt(&o, m, t0);
+	if (serve)
+		rc = run_daemon(&o, m);
+	else
+		rc = vocab_only ? run_tokenize(&o, m) : run_prompt(&o, m, t0);
 	pg_model_free(m);
 	return rc;
 }

@@ -313,7 +313,9 @@ struct pg_info_wire {
 	uint32_t eos;
 	uint64_t generation;
 	uint32_t pp, tp, cp;
-	uint32_t reserved;
+	uint16_t n_clients;	/* clients connected now */
+	uint16_t n_active;	/* sequences running or waiting in the
+				   engine now (saturating); 0 when idle */
 };
 static_assert(sizeof(struct pg_info_wire) == 200, "pg_info_wire");
 

@@ -1,0 +1,245 @@
+/*
+ * daemon.h - the serving daemon's internal types, shared by server.c (the
+ * socket, handshake and io_uring loop), session.c (a client's segment,
+ * rings and completions) and request.c (requests, their validation and
+ * the engine's events).  Not an API: everything here runs on the one
+ * daemon thread, and nothing is locked.
+ */
+#ifndef PAGODA_DAEMON_DAEMON_H
+#define PAGODA_DAEMON_DAEMON_H
+
+#include <liburing.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/signalfd.h>
+#include <sys/types.h>
+
+#include "access.h"
+#include "server.h"
+#include "shm/proto.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+
+struct pg_engine;
+struct pg_forward;
+struct pg_model;
+
+/* Connections between accept() and their hello; more wait in the kernel. */
+#define PGD_MAX_HANDSHAKES 32
+
+/* Malformed requests a client may send before it is dropped. */
+#define PGD_MAX_MALFORMED 100
+
+/* Stop strings in one GENERATE request. */
+#define PGD_MAX_STOP 16
+
+/* Samples of one GENERATE request (pg_gen_wire.n). */
+#define PGD_MAX_SAMPLES 16
+
+/*
+ * A completion waiting in daemon memory because the client's completion
+ * ring (or arena) was full: the entry as it will be written, and its
+ * payload when it goes to the arena.
+ */
+struct pgd_pending {
+	struct pgd_pending *next;
+	struct pg_cqe cqe;
+	uint32_t len;			/* payload bytes */
+	uint8_t payload[];		/* (len) when len > PG_CQE_TEXT */
+};
+
+/* One GENERATE request in the engine. */
+struct pgd_req {
+	struct pgd_req *next_engine;	/* chain of the engine-id table */
+	struct pgd_req *next_client;	/* chain of the client's table */
+	uint64_t engine_id;
+	uint64_t req_id;		/* the client's */
+	struct pgd_client *c;		/* NULL once the client is gone: its
+					   events are dropped until the last */
+	int text;			/* send text with the ids */
+};
+
+/* A client: its socket, doorbells, segment and requests. */
+struct pgd_client {
+	uint32_t id;			/* slot + 1; the engine's client id */
+	uint64_t serial;		/* tags its io_uring operations */
+	int sock;
+	int memfd;			/* until the welcome has carried it */
+	int sq_bell;			/* eventfd: the client wakes us */
+	int cq_bell;			/* eventfd: we wake the client */
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	/* the segment: the header and regions as laid out at creation (the
+	   daemon never reads geometry back from shared memory) */
+	uint8_t *seg;
+	size_t seg_bytes;
+	struct pg_seg_header *hdr;
+	struct pg_ring sq;		/* consumer */
+	struct pg_ring cq;		/* producer */
+	const uint8_t *sq_arena;
+	uint32_t sq_arena_bytes;
+	struct pg_arena cq_arena;
+	uint64_t *cq_end;		/* (cq_slots) the arena's run ends */
+	/* GENERATE requests in flight, by the client's req_id */
+	struct pgd_req **reqs;		/* (reqs_mask + 1) hash chains */
+	uint32_t reqs_mask;
+	int n_inflight;
+	/* completions that did not fit, oldest first */
+	struct pgd_pending *bl_head, *bl_tail;
+	size_t bl_count, bl_bytes;
+	double bl_progress;		/* when the backlog last shrank (or began) */
+	int n_malformed;
+	int bell_armed;			/* a doorbell read is in the io_uring */
+	int hup_armed;			/* the hang-up poll is in the io_uring */
+	/* set when the client must go: closed at the end of the iteration */
+	int dead;
+	enum pg_error dead_code;	/* final ERROR to send, or PG_OK */
+	char dead_msg[160];
+};
+
+/* An accepted connection waiting for its hello. */
+struct pgd_handshake {
+	int fd;				/* -1: slot free */
+	uint64_t serial;
+	struct pg_hello hello;		/* the io_uring receives into it */
+};
+
+struct pgd {
+	const struct pgd_config *cfg;
+	const struct pg_model *m;
+	struct pg_forward *fw;
+	struct pg_engine *engine;
+	struct pgd_access access;
+	uint64_t generation;		/* random, per start */
+	uint64_t next_serial;
+	/* limits as enforced (the defaults resolved) */
+	int max_prompt;
+	int max_tokens;
+	uint32_t max_payload;
+	int n_vocab;
+	struct pg_seg_header layout;	/* geometry every segment gets */
+	/* the socket and the loop */
+	int listen_fd;
+	dev_t sock_dev;
+	ino_t sock_ino;			/* to unlink only our own socket */
+	int sig_fd;
+	struct io_uring ring;
+	int ring_ready;
+	int accept_armed;
+	int bell_poll;			/* the kernel answers reads of a
+					   non-blocking eventfd with EAGAIN:
+					   poll doorbells instead */
+	struct __kernel_timespec hello_timeout;
+	struct signalfd_siginfo sig_buf;
+	struct pgd_handshake hs[PGD_MAX_HANDSHAKES];
+	int n_handshakes;
+	/* clients: by slot, and the live ones packed for the loop */
+	struct pgd_client **slots;	/* (max_clients) */
+	uint64_t *bell_buf;		/* (max_clients) sinks of doorbell reads */
+	struct pgd_client **live;	/* (max_clients) */
+	int n_live;
+	int n_dead;			/* clients marked dead this iteration */
+	/* requests in the engine, by engine id */
+	struct pgd_req **by_engine;	/* (by_engine_mask + 1) chains */
+	uint32_t by_engine_mask;
+	/* scratch for one request at a time */
+	uint8_t *payload;		/* (max_payload + 1) the copy of a payload */
+	int32_t *ids;			/* (ids_cap) prompt or tokenize ids */
+	int ids_cap;
+	int chat_fmt;			/* enum pg_chat_format */
+	char *chat_system;		/* the template's default system message */
+	int stop_signal;		/* SIGTERM or SIGINT received */
+	double now;			/* monotonic seconds, once per iteration */
+	int step_errors;		/* forward failures, for the log */
+};
+
+/* ---- session.c: segments, completions, closing ---- */
+
+/*
+ * pgd_session_create - a new client on socket fd with these credentials:
+ * its sealed segment, doorbells and tables, in slot `slot`.  Returns the
+ * client, or NULL with a message in err.
+ */
+struct pgd_client *pgd_session_create(struct pgd *d, int slot, int fd,
+				      pid_t pid, uid_t uid, gid_t gid,
+				      char *err, size_t err_len);
+
+/*
+ * pgd_session_destroy - unmap and close everything of c and free it.  Its
+ * requests must have been let go (pgd_requests_drop) and its io_uring
+ * operations cancelled by the caller.
+ */
+void pgd_session_destroy(struct pgd_client *c);
+
+/*
+ * pgd_emit - queue one completion for c.  cqe carries req_id, type,
+ * sample, n_ids, ids or arg, flags and code; this sets len, off and
+ * PG_CQE_F_ARENA for the len bytes of payload (inline when they fit).  The
+ * entry goes straight into the ring (committed, not yet published) when
+ * there is room and nothing is waiting before it; otherwise to the
+ * client's backlog.  A backlog over its bounds marks the client dead.
+ * len must be at most the completion arena's size (pgd_payload_fits).
+ */
+void pgd_emit(struct pgd *d, struct pgd_client *c, struct pg_cqe *cqe,
+	      const void *payload, uint32_t len);
+
+/* pgd_payload_fits - whether a payload of len bytes can ever be sent to c. */
+int pgd_payload_fits(const struct pgd_client *c, size_t len);
+
+/*
+ * pgd_flush_backlog - move what the backlog can into the ring; drop a
+ * client whose ring stayed full past --drain-timeout.  Returns the number
+ * of completions moved.
+ */
+int pgd_flush_backlog(struct pgd *d, struct pgd_client *c);
+
+/* pgd_publish - publish c's committed completions; ring it if it sleeps. */
+void pgd_publish(struct pgd_client *c);
+
+/*
+ * pgd_mark_dead - c must go at the end of this iteration; code (unless
+ * PG_OK) and the message go out as a last ERROR completion if the ring
+ * has room.  The first reason given wins.
+ */
+void pgd_mark_dead(struct pgd *d, struct pgd_client *c, enum pg_error code,
+		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/*
+ * pgd_say_goodbye - the last words to c: the final ERROR (code, msg) when
+ * code is not PG_OK and the ring has room, the segment marked closed, and
+ * its doorbell rung.
+ */
+void pgd_say_goodbye(struct pgd_client *c, enum pg_error code,
+		     const char *msg);
+
+/* ---- request.c: submissions, requests, engine events ---- */
+
+/*
+ * pgd_drain - read every submission of c (unless it has a backlog: then
+ * it is not admitting), each copied out of the segment before it is
+ * checked, and act on it.  Returns the number of entries consumed.
+ */
+int pgd_drain(struct pgd *d, struct pgd_client *c);
+
+/* pgd_on_event - the engine's event callback (ctx: the struct pgd). */
+struct pg_engine_event;
+void pgd_on_event(void *ctx, const struct pg_engine_event *ev);
+
+/*
+ * pgd_requests_drop - cancel every request of c in the engine and forget
+ * the client in them (later events of those requests are dropped).
+ * Returns how many there were.
+ */
+int pgd_requests_drop(struct pgd *d, struct pgd_client *c);
+
+/* pgd_requests_init / _free - the engine-id table. */
+int pgd_requests_init(struct pgd *d);
+void pgd_requests_free(struct pgd *d);
+
+/* pgd_reply_error - an ERROR completion (see request.c for flags). */
+void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
+		     enum pg_error code, int last, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+
+#endif

@@ -1,0 +1,802 @@
+/*
+ * request.c - what clients ask through their submission rings, and what
+ * the engine answers.
+ *
+ * Every submission is copied out of the shared segment (the 64-byte entry,
+ * then its payload into daemon memory) before anything in it is looked
+ * at, and every field is checked: op, payload offset and length against
+ * the arena and --max-payload, counts against what the payload holds,
+ * token ids against the vocabulary, sampling values against the sampler's
+ * ranges, limits against the configuration.  A bad request gets an ERROR
+ * completion (enum pg_error and a message that says what to change); a
+ * client that sends more than PGD_MAX_MALFORMED malformed ones is dropped.
+ *
+ * A GENERATE request lives in two tables: by the engine's id (for its
+ * events) and by the client's req_id (duplicates, cancel).  When its client
+ * goes, the request stays in the first table with no client until the
+ * engine sends its last DONE (a cancelled sequence in a pipeline batch
+ * ends when the batch does).
+ *
+ * Errors answering a request carry PG_CQE_F_LAST (the request is over),
+ * except PG_EDUPLICATE (the request of that id is still running) and the
+ * PG_ENOENT of a CANCEL (there was no such request).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "engine/chat.h"
+#include "engine/engine.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "log.h"
+
+/* ---- the tables ---- */
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+int pgd_requests_init(struct pgd *d)
+{
+	uint64_t want = (uint64_t)d->cfg->max_clients * (uint64_t)d->cfg->max_inflight;
+	uint32_t n = 64;
+
+	while (n < want && n < (1u << 20))
+		n <<= 1;
+	d->by_engine = calloc(n, sizeof(*d->by_engine));
+	d->by_engine_mask = n - 1;
+	return d->by_engine ? 0 : -1;
+}
+
+void pgd_requests_free(struct pgd *d)
+{
+	if (!d->by_engine)
+		return;
+	for (uint32_t i = 0; i <= d->by_engine_mask; i++)
+		while (d->by_engine[i]) {
+			struct pgd_req *r = d->by_engine[i];
+
+			d->by_engine[i] = r->next_engine;
+			free(r);
+		}
+	free(d->by_engine);
+	d->by_engine = NULL;
+}
+
+static struct pgd_req *req_by_engine(struct pgd *d, uint64_t id)
+{
+	struct pgd_req *r = d->by_engine[id & d->by_engine_mask];
+
+	while (r && r->engine_id != id)
+		r = r->next_engine;
+	return r;
+}
+
+static struct pgd_req *req_by_client(struct pgd_client *c, uint64_t req_id)
+{
+	struct pgd_req *r = c->reqs[mix64(req_id) & c->reqs_mask];
+
+	while (r && r->req_id != req_id)
+		r = r->next_client;
+	return r;
+}
+
+static void req_insert(struct pgd *d, struct pgd_client *c, struct pgd_req *r)
+{
+	struct pgd_req **e = &d->by_engine[r->engine_id & d->by_engine_mask];
+	struct pgd_req **b = &c->reqs[mix64(r->req_id) & c->reqs_mask];
+
+	r->c = c;
+	r->next_engine = *e;
+	*e = r;
+	r->next_client = *b;
+	*b = r;
+	c->n_inflight++;
+}
+
+static void client_unlink(struct pgd_client *c, struct pgd_req *r)
+{
+	struct pgd_req **pp = &c->reqs[mix64(r->req_id) & c->reqs_mask];
+
+	while (*pp != r)
+		pp = &(*pp)->next_client;
+	*pp = r->next_client;
+	c->n_inflight--;
+}
+
+/* Forget a request the engine is done with. */
+static void req_forget(struct pgd *d, struct pgd_req *r)
+{
+	struct pgd_req **pp = &d->by_engine[r->engine_id & d->by_engine_mask];
+
+	while (*pp != r)
+		pp = &(*pp)->next_engine;
+	*pp = r->next_engine;
+	if (r->c)
+		client_unlink(r->c, r);
+	free(r);
+}
+
+int pgd_requests_drop(struct pgd *d, struct pgd_client *c)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i <= c->reqs_mask; i++)
+		while (c->reqs[i]) {
+			struct pgd_req *r = c->reqs[i];
+
+			c->reqs[i] = r->next_client;
+			r->c = NULL;
+			n++;
+			/* its DONE events (now or when its batch ends) free it */
+			if (pg_engine_cancel(d->engine, r->engine_id) == PG_ENGINE_ENOENT)
+				req_forget(d, r);
+		}
+	c->n_inflight = 0;
+	return n;
+}
+
+/* ---- answers ---- */
+
+void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
+		     enum pg_error code, int last, const char *fmt, ...)
+{
+	struct pg_cqe cqe = { .req_id = req_id, .type = PG_CQE_ERROR,
+			      .code = (int32_t)code,
+			      .flags = last ? PG_CQE_F_LAST : 0 };
+	char msg[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n >= (int)sizeof(msg))
+		n = (int)sizeof(msg) - 1;
+	pgd_log(PGD_LOG_DEBUG, "client %u: request %llu: error %d: %s", c->id,
+		(unsigned long long)req_id, code, msg);
+	pgd_emit(d, c, &cqe, msg, (uint32_t)n);
+	if (code == PG_EINVAL && ++c->n_malformed > PGD_MAX_MALFORMED)
+		pgd_mark_dead(d, c, PG_EPROTO,
+			      "more than %d malformed requests: disconnected; fix the client",
+			      PGD_MAX_MALFORMED);
+}
+
+#define BAD(d, c, e, ...) pgd_reply_error(d, c, (e)->req_id, PG_EINVAL, 1, __VA_ARGS__)
+
+/* ---- GENERATE ---- */
+
+static const char *const chat_roles[] = { "system", "user", "assistant" };
+
+/*
+ * Walk the chat messages of a PG_PROMPT_CHAT prompt: count them, check
+ * every header and length, and (when msgs is not NULL) fill msgs with
+ * NUL-terminated copies in text.  Returns the count, or -1 after replying.
+ */
+static int chat_walk(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		     const uint8_t *p, uint32_t bytes, struct pg_chat_msg *msgs,
+		     char *text)
+{
+	uint32_t off = 0, pad;
+	int n = 0;
+
+	while (off < bytes) {
+		struct pg_chat_msg_wire w;
+
+		if (bytes - off < sizeof(w)) {
+			BAD(d, c, e, "chat message %d: its 8-byte header is cut short by prompt_bytes", n);
+			return -1;
+		}
+		memcpy(&w, p + off, sizeof(w));
+		off += sizeof(w);
+		if (w.role > 2) {
+			BAD(d, c, e, "chat message %d: role %u is not 0 (system), 1 (user) or 2 (assistant)",
+			    n, w.role);
+			return -1;
+		}
+		if (w.len > bytes - off) {
+			BAD(d, c, e, "chat message %d: its %u bytes run past prompt_bytes", n, w.len);
+			return -1;
+		}
+		if (memchr(p + off, 0, w.len)) {
+			BAD(d, c, e, "chat message %d contains a NUL byte", n);
+			return -1;
+		}
+		if (msgs) {
+			memcpy(text, p + off, w.len);
+			text[w.len] = '\0';
+			msgs[n].role = chat_roles[w.role];
+			msgs[n].content = text;
+			text += w.len + 1;
+		}
+		off += w.len;
+		pad = (4 - w.len % 4) % 4;	/* the last message may omit it */
+		off += pad < bytes - off ? pad : bytes - off;
+		n++;
+	}
+	if (!n)
+		BAD(d, c, e, "a chat prompt needs at least one message");
+	return n ? n : -1;
+}
+
+/* The chat prompt rendered with the model's template (malloc'd), or NULL. */
+static char *chat_render(struct pgd *d, struct pgd_client *c,
+			 const struct pg_sqe *e, const uint8_t *p,
+			 uint32_t bytes)
+{
+	int n = chat_walk(d, c, e, p, bytes, NULL, NULL);
+	struct pg_chat_msg *msgs;
+	char *text, *out = NULL;
+	int rc;
+
+	if (n < 0)
+		return NULL;
+	msgs = malloc(sizeof(*msgs) * (size_t)n);
+	text = malloc((size_t)bytes + (size_t)n);
+	if (!msgs || !text) {
+		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory for the chat prompt");
+		goto out_free;
+	}
+	chat_walk(d, c, e, p, bytes, msgs, text);
+	rc = pg_chat_render((enum pg_chat_format)d->chat_fmt, msgs, n, 1,
+			    d->chat_system, &out);
+	if (rc == -EINVAL)
+		BAD(d, c, e, "the model's chat template (%s) cannot render these roles",
+		    pg_chat_format_name((enum pg_chat_format)d->chat_fmt));
+	else if (rc)
+		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory rendering the chat prompt");
+out_free:
+	free(msgs);
+	free(text);
+	return out;
+}
+
+/* Tokenise a text prompt into d->ids; returns the count or -1 after replying. */
+static int text_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		    const char *text, size_t len)
+{
+	int64_t n = pg_tokenize(d->m->tok, text, len, 1, 1, d->ids, d->ids_cap);
+
+	if (n < 0) {
+		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory tokenizing the prompt");
+		return -1;
+	}
+	if (n > d->max_prompt) {
+		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
+				"the prompt has %lld tokens, over the daemon's limit of %d (--max-prompt)",
+				(long long)n, d->max_prompt);
+		return -1;
+	}
+	if (!n)
+		BAD(d, c, e, "the prompt is empty: it gives no tokens");
+	return n ? (int)n : -1;
+}
+
+/* Token ids given as such into d->ids; the count or -1 after replying. */
+static int given_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		     const uint8_t *p, uint32_t bytes)
+{
+	uint32_t n = bytes / 4;
+
+	if (bytes % 4 || !n) {
+		BAD(d, c, e, "a token prompt is a non-empty array of int32 ids; prompt_bytes %u is not",
+		    bytes);
+		return -1;
+	}
+	if (n > (uint32_t)d->max_prompt) {
+		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
+				"the prompt has %u tokens, over the daemon's limit of %d (--max-prompt)",
+				n, d->max_prompt);
+		return -1;
+	}
+	memcpy(d->ids, p, bytes);
+	for (uint32_t i = 0; i < n; i++)
+		if (d->ids[i] < 0 || d->ids[i] >= d->n_vocab) {
+			BAD(d, c, e, "prompt token %u (id %d) is out of range: the vocabulary has %d tokens",
+			    i, d->ids[i], d->n_vocab);
+			return -1;
+		}
+	return (int)n;
+}
+
+/* The prompt of g (at p) as ids in d->ids; the count or -1 after replying. */
+static int prompt_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		      const struct pg_gen_wire *g, const uint8_t *p)
+{
+	char *text;
+	int n;
+
+	switch (g->prompt_kind) {
+	case PG_PROMPT_TEXT:
+		return text_ids(d, c, e, (const char *)p, g->prompt_bytes);
+	case PG_PROMPT_TOKENS:
+		return given_ids(d, c, e, p, g->prompt_bytes);
+	case PG_PROMPT_CHAT:
+		text = chat_render(d, c, e, p, g->prompt_bytes);
+		if (!text)
+			return -1;
+		n = text_ids(d, c, e, text, strlen(text));
+		free(text);
+		return n;
+	}
+	BAD(d, c, e, "prompt_kind %u is not 0 (text), 1 (tokens) or 2 (chat)", g->prompt_kind);
+	return -1;
+}
+
+/* The stop strings of g (at p, NUL-terminated each) into stops[]. */
+static int stop_strings(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+			const struct pg_gen_wire *g, const char *p,
+			const char **stops)
+{
+	uint32_t left = g->stop_bytes;
+
+	if (g->n_stop > PGD_MAX_STOP) {
+		BAD(d, c, e, "n_stop %u: at most %d stop strings", g->n_stop, PGD_MAX_STOP);
+		return -1;
+	}
+	for (uint32_t i = 0; i < g->n_stop; i++) {
+		const char *end = memchr(p, 0, left);
+
+		if (!end) {
+			BAD(d, c, e, "stop string %u does not end (NUL) within stop_bytes", i);
+			return -1;
+		}
+		if (end == p) {
+			BAD(d, c, e, "stop string %u is empty", i);
+			return -1;
+		}
+		stops[i] = p;
+		left -= (uint32_t)(end - p) + 1;
+		p = end + 1;
+	}
+	return 0;
+}
+
+/* Check g's counts, flags and sampling values and fill q; -1 after replying. */
+static int gen_params(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		      const struct pg_gen_wire *g, struct pg_request *q)
+{
+	struct pg_sampling *sp = &q->sampling;
+	char msg[256];
+
+	if (g->flags & ~(PG_GEN_IGNORE_EOS | PG_GEN_TEXT)) {
+		BAD(d, c, e, "unknown GENERATE flags 0x%x", g->flags & ~(PG_GEN_IGNORE_EOS | PG_GEN_TEXT));
+		return -1;
+	}
+	if (g->n > PGD_MAX_SAMPLES) {
+		BAD(d, c, e, "n = %u samples: give 1 to %d", g->n, PGD_MAX_SAMPLES);
+		return -1;
+	}
+	if (g->max_tokens > (uint32_t)d->max_tokens) {
+		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
+				"max_tokens %u is over the daemon's limit of %d (--max-tokens)",
+				g->max_tokens, d->max_tokens);
+		return -1;
+	}
+	if (g->n_logprobs) {
+		BAD(d, c, e, "log-probabilities (n_logprobs %u) are not provided by this daemon yet: send 0",
+		    g->n_logprobs);
+		return -1;
+	}
+	sp->temperature = g->temperature;
+	sp->top_k = g->top_k < 0 ? 0 : g->top_k;
+	sp->top_p = g->top_p > 1.0f ? 1.0f : g->top_p;
+	sp->min_p = g->min_p < 0.0f ? 0.0f : g->min_p;
+	sp->repeat_penalty = g->repeat_penalty;
+	sp->repeat_last_n = g->repeat_last_n;
+	sp->presence_penalty = g->presence_penalty;
+	sp->frequency_penalty = g->frequency_penalty;
+	sp->seed = g->seed;
+	if (g->temperature < 0.0f)
+		sp->temperature = 0.0f;	/* proto.h: <= 0 is greedy */
+	if (pg_sampling_check(sp, msg, sizeof(msg))) {
+		BAD(d, c, e, "%s", msg);
+		return -1;
+	}
+	q->n = g->n ? (int)g->n : 1;
+	q->ignore_eos = !!(g->flags & PG_GEN_IGNORE_EOS);
+	q->priority = g->priority;
+	q->client = c->id;
+	return 0;
+}
+
+/*
+ * max_tokens 0 means "as many as allowed": the daemon's limit, less when
+ * the prompt leaves less room in the KV pool.
+ */
+static int gen_max_tokens(struct pgd *d, struct pgd_client *c,
+			  const struct pg_sqe *e, uint32_t asked, int n_prompt)
+{
+	int pool = pg_forward_n_pages(d->fw) * pg_forward_page_tokens(d->fw);
+	int room = pool - n_prompt;
+
+	if (asked)
+		return (int)asked;
+	if (room < 1) {
+		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
+				"the prompt of %d tokens leaves no room in the KV pool of %d tokens",
+				n_prompt, pool);
+		return -1;
+	}
+	return room < d->max_tokens ? room : d->max_tokens;
+}
+
+static enum pg_error engine_code(int rc)
+{
+	switch (rc) {
+	case PG_ENGINE_ETOOBIG: return PG_ETOOBIG;
+	case PG_ENGINE_ENOMEM: return PG_ENOMEM;
+	case PG_ENGINE_EFORWARD: return PG_EENGINE;
+	default: return PG_EINVAL;
+	}
+}
+
+static void op_generate(struct pgd *d, struct pgd_client *c,
+			const struct pg_sqe *e, const uint8_t *buf, uint32_t len)
+{
+	const char *stops[PGD_MAX_STOP];
+	struct pg_request q = { .stop = stops };
+	struct pg_gen_wire g;
+	struct pgd_req *r;
+	int n, rc;
+
+	if (len < sizeof(g)) {
+		BAD(d, c, e, "a GENERATE payload starts with struct pg_gen_wire (%zu bytes); this one has %u bytes",
+		    sizeof(g), len);
+		return;
+	}
+	memcpy(&g, buf, sizeof(g));
+	if ((uint64_t)sizeof(g) + g.prompt_bytes + g.stop_bytes > len) {
+		BAD(d, c, e, "prompt_bytes %u + stop_bytes %u run past the payload's %u bytes",
+		    g.prompt_bytes, g.stop_bytes, len);
+		return;
+	}
+	if (req_by_client(c, e->req_id)) {
+		pgd_reply_error(d, c, e->req_id, PG_EDUPLICATE, 0,
+				"a request with id %llu is already in flight: choose another id",
+				(unsigned long long)e->req_id);
+		return;
+	}
+	if (c->n_inflight >= d->cfg->max_inflight) {
+		pgd_reply_error(d, c, e->req_id, PG_ELIMIT, 1,
+				"%d requests are already in flight for this client (--max-inflight %d): wait for one to finish",
+				c->n_inflight, d->cfg->max_inflight);
+		return;
+	}
+	if (gen_params(d, c, e, &g, &q) ||
+	    stop_strings(d, c, e, &g, (const char *)buf + sizeof(g) + g.prompt_bytes, stops))
+		return;
+	q.n_stop = (int)g.n_stop;
+	n = prompt_ids(d, c, e, &g, buf + sizeof(g));
+	if (n < 0)
+		return;
+	q.prompt = d->ids;
+	q.n_prompt = n;
+	q.max_tokens = gen_max_tokens(d, c, e, g.max_tokens, n);
+	if (q.max_tokens < 0)
+		return;
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory for the request");
+		return;
+	}
+	rc = pg_engine_submit(d->engine, &q, &r->engine_id);
+	if (rc) {
+		free(r);
+		pgd_reply_error(d, c, e->req_id, engine_code(rc), 1, "%s",
+				pg_engine_last_error(d->engine));
+		return;
+	}
+	r->req_id = e->req_id;
+	r->text = !!(g.flags & PG_GEN_TEXT);
+	req_insert(d, c, r);
+}
+
+/* ---- the other operations ---- */
+
+static void op_cancel(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e)
+{
+	struct pgd_req *r = req_by_client(c, e->req_id);
+
+	if (r && pg_engine_cancel(d->engine, r->engine_id) == PG_ENGINE_ENOENT) {
+		req_forget(d, r);
+		r = NULL;
+	}
+	if (!r)
+		pgd_reply_error(d, c, e->req_id, PG_ENOENT, 0,
+				"no request %llu in flight to cancel",
+				(unsigned long long)e->req_id);
+}
+
+static void op_tokenize(struct pgd *d, struct pgd_client *c,
+			const struct pg_sqe *e, const uint8_t *buf, uint32_t len)
+{
+	const uint16_t known = PG_TOK_ADD_BOS | PG_TOK_SPECIAL;
+	struct pg_cqe cqe = { .req_id = e->req_id, .type = PG_CQE_TOKENS_RESULT };
+	int32_t *ids = d->ids, *big = NULL;
+	int64_t n;
+
+	if (e->flags & ~known) {
+		BAD(d, c, e, "unknown TOKENIZE flags 0x%x", e->flags & ~known);
+		return;
+	}
+	n = pg_tokenize(d->m->tok, (const char *)buf, len, e->flags & PG_TOK_ADD_BOS,
+			e->flags & PG_TOK_SPECIAL, ids, d->ids_cap);
+	if (n >= 0 && !pgd_payload_fits(c, (size_t)n * 4)) {
+		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
+				"the text gives %lld tokens, more than a completion can carry (%u bytes): tokenize it in parts",
+				(long long)n, c->cq_arena.size);
+		return;
+	}
+	if (n > d->ids_cap) {
+		ids = big = malloc(sizeof(*ids) * (size_t)n);
+		if (ids)
+			n = pg_tokenize(d->m->tok, (const char *)buf, len,
+					e->flags & PG_TOK_ADD_BOS,
+					e->flags & PG_TOK_SPECIAL, ids, n);
+	}
+	if (n < 0 || !ids)
+		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory tokenizing");
+	else
+		pgd_emit(d, c, &cqe, ids, (uint32_t)n * 4);
+	free(big);
+}
+
+/* Append id's text to *out (grown as needed up to max); -1 when over. */
+static int detok_one(const struct pg_tokenizer *tok, struct pg_detok_stream *s,
+		     int32_t id, int special, char **out, size_t *len,
+		     size_t *cap, size_t max)
+{
+	for (;;) {
+		int n = pg_detok_push(tok, s, id, special, *out + *len, *cap - *len);
+		char *grown;
+
+		if (n >= 0) {
+			*len += (size_t)n;
+			return *len <= max ? 0 : -1;
+		}
+		if (*cap >= max + 1024)
+			return -1;
+		grown = realloc(*out, *cap * 2);
+		if (!grown)
+			return -1;
+		*out = grown;
+		*cap *= 2;
+	}
+}
+
+static void op_detokenize(struct pgd *d, struct pgd_client *c,
+			  const struct pg_sqe *e, const uint8_t *buf, uint32_t len)
+{
+	struct pg_cqe cqe = { .req_id = e->req_id, .type = PG_CQE_TEXT_RESULT };
+	struct pg_detok_stream s = { .n_tail = 0 };
+	size_t cap = 4096, out_len = 0, max = c->cq_arena.size;
+	char *out;
+	int32_t id;
+
+	if (len % 4) {
+		BAD(d, c, e, "a DETOKENIZE payload is int32 ids; %u bytes is not a whole number of them", len);
+		return;
+	}
+	for (uint32_t i = 0; i < len / 4; i++) {
+		memcpy(&id, buf + 4 * i, 4);
+		if (id < 0 || id >= d->n_vocab) {
+			BAD(d, c, e, "token %u (id %d) is out of range: the vocabulary has %d tokens",
+			    i, id, d->n_vocab);
+			return;
+		}
+	}
+	out = malloc(cap);
+	for (uint32_t i = 0; out && i < len / 4; i++) {
+		memcpy(&id, buf + 4 * i, 4);
+		if (detok_one(d->m->tok, &s, id, e->flags & PG_TOK_SPECIAL, &out,
+			      &out_len, &cap, max)) {
+			pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
+					"the text of these %u tokens is more than a completion can carry (%zu bytes): detokenize them in parts",
+					len / 4, max);
+			free(out);
+			return;
+		}
+	}
+	if (out && cap - out_len >= 16)
+		out_len += (size_t)pg_detok_flush(&s, out + out_len, cap - out_len);
+	if (!out || out_len > max)
+		pgd_reply_error(d, c, e->req_id, out ? PG_ETOOBIG : PG_ENOMEM, 1,
+				"the text does not fit a completion");
+	else
+		pgd_emit(d, c, &cqe, out, (uint32_t)out_len);
+	free(out);
+}
+
+static void op_info(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e)
+{
+	const struct pg_hparams *hp = &d->m->hp;
+	const struct pg_plan *plan = pg_forward_plan(d->fw);
+	struct pg_cqe cqe = { .req_id = e->req_id, .type = PG_CQE_INFO };
+	struct pg_info_wire w;
+	struct pg_engine_stats st;
+	int busy;
+
+	memset(&w, 0, sizeof(w));
+	snprintf(w.model, sizeof(w.model), "%s", d->m->name);
+	snprintf(w.arch, sizeof(w.arch), "%s", pg_arch_name(hp->arch));
+	w.n_vocab = (uint32_t)hp->n_vocab;
+	w.n_ctx_train = (uint32_t)hp->n_ctx_train;
+	w.n_blocks = (uint32_t)hp->n_blocks;
+	w.n_embd = (uint32_t)hp->n_embd;
+	w.kv_pages = (uint32_t)pg_forward_n_pages(d->fw);
+	w.page_tokens = (uint32_t)pg_forward_page_tokens(d->fw);
+	w.bos = (uint32_t)pg_tokenizer_bos(d->m->tok);
+	w.eos = (uint32_t)pg_tokenizer_eos(d->m->tok);
+	w.generation = d->generation;
+	w.pp = (uint32_t)plan->pp;
+	w.tp = (uint32_t)plan->tp;
+	w.cp = (uint32_t)plan->cp;
+	pg_engine_stats(d->engine, &st);
+	busy = st.n_running + st.n_waiting;
+	w.n_clients = (uint16_t)d->n_live;
+	w.n_active = (uint16_t)(busy > 0xffff ? 0xffff : busy);
+	pgd_emit(d, c, &cqe, &w, sizeof(w));
+}
+
+static void handle(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		   const uint8_t *payload, uint32_t len)
+{
+	struct pg_cqe pong = { .req_id = e->req_id, .type = PG_CQE_PONG };
+
+	switch (e->op) {
+	case PG_OP_NOP:
+		return;
+	case PG_OP_PING:
+		pong.arg = e->arg;
+		pgd_emit(d, c, &pong, NULL, 0);
+		return;
+	case PG_OP_GENERATE:
+		op_generate(d, c, e, payload, len);
+		return;
+	case PG_OP_CANCEL:
+		op_cancel(d, c, e);
+		return;
+	case PG_OP_TOKENIZE:
+		op_tokenize(d, c, e, payload, len);
+		return;
+	case PG_OP_DETOKENIZE:
+		op_detokenize(d, c, e, payload, len);
+		return;
+	case PG_OP_INFO:
+		op_info(d, c, e);
+		return;
+	}
+	BAD(d, c, e, "unknown operation %u (this daemon knows 0 to %d)", e->op, PG_OP_MAX - 1);
+}
+
+static int has_payload(uint8_t op)
+{
+	return op == PG_OP_GENERATE || op == PG_OP_TOKENIZE || op == PG_OP_DETOKENIZE;
+}
+
+/*
+ * Copy e's payload out of the submission arena into d->payload (NUL
+ * after it).  Returns 0, or -1 after replying when it lies outside the
+ * arena or over --max-payload.
+ */
+static int copy_payload(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e)
+{
+	if (!has_payload(e->op) || !e->payload_len)
+		return 0;
+	if (!pg_arena_check(c->sq_arena_bytes, e->payload_off, e->payload_len)) {
+		BAD(d, c, e, "payload_off %u + payload_len %u lies outside the submission arena of %u bytes",
+		    e->payload_off, e->payload_len, c->sq_arena_bytes);
+		return -1;
+	}
+	if (e->payload_len > d->max_payload) {
+		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
+				"the payload of %u bytes is over the daemon's limit of %u bytes (--max-payload)",
+				e->payload_len, d->max_payload);
+		return -1;
+	}
+	memcpy(d->payload, c->sq_arena + e->payload_off, e->payload_len);
+	d->payload[e->payload_len] = 0;
+	return 0;
+}
+
+int pgd_drain(struct pgd *d, struct pgd_client *c)
+{
+	const void *slot;
+	struct pg_sqe e;
+	int n = 0;
+
+	while (!c->dead && !c->bl_head && (slot = pg_ring_peek(&c->sq))) {
+		int ok;
+
+		memcpy(&e, slot, sizeof(e));	/* the client may rewrite it */
+		ok = !copy_payload(d, c, &e);
+		pg_ring_consume(&c->sq);
+		n++;
+		if (ok)
+			handle(d, c, &e, d->payload,
+			       has_payload(e.op) ? e.payload_len : 0);
+	}
+	pg_ring_release(&c->sq);
+	if (pg_ring_corrupt(&c->sq))
+		pgd_mark_dead(d, c, PG_EPROTO,
+			      "the submission ring's tail moved backwards or past the ring: disconnected");
+	return n;
+}
+
+/* ---- the engine's events ---- */
+
+static int32_t finish_code(enum pg_engine_finish f)
+{
+	switch (f) {
+	case PG_ENGINE_FINISH_STOP: return PG_FINISH_WIRE_STOP;
+	case PG_ENGINE_FINISH_LENGTH: return PG_FINISH_WIRE_LENGTH;
+	case PG_ENGINE_FINISH_CANCELLED: return PG_FINISH_WIRE_CANCELLED;
+	case PG_ENGINE_FINISH_ERROR: break;
+	}
+	return PG_FINISH_WIRE_ERROR;
+}
+
+static void send_token(struct pgd *d, struct pgd_req *r,
+		       const struct pg_engine_event *ev)
+{
+	struct pg_cqe cqe = { .req_id = r->req_id, .type = PG_CQE_TOKENS,
+			      .sample = (uint8_t)ev->sample, .n_ids = 1 };
+
+	cqe.ids[0] = ev->token;
+	pgd_emit(d, r->c, &cqe, ev->text, r->text ? (uint32_t)ev->text_len : 0);
+}
+
+static void send_done(struct pgd *d, struct pgd_req *r,
+		      const struct pg_engine_event *ev)
+{
+	struct pg_cqe cqe = { .req_id = r->req_id, .type = PG_CQE_DONE,
+			      .sample = (uint8_t)ev->sample,
+			      .flags = ev->last ? PG_CQE_F_LAST : 0,
+			      .code = finish_code(ev->finish) };
+	struct pg_done_wire w = { 0 };
+
+	if (r->text && ev->text_len) {	/* text the stop matcher held back */
+		struct pg_cqe held = { .req_id = r->req_id, .type = PG_CQE_TOKENS,
+				       .sample = (uint8_t)ev->sample };
+
+		pgd_emit(d, r->c, &held, ev->text, (uint32_t)ev->text_len);
+	}
+	if (ev->fig) {
+		w.queue_s = ev->fig->queue_s;
+		w.ttft_s = ev->fig->ttft_s;
+		w.itl_s = ev->fig->itl_s;
+		w.n_prompt = (uint32_t)ev->fig->n_prompt;
+		w.n_cached = (uint32_t)ev->fig->n_cached;
+		w.n_gen = (uint32_t)ev->fig->n_gen;
+		w.n_preempt = (uint32_t)ev->fig->n_preempt;
+	}
+	pgd_emit(d, r->c, &cqe, &w, sizeof(w));
+}
+
+void pgd_on_event(void *ctx, const struct pg_engine_event *ev)
+{
+	struct pgd *d = ctx;
+	struct pgd_req *r = req_by_engine(d, ev->id);
+
+	if (!r)
+		return;
+	if (r->c && !r->c->dead) {
+		if (ev->type == PG_ENGINE_EV_TOKEN)
+			send_token(d, r, ev);
+		else
+			send_done(d, r, ev);
+	}
+	if (ev->type == PG_ENGINE_EV_DONE && ev->last)
+		req_forget(d, r);
+}

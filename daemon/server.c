@@ -1,0 +1,1002 @@
+/*
+ * server.c - pagodad serving clients: the Unix socket and its handshake,
+ * and the one daemon thread that runs both the io_uring loop and the
+ * engine (the engine is single-threaded; the forward pass has its own
+ * device threads).
+ *
+ * The loop, one iteration:
+ *   1. reap the io_uring's completions without blocking (accepts, hellos,
+ *      hang-ups, doorbells, signals): no system call;
+ *   2. for every client: move its backlog into its completion ring, drain
+ *      its submission ring (request.c), publish its completions (PONG and
+ *      errors go out in this same iteration);
+ *   3. when the engine has work, one pg_engine_step(), whose events become
+ *      completions, then one publication per client;
+ *   4. close the clients marked dead; submit queued io_uring operations
+ *      (only when something above queued one).
+ * With nothing to do it polls for --spin-us, then advertises sleep on
+ * every submission ring (pg_ring_prepare_sleep) and, if all may sleep,
+ * waits in io_uring_submit_and_wait for any doorbell, hang-up, accept or
+ * signal (and a 1 ms timer while a client's backlog waits for room).
+ * While busy nothing here makes a system call per request: a client
+ * rings its doorbell only when the daemon said it sleeps, and the daemon
+ * rings a client only when the client said so.
+ *
+ * Requests and completions are request.c's and session.c's; access rules
+ * are access.c's.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "engine/chat.h"
+#include "engine/engine.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/plan.h"
+#include "engine/tokenizer.h"
+#include "log.h"
+
+/* Seconds a new connection has to send its hello. */
+#define PGD_HELLO_TIMEOUT_S 1
+
+/* How long to sleep at most while a client's backlog waits for room. */
+#define PGD_BACKLOG_POLL_NS 1000000
+
+void pgd_config_default(struct pgd_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->socket_path = PGD_DEFAULT_SOCKET;
+	cfg->socket_mode = 0660;
+	cfg->max_clients = 64;
+	cfg->max_inflight = 64;
+	cfg->max_tokens = 4096;
+	cfg->sq_slots = 256;
+	cfg->cq_slots = 1024;
+	cfg->sq_arena = 1u << 20;
+	cfg->cq_arena = 4u << 20;
+	cfg->spin_us = 50;
+	cfg->drain_timeout_s = 10.0;
+}
+
+int pgd_block_signals(void)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+		return -errno;
+	return -pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+/* ---- io_uring operations: user_data is kind, connection serial, slot ---- */
+
+enum op_kind {
+	OP_ACCEPT = 1,
+	OP_HELLO,		/* slot: handshake */
+	OP_HELLO_TIMEOUT,
+	OP_HUP,			/* slot: client */
+	OP_BELL,		/* a read of the submission doorbell */
+	OP_BELL_POLL,		/* a poll of it, where reads would not wait */
+	OP_SIGNAL,
+	OP_CANCEL,
+};
+
+#define SERIAL_MASK ((1ull << 40) - 1)
+
+static uint64_t tag(enum op_kind k, uint32_t slot, uint64_t serial)
+{
+	return (uint64_t)k << 56 | (serial & SERIAL_MASK) << 16 | (slot & 0xffff);
+}
+
+/* A free submission slot; NULL only when the kernel refuses to submit. */
+static struct io_uring_sqe *get_sqe(struct pgd *d, uint64_t user_data)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+
+	if (!sqe) {
+		io_uring_submit(&d->ring);
+		sqe = io_uring_get_sqe(&d->ring);
+	}
+	if (!sqe) {
+		pgd_log(PGD_LOG_ERROR, "the io_uring submission queue is full");
+		return NULL;
+	}
+	io_uring_prep_nop(sqe);
+	sqe->user_data = user_data;
+	return sqe;
+}
+
+static void arm_accept(struct pgd *d)
+{
+	struct io_uring_sqe *sqe;
+
+	if (d->accept_armed || d->n_handshakes >= PGD_MAX_HANDSHAKES ||
+	    d->stop_signal)
+		return;
+	sqe = get_sqe(d, tag(OP_ACCEPT, 0, 0));
+	if (!sqe)
+		return;
+	/* blocking sockets: the io_uring then waits for the hello on any kernel */
+	io_uring_prep_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	sqe->user_data = tag(OP_ACCEPT, 0, 0);
+	d->accept_armed = 1;
+}
+
+static void arm_signal(struct pgd *d)
+{
+	struct io_uring_sqe *sqe = get_sqe(d, tag(OP_SIGNAL, 0, 0));
+
+	if (sqe) {
+		io_uring_prep_read(sqe, d->sig_fd, &d->sig_buf, sizeof(d->sig_buf), 0);
+		sqe->user_data = tag(OP_SIGNAL, 0, 0);
+	}
+}
+
+static void arm_hup(struct pgd *d, struct pgd_client *c)
+{
+	uint64_t ud = tag(OP_HUP, c->id - 1, c->serial);
+	struct io_uring_sqe *sqe = get_sqe(d, ud);
+
+	if (!sqe)
+		return;
+	io_uring_prep_poll_add(sqe, c->sock, POLLRDHUP | POLLHUP | POLLERR);
+	sqe->user_data = ud;
+	c->hup_armed = 1;
+}
+
+static void arm_bell(struct pgd *d, struct pgd_client *c)
+{
+	enum op_kind k = d->bell_poll ? OP_BELL_POLL : OP_BELL;
+	uint64_t ud = tag(k, c->id - 1, c->serial);
+	struct io_uring_sqe *sqe;
+
+	if (c->bell_armed)
+		return;
+	sqe = get_sqe(d, ud);
+	if (!sqe)
+		return;
+	if (d->bell_poll)
+		io_uring_prep_poll_add(sqe, c->sq_bell, POLLIN);
+	else
+		io_uring_prep_read(sqe, c->sq_bell, &d->bell_buf[c->id - 1],
+				   sizeof(d->bell_buf[0]), 0);
+	sqe->user_data = ud;
+	c->bell_armed = 1;
+}
+
+static void cancel_op(struct pgd *d, uint64_t ud)
+{
+	struct io_uring_sqe *sqe = get_sqe(d, tag(OP_CANCEL, 0, 0));
+
+	if (sqe) {
+		io_uring_prep_cancel(sqe, (void *)(uintptr_t)ud, 0);
+		sqe->user_data = tag(OP_CANCEL, 0, 0);
+	}
+}
+
+/* ---- the socket ---- */
+
+/* Create the socket's directory (/run/pagoda) when it is missing. */
+static void make_socket_dir(const char *path)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return;
+	*slash = '\0';
+	if (!mkdir(dir, 0755))
+		pgd_log(PGD_LOG_INFO, "created %s", dir);
+	else if (errno != EEXIST)
+		pgd_log(PGD_LOG_WARN, "cannot create %s: %s", dir, strerror(errno));
+}
+
+/*
+ * A socket file left by a daemon that died is removed; one a live daemon
+ * answers on is not.
+ */
+static int clear_stale_socket(const struct sockaddr_un *addr, char *err,
+			      size_t err_len)
+{
+	const char *path = addr->sun_path;
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(path, &st))
+		return 0;
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(err, err_len, "%s exists and is not a socket: remove it or choose another --socket", path);
+		return -1;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(err, err_len, "cannot create a socket: %s", strerror(errno));
+		return -1;
+	}
+	rc = connect(fd, (const struct sockaddr *)addr, sizeof(*addr));
+	close(fd);
+	if (!rc) {
+		snprintf(err, err_len, "another pagodad is already serving %s: stop it first, or choose another --socket", path);
+		return -1;
+	}
+	if (errno != ECONNREFUSED || unlink(path)) {
+		snprintf(err, err_len, "cannot replace the socket %s: %s", path, strerror(errno));
+		return -1;
+	}
+	pgd_log(PGD_LOG_INFO, "removed the stale socket %s", path);
+	return 0;
+}
+
+/*
+ * The socket's group: --socket-group (a name or a number), else the
+ * "pagoda" group when it exists.  *given: it was asked for explicitly.
+ * Returns 0 (gid (gid_t)-1: leave the daemon's), or -1 with a message.
+ */
+static int socket_gid(const struct pgd_config *cfg, gid_t *gid, int *given,
+		      char *err, size_t err_len)
+{
+	const char *name = cfg->socket_group ? cfg->socket_group : PGD_DEFAULT_GROUP;
+	struct group *g = getgrnam(name);
+	char *end;
+	unsigned long v;
+
+	*given = cfg->socket_group != NULL;
+	*gid = (gid_t)-1;
+	if (g) {
+		*gid = g->gr_gid;
+		return 0;
+	}
+	errno = 0;
+	v = strtoul(name, &end, 10);
+	if (*given && *name >= '0' && *name <= '9' && !*end && !errno && v < UINT_MAX) {
+		*gid = (gid_t)v;
+		return 0;
+	}
+	if (*given) {
+		snprintf(err, err_len, "--socket-group: no group named '%s' (create it, or give a group name or id that exists)",
+			 name);
+		return -1;
+	}
+	return 0;
+}
+
+/* Give the socket file its group and mode. */
+static int socket_perms(const struct pgd_config *cfg, const char *path,
+			char *err, size_t err_len)
+{
+	gid_t gid;
+	int given;
+
+	if (socket_gid(cfg, &gid, &given, err, err_len))
+		return -1;
+	if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid)) {
+		if (given) {
+			snprintf(err, err_len, "cannot give %s to group %u: %s (run pagodad as root or as a member of the group, or choose another --socket-group)",
+				 path, (unsigned)gid, strerror(errno));
+			return -1;
+		}
+		pgd_log(PGD_LOG_WARN, "cannot give %s to group %s: %s; it keeps the daemon's group",
+			path, PGD_DEFAULT_GROUP, strerror(errno));
+	}
+	if (chmod(path, cfg->socket_mode)) {
+		snprintf(err, err_len, "cannot set the mode of %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int listen_socket(struct pgd *d, char *err, size_t err_len)
+{
+	const char *path = d->cfg->socket_path;
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct stat st;
+	mode_t old_mask;
+	int rc;
+
+	if (strlen(path) >= sizeof(addr.sun_path)) {
+		snprintf(err, err_len, "--socket %s: the path is longer than %zu bytes",
+			 path, sizeof(addr.sun_path) - 1);
+		return -1;
+	}
+	memcpy(addr.sun_path, path, strlen(path) + 1);
+	make_socket_dir(path);
+	if (clear_stale_socket(&addr, err, err_len))
+		return -1;
+	d->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (d->listen_fd < 0) {
+		snprintf(err, err_len, "cannot create a socket: %s", strerror(errno));
+		return -1;
+	}
+	old_mask = umask(0177);	/* nobody gets in before the mode is set */
+	rc = bind(d->listen_fd, (struct sockaddr *)&addr, sizeof(addr));
+	umask(old_mask);
+	if (rc) {
+		snprintf(err, err_len, "cannot bind %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (!stat(path, &st)) {
+		d->sock_dev = st.st_dev;
+		d->sock_ino = st.st_ino;
+	}
+	if (socket_perms(d->cfg, path, err, err_len))
+		return -1;
+	if (listen(d->listen_fd, 128)) {
+		snprintf(err, err_len, "cannot listen on %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Remove the socket file if it is still the one this daemon bound. */
+static void unlink_socket(struct pgd *d)
+{
+	struct stat st;
+
+	if (d->sock_ino && !stat(d->cfg->socket_path, &st) &&
+	    st.st_dev == d->sock_dev && st.st_ino == d->sock_ino)
+		unlink(d->cfg->socket_path);
+}
+
+/* ---- the handshake ---- */
+
+static int send_welcome(int fd, const struct pg_welcome *w, const int *fds,
+			int n_fds)
+{
+	union {
+		char buf[CMSG_SPACE(3 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = (void *)w, .iov_len = sizeof(*w) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *cm;
+
+	memset(&u, 0, sizeof(u));
+	if (n_fds) {
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)n_fds * sizeof(int));
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN((size_t)n_fds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)n_fds * sizeof(int));
+	}
+	return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(*w) ? 0 : -1;
+}
+
+static void refuse(int fd, const struct ucred *cr, enum pg_error status,
+		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void refuse(int fd, const struct ucred *cr, enum pg_error status,
+		   const char *fmt, ...)
+{
+	struct pg_welcome w = { .magic = PG_PROTO_MAGIC,
+				.version = PG_PROTO_VERSION,
+				.status = status };
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(w.message, sizeof(w.message), fmt, ap);
+	va_end(ap);
+	pgd_log(PGD_LOG_INFO, "refused pid %d uid %u: %s", (int)cr->pid,
+		(unsigned)cr->uid, w.message);
+	send_welcome(fd, &w, NULL, 0);
+	close(fd);
+}
+
+/* The peer's groups: its primary group and, where the kernel says, the rest. */
+static int peer_groups(int fd, gid_t primary, gid_t *gids, int max)
+{
+	int n = 0;
+#ifdef SO_PEERGROUPS
+	socklen_t len = (socklen_t)(sizeof(gid_t) * (size_t)(max - 1));
+
+	if (!getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, gids + 1, &len))
+		n = (int)(len / sizeof(gid_t));
+#endif
+	gids[0] = primary;
+	return n + 1;
+}
+
+static int free_slot(const struct pgd *d)
+{
+	for (int i = 0; i < d->cfg->max_clients; i++)
+		if (!d->slots[i])
+			return i;
+	return -1;
+}
+
+static void add_client(struct pgd *d, struct pgd_client *c)
+{
+	d->slots[c->id - 1] = c;
+	d->live[d->n_live++] = c;
+	arm_hup(d, c);
+	arm_bell(d, c);
+	pgd_log(PGD_LOG_INFO, "client %u connected: pid %d uid %u gid %u (%d connected)",
+		c->id, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid, d->n_live);
+}
+
+/* Admit (or refuse) the peer on fd that sent hello h. */
+static void handshake(struct pgd *d, int fd, const struct pg_hello *h)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	gid_t gids[256];
+	struct pg_welcome w = { .magic = PG_PROTO_MAGIC, .version = PG_PROTO_VERSION };
+	struct pgd_client *c;
+	char err[224];
+	int n_gids, slot, fds[3];
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len)) {
+		pgd_log(PGD_LOG_WARN, "cannot read a peer's credentials: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	n_gids = peer_groups(fd, cr.gid, gids, 256);
+	if (h->magic != PG_PROTO_MAGIC) {
+		refuse(fd, &cr, PG_EPROTO, "the peer does not speak pagoda's protocol (magic 0x%08x, expected 0x%08x)",
+		       h->magic, PG_PROTO_MAGIC);
+		return;
+	}
+	if (!pgd_access_allowed(&d->access, cr.uid, gids, n_gids)) {
+		refuse(fd, &cr, PG_EACCESS, "uid %u is not allowed by pagodad's access rules: add it to --allow-users, or one of its groups to --allow-groups",
+		       (unsigned)cr.uid);
+		return;
+	}
+	if (h->version != PG_PROTO_VERSION) {
+		refuse(fd, &cr, PG_EVERSION, "protocol version mismatch: the client speaks version %u, pagodad speaks version %u; use a libpagoda of version %u",
+		       h->version, PG_PROTO_VERSION, PG_PROTO_VERSION);
+		return;
+	}
+	slot = free_slot(d);
+	if (slot < 0) {
+		refuse(fd, &cr, PG_ECLIENTS, "pagodad already serves %d clients (--max-clients %d): try again later, or raise --max-clients",
+		       d->n_live, d->cfg->max_clients);
+		return;
+	}
+	c = pgd_session_create(d, slot, fd, cr.pid, cr.uid, cr.gid, err, sizeof(err));
+	if (!c) {
+		refuse(fd, &cr, PG_ENOMEM, "%s", err);
+		return;
+	}
+	w.client_id = c->id;
+	w.generation = d->generation;
+	w.seg_bytes = c->seg_bytes;
+	fds[0] = c->memfd;
+	fds[1] = c->sq_bell;
+	fds[2] = c->cq_bell;
+	if (send_welcome(fd, &w, fds, 3)) {
+		pgd_log(PGD_LOG_WARN, "cannot send the welcome to pid %d: %s", (int)cr.pid, strerror(errno));
+		pgd_session_destroy(c);
+		return;
+	}
+	close(c->memfd);	/* the mapping and the client's fd keep it */
+	c->memfd = -1;
+	add_client(d, c);
+}
+
+static void on_accept(struct pgd *d, int res)
+{
+	struct pgd_handshake *hs = NULL;
+	struct io_uring_sqe *sqe;
+
+	d->accept_armed = 0;
+	if (res < 0) {
+		if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
+			pgd_log(PGD_LOG_WARN, "accept: %s", strerror(-res));
+		return;
+	}
+	for (int i = 0; i < PGD_MAX_HANDSHAKES && !hs; i++)
+		if (d->hs[i].fd < 0)
+			hs = &d->hs[i];
+	if (!hs) {
+		close(res);
+		return;
+	}
+	if (io_uring_sq_space_left(&d->ring) < 2)	/* the pair stays linked */
+		io_uring_submit(&d->ring);
+	hs->serial = ++d->next_serial;
+	sqe = get_sqe(d, tag(OP_HELLO, (uint32_t)(hs - d->hs), hs->serial));
+	if (!sqe) {
+		close(res);
+		return;
+	}
+	hs->fd = res;
+	d->n_handshakes++;
+	io_uring_prep_recv(sqe, res, &hs->hello, sizeof(hs->hello), MSG_WAITALL);
+	sqe->user_data = tag(OP_HELLO, (uint32_t)(hs - d->hs), hs->serial);
+	sqe->flags |= IOSQE_IO_LINK;
+	sqe = get_sqe(d, tag(OP_HELLO_TIMEOUT, 0, 0));
+	io_uring_prep_link_timeout(sqe, &d->hello_timeout, 0);
+	sqe->user_data = tag(OP_HELLO_TIMEOUT, 0, 0);
+}
+
+static void on_hello(struct pgd *d, struct pgd_handshake *hs, int res)
+{
+	struct pg_hello h = hs->hello;
+	int fd = hs->fd;
+
+	hs->fd = -1;
+	d->n_handshakes--;
+	if (res != (int)sizeof(h)) {
+		pgd_log(PGD_LOG_DEBUG, "a connection sent no hello within %d s: closed",
+			PGD_HELLO_TIMEOUT_S);
+		close(fd);
+		return;
+	}
+	handshake(d, fd, &h);
+}
+
+/* ---- completions of the io_uring ---- */
+
+static void on_signal(struct pgd *d, int res)
+{
+	int sig = res == (int)sizeof(d->sig_buf) ? (int)d->sig_buf.ssi_signo : 0;
+
+	if (sig == SIGTERM || sig == SIGINT) {
+		pgd_log(PGD_LOG_INFO, "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+		d->stop_signal = sig;
+		return;
+	}
+	if (sig == SIGHUP)
+		pgd_log(PGD_LOG_INFO, "SIGHUP: reload not supported yet; restart pagodad to change its configuration");
+	else if (res < 0)
+		pgd_log(PGD_LOG_WARN, "reading signals: %s", strerror(-res));
+	arm_signal(d);
+}
+
+/* The client an operation was for, unless it has gone since. */
+static struct pgd_client *client_of(struct pgd *d, uint32_t slot, uint64_t serial)
+{
+	struct pgd_client *c = slot < (uint32_t)d->cfg->max_clients ? d->slots[slot] : NULL;
+
+	return c && (c->serial & SERIAL_MASK) == serial ? c : NULL;
+}
+
+static void on_bell(struct pgd *d, struct pgd_client *c, enum op_kind k, int res)
+{
+	uint64_t v;
+
+	c->bell_armed = 0;
+	if (k == OP_BELL_POLL) {
+		if (read(c->sq_bell, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			pgd_log(PGD_LOG_WARN, "client %u: reading its doorbell: %s", c->id, strerror(errno));
+		return;
+	}
+	if (res == -EAGAIN && !d->bell_poll) {
+		/* this kernel does not wait on a non-blocking file: poll it */
+		pgd_log(PGD_LOG_DEBUG, "doorbell reads do not wait on this kernel: polling them");
+		d->bell_poll = 1;
+	} else if (res < 0 && res != -ECANCELED) {
+		pgd_log(PGD_LOG_WARN, "client %u: reading its doorbell: %s", c->id, strerror(-res));
+	}
+}
+
+static void on_cqe(struct pgd *d, uint64_t ud, int res)
+{
+	enum op_kind k = (enum op_kind)(ud >> 56);
+	uint32_t slot = ud & 0xffff;
+	uint64_t serial = (ud >> 16) & SERIAL_MASK;
+	struct pgd_client *c;
+
+	switch (k) {
+	case OP_ACCEPT:
+		on_accept(d, res);
+		return;
+	case OP_HELLO:
+		if (slot < PGD_MAX_HANDSHAKES && d->hs[slot].fd >= 0 &&
+		    (d->hs[slot].serial & SERIAL_MASK) == serial)
+			on_hello(d, &d->hs[slot], res);
+		return;
+	case OP_SIGNAL:
+		on_signal(d, res);
+		return;
+	case OP_HUP:
+	case OP_BELL:
+	case OP_BELL_POLL:
+		c = client_of(d, slot, serial);
+		if (!c)
+			return;
+		if (k != OP_HUP) {
+			on_bell(d, c, k, res);
+			return;
+		}
+		c->hup_armed = 0;
+		pgd_mark_dead(d, c, PG_OK, "hung up");
+		return;
+	default:		/* timeouts and cancellations: nothing to do */
+		return;
+	}
+}
+
+/* Take every completion the io_uring has now; no system call. */
+static int reap(struct pgd *d)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+
+	io_uring_for_each_cqe(&d->ring, head, cqe) {
+		on_cqe(d, cqe->user_data, cqe->res);
+		n++;
+	}
+	io_uring_cq_advance(&d->ring, n);
+	return (int)n;
+}
+
+/* ---- clients ---- */
+
+static void log_engine(struct pgd *d, const char *when)
+{
+	struct pg_engine_stats st;
+
+	if (!pgd_log_enabled(PGD_LOG_DEBUG))
+		return;
+	pg_engine_stats(d->engine, &st);
+	pgd_log(PGD_LOG_DEBUG, "%s: %d clients; engine %d running, %d waiting; KV pages %d used, %d cached, %d free",
+		when, d->n_live, st.n_running, st.n_waiting, st.kv.n_used,
+		st.kv.n_cached, st.kv.n_free);
+}
+
+/* Let a dead client go: its requests, last words, operations, memory. */
+static void close_client(struct pgd *d, struct pgd_client *c)
+{
+	uint32_t slot = c->id - 1;
+	int n = pgd_requests_drop(d, c);
+
+	pgd_say_goodbye(c, c->dead_code, c->dead_msg);
+	if (c->bell_armed)
+		cancel_op(d, tag(d->bell_poll ? OP_BELL_POLL : OP_BELL, slot, c->serial));
+	if (c->hup_armed)
+		cancel_op(d, tag(OP_HUP, slot, c->serial));
+	d->slots[slot] = NULL;
+	for (int i = 0; i < d->n_live; i++)
+		if (d->live[i] == c) {
+			d->live[i] = d->live[--d->n_live];
+			break;
+		}
+	pgd_log(c->dead_code == PG_OK ? PGD_LOG_INFO : PGD_LOG_WARN,
+		"client %u (pid %d uid %u) gone: %s; %d requests cancelled (%d connected)",
+		c->id, (int)c->pid, (unsigned)c->uid, c->dead_msg, n, d->n_live);
+	pgd_session_destroy(c);
+	log_engine(d, "after a client left");
+}
+
+static void close_dead(struct pgd *d)
+{
+	for (int i = d->n_live - 1; d->n_dead && i >= 0; i--)
+		if (i < d->n_live && d->live[i]->dead) {
+			close_client(d, d->live[i]);
+			d->n_dead--;
+		}
+	d->n_dead = 0;
+}
+
+/* Backlogs, submissions and immediate answers of every client. */
+static int serve_clients(struct pgd *d)
+{
+	int n = 0;
+
+	for (int i = 0; i < d->n_live; i++) {
+		struct pgd_client *c = d->live[i];
+
+		if (c->dead)
+			continue;
+		n += pgd_flush_backlog(d, c);
+		n += pgd_drain(d, c);
+		pgd_publish(c);
+	}
+	return n;
+}
+
+static void engine_step(struct pgd *d)
+{
+	int rc = pg_engine_step(d->engine);
+
+	if (rc < 0 && d->step_errors++ < 100)
+		pgd_log(PGD_LOG_ERROR, "%s", pg_engine_last_error(d->engine));
+	for (int i = 0; i < d->n_live; i++)
+		pgd_publish(d->live[i]);
+	if (pg_engine_idle(d->engine))
+		log_engine(d, "engine idle");
+}
+
+/*
+ * Nothing to do: advertise sleep on every submission ring and, if no entry
+ * slipped in meanwhile, wait for the io_uring.
+ */
+static void sleep_until_woken(struct pgd *d)
+{
+	struct __kernel_timespec ts = { .tv_nsec = PGD_BACKLOG_POLL_NS };
+	struct io_uring_cqe *cqe;
+	int may_sleep = 1, backlog = 0;
+
+	for (int i = 0; i < d->n_live; i++) {
+		struct pgd_client *c = d->live[i];
+
+		arm_bell(d, c);
+		if (!pg_ring_prepare_sleep(&c->sq))
+			may_sleep = 0;
+		backlog |= c->bl_head != NULL;
+	}
+	if (may_sleep) {
+		io_uring_submit(&d->ring);
+		if (backlog)
+			io_uring_wait_cqe_timeout(&d->ring, &cqe, &ts);
+		else
+			io_uring_wait_cqe(&d->ring, &cqe);
+	}
+	for (int i = 0; i < d->n_live; i++)
+		pg_ring_awake(&d->live[i]->sq);
+}
+
+static void run_loop(struct pgd *d)
+{
+	double idle_since = now_s(), spin_s = d->cfg->spin_us * 1e-6;
+
+	while (!d->stop_signal) {
+		int busy;
+
+		d->now = now_s();
+		busy = reap(d);
+		busy += serve_clients(d);
+		if (!pg_engine_idle(d->engine)) {
+			engine_step(d);
+			busy = 1;
+		}
+		if (d->n_dead)
+			close_dead(d);
+		arm_accept(d);
+		if (io_uring_sq_ready(&d->ring))
+			io_uring_submit(&d->ring);
+		if (busy) {
+			idle_since = d->now;
+		} else if (d->now - idle_since < spin_s) {
+			cpu_relax();
+		} else {
+			sleep_until_woken(d);
+			idle_since = now_s();
+		}
+	}
+}
+
+/* ---- start and stop ---- */
+
+static uint64_t new_generation(void)
+{
+	uint64_t g = 0;
+
+	if (getrandom(&g, sizeof(g), 0) != (ssize_t)sizeof(g))
+		g = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+	return g ? g : 1;
+}
+
+/* The limits as enforced: defaults resolved against the pool and arenas. */
+static int resolve_limits(struct pgd *d, char *err, size_t err_len)
+{
+	const struct pgd_config *cfg = d->cfg;
+	int pool = pg_forward_n_pages(d->fw) * pg_forward_page_tokens(d->fw);
+
+	if (pg_seg_layout(&d->layout, cfg->sq_slots, cfg->cq_slots,
+			  cfg->sq_arena, cfg->cq_arena)) {
+		snprintf(err, err_len, "bad segment geometry: ring slots must be powers of two from %u to %u, arenas from %u bytes to %u MiB",
+			 PG_SEG_MIN_SLOTS, PG_SEG_MAX_SLOTS, PG_SEG_MIN_ARENA,
+			 PG_SEG_MAX_ARENA >> 20);
+		return -1;
+	}
+	d->max_prompt = cfg->max_prompt > 0 ? cfg->max_prompt : pool;
+	d->max_tokens = cfg->max_tokens;
+	d->max_payload = cfg->max_payload ? cfg->max_payload : cfg->sq_arena;
+	if (d->max_payload > cfg->sq_arena) {
+		pgd_log(PGD_LOG_WARN, "--max-payload %u is more than the submission arena holds: %u bytes",
+			d->max_payload, cfg->sq_arena);
+		d->max_payload = cfg->sq_arena;
+	}
+	d->n_vocab = d->m->hp.n_vocab;
+	return 0;
+}
+
+static int alloc_tables(struct pgd *d)
+{
+	size_t n = (size_t)d->cfg->max_clients;
+
+	d->slots = calloc(n, sizeof(*d->slots));
+	d->live = calloc(n, sizeof(*d->live));
+	d->bell_buf = calloc(n, sizeof(*d->bell_buf));
+	d->payload = malloc((size_t)d->max_payload + 1);
+	d->ids_cap = d->max_prompt;
+	d->ids = malloc(sizeof(*d->ids) * (size_t)d->ids_cap);
+	for (int i = 0; i < PGD_MAX_HANDSHAKES; i++)
+		d->hs[i].fd = -1;
+	return d->slots && d->live && d->bell_buf && d->payload && d->ids &&
+	       !pgd_requests_init(d) ? 0 : -1;
+}
+
+static int start_engine(struct pgd *d, char *err, size_t err_len)
+{
+	struct pg_engine_config ec = pg_engine_config_default();
+	const char *tmpl = d->m->chat_template;
+	size_t tlen = tmpl ? strlen(tmpl) : 0;
+
+	ec.on_event = pgd_on_event;
+	ec.ctx = d;
+	ec.max_batch_tokens = d->cfg->max_batch_tokens;
+	d->chat_fmt = pg_chat_detect(tmpl, tlen);
+	if (d->chat_fmt < 0)
+		d->chat_fmt = PG_CHAT_CHATML;
+	d->chat_system = pg_chat_default_system(tmpl, tlen);
+	return pg_engine_create(d->m, d->fw, &ec, &d->engine, err, err_len);
+}
+
+static int start_ring(struct pgd *d, char *err, size_t err_len)
+{
+	unsigned entries = 64;
+	sigset_t set;
+	int rc;
+
+	while (entries < 2u * (unsigned)d->cfg->max_clients + 2u * PGD_MAX_HANDSHAKES + 16u)
+		entries <<= 1;
+	rc = io_uring_queue_init(entries, &d->ring, 0);
+	if (rc) {
+		snprintf(err, err_len, "io_uring is not available (%s): pagodad needs Linux 5.6 or later with io_uring allowed (sysctl kernel.io_uring_disabled = 0, and no seccomp filter against it)",
+			 strerror(-rc));
+		return -1;
+	}
+	d->ring_ready = 1;
+	d->hello_timeout.tv_sec = PGD_HELLO_TIMEOUT_S;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	d->sig_fd = signalfd(-1, &set, SFD_CLOEXEC);
+	if (d->sig_fd < 0) {
+		snprintf(err, err_len, "cannot create a signalfd: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int daemon_start(struct pgd *d, char *err, size_t err_len)
+{
+	d->generation = new_generation();
+	d->listen_fd = d->sig_fd = -1;
+	if (resolve_limits(d, err, err_len) ||
+	    pgd_access_init(&d->access, d->cfg->allow_users,
+			    d->cfg->allow_groups, err, err_len))
+		return -1;
+	if (alloc_tables(d)) {
+		snprintf(err, err_len, "out of memory for the daemon's tables");
+		return -1;
+	}
+	if (start_engine(d, err, err_len) || start_ring(d, err, err_len) ||
+	    listen_socket(d, err, err_len))
+		return -1;
+	arm_signal(d);
+	arm_accept(d);
+	io_uring_submit(&d->ring);
+	return 0;
+}
+
+static void log_start(const struct pgd *d)
+{
+	const struct pg_model *m = d->m;
+	const struct pg_plan *plan = pg_forward_plan(d->fw);
+
+	pgd_log(PGD_LOG_INFO, "serving %s (%s, %d blocks, vocabulary %d) from %s",
+		m->name, pg_arch_name(m->hp.arch), m->hp.n_blocks, m->hp.n_vocab,
+		m->path ? m->path : "?");
+	pgd_log(PGD_LOG_INFO, "plan: pipeline %d x tensor %d x context %d%s%s; KV pool %d pages of %d tokens; %d threads (%s)",
+		plan->pp, plan->tp, plan->cp, d->cfg->plan_desc ? "; " : "",
+		d->cfg->plan_desc ? d->cfg->plan_desc : "",
+		pg_forward_n_pages(d->fw), pg_forward_page_tokens(d->fw),
+		pg_forward_threads(d->fw), pg_forward_isa_name(d->fw));
+	pgd_log(PGD_LOG_INFO, "limits: %d clients, %d requests in flight each, prompts of %d tokens, %d tokens generated, payloads of %u bytes",
+		d->cfg->max_clients, d->cfg->max_inflight, d->max_prompt,
+		d->max_tokens, d->max_payload);
+	pgd_log(PGD_LOG_INFO, "listening on %s (mode %04o); generation %016llx; pid %d",
+		d->cfg->socket_path, d->cfg->socket_mode,
+		(unsigned long long)d->generation, (int)getpid());
+}
+
+/* Tell every client the daemon stops, then let all of them go. */
+static void stop_clients(struct pgd *d, int sig)
+{
+	char msg[128];
+
+	snprintf(msg, sizeof(msg), "pagodad is stopping (%s): reconnect once it is back",
+		 sig == SIGINT ? "SIGINT" : "SIGTERM");
+	while (d->n_live) {
+		struct pgd_client *c = d->live[--d->n_live];
+
+		pgd_say_goodbye(c, PG_ESHUTDOWN, msg);
+		d->slots[c->id - 1] = NULL;
+		pgd_session_destroy(c);
+	}
+}
+
+static void daemon_stop(struct pgd *d)
+{
+	for (int i = 0; i < PGD_MAX_HANDSHAKES; i++)
+		if (d->hs[i].fd >= 0)
+			close(d->hs[i].fd);
+	if (d->ring_ready)
+		io_uring_queue_exit(&d->ring);
+	if (d->listen_fd >= 0) {
+		unlink_socket(d);
+		close(d->listen_fd);
+	}
+	if (d->sig_fd >= 0)
+		close(d->sig_fd);
+	pg_engine_destroy(d->engine);	/* sends no events */
+	pgd_requests_free(d);
+	pgd_access_free(&d->access);
+	free(d->chat_system);
+	free(d->slots);
+	free(d->live);
+	free(d->bell_buf);
+	free(d->payload);
+	free(d->ids);
+}
+
+int pgd_serve(const struct pgd_config *cfg, const struct pg_model *m,
+	      struct pg_forward *fw)
+{
+	struct pgd *d = calloc(1, sizeof(*d));
+	char err[512] = "";
+	int status = 0;
+
+	if (!d) {
+		pgd_log(PGD_LOG_ERROR, "out of memory");
+		return 1;
+	}
+	d->cfg = cfg;
+	d->m = m;
+	d->fw = fw;
+	if (daemon_start(d, err, sizeof(err))) {
+		pgd_log(PGD_LOG_ERROR, "%s", err);
+		status = 1;
+	} else {
+		log_start(d);
+		run_loop(d);
+		stop_clients(d, d->stop_signal);
+	}
+	daemon_stop(d);
+	if (!status)
+		pgd_log(PGD_LOG_INFO, "stopped");
+	free(d);
+	return status;
+}

@@ -1,0 +1,63 @@
+/*
+ * server.h - the serving daemon: a Unix socket for handshakes, one
+ * shared-memory segment per client (shm/proto.h), and one thread that runs
+ * the io_uring loop and the engine.  pagodad's command line (oneshot.c)
+ * fills a struct pgd_config, loads the model, builds the forward pass and
+ * calls pgd_serve(); tests drive the daemon through its socket.
+ */
+#ifndef PAGODA_DAEMON_SERVER_H
+#define PAGODA_DAEMON_SERVER_H
+
+#include <stdint.h>
+
+struct pg_model;
+struct pg_forward;
+
+#define PGD_DEFAULT_SOCKET "/run/pagoda/pagodad.sock"
+#define PGD_DEFAULT_GROUP "pagoda"
+
+struct pgd_config {
+	const char *socket_path;	/* default PGD_DEFAULT_SOCKET */
+	unsigned socket_mode;		/* default 0660 */
+	const char *socket_group;	/* NULL: "pagoda" when it exists,
+					   else the daemon's group */
+	const char *allow_users;	/* comma-separated names or uids; NULL:
+					   anyone who can open the socket */
+	const char *allow_groups;
+	int max_clients;		/* connected at once (64) */
+	int max_inflight;		/* GENERATE requests per client (64) */
+	int max_prompt;			/* tokens; 0: the KV pool's capacity */
+	int max_tokens;			/* per request (4096) */
+	uint32_t max_payload;		/* bytes of one submission's payload;
+					   0: the submission arena's size */
+	uint32_t sq_slots, cq_slots;	/* ring entries (256, 1024) */
+	uint32_t sq_arena, cq_arena;	/* arena bytes (1 MiB, 4 MiB) */
+	int spin_us;			/* polling before sleeping (50) */
+	double drain_timeout_s;		/* a client that leaves its completion
+					   ring full this long is dropped (10) */
+	int max_batch_tokens;		/* engine: tokens per step (0: the
+					   forward pass's batch) */
+	const char *plan_desc;		/* for the start-up log line */
+};
+
+/* pgd_config_default - the defaults above. */
+void pgd_config_default(struct pgd_config *cfg);
+
+/*
+ * pgd_block_signals - block SIGTERM, SIGINT and SIGHUP in the calling
+ * thread, before any other thread is created (the forward pass's device
+ * threads inherit the mask), so that only the loop's signalfd sees them;
+ * and ignore SIGPIPE.  Returns 0 or -errno.
+ */
+int pgd_block_signals(void);
+
+/*
+ * pgd_serve - serve clients with model m and forward pass fw (both the
+ * caller's, outliving the call) until SIGTERM or SIGINT.  Logs to standard
+ * error (log.h).  Returns the process exit status: 0 after a clean stop, 1
+ * when the daemon could not start (the log says why and what to change).
+ */
+int pgd_serve(const struct pgd_config *cfg, const struct pg_model *m,
+	      struct pg_forward *fw);
+
+#endif

@@ -1,0 +1,1722 @@
+/*
+ * daemon_client.c - a raw pagodad client for the tests, written over shm/
+ * alone (not libpagoda): the handshake, the seals and header checks, the
+ * rings, arenas and doorbells, and sub-commands that tests/test-daemon.sh
+ * runs against a live daemon:
+ *
+ *   daemon_client SOCK info                  print the model info
+ *   daemon_client SOCK generate [opts]       print each sample's ids
+ *   daemon_client SOCK stopcheck             stop strings end the text
+ *   daemon_client SOCK tokenize TEXT [--bos] [--special]
+ *   daemon_client SOCK detokenize ID,ID,...
+ *   daemon_client SOCK ping [--count N]      round trips, polling and asleep
+ *   daemon_client SOCK stress [--clients N] [--requests N]
+ *   daemon_client SOCK garbage [--rounds N]  hostile client beside a victim
+ *   daemon_client SOCK kill [--children N]   SIGKILL clients mid-stream
+ *   daemon_client SOCK version               another protocol version
+ *   daemon_client SOCK refused               (root) a uid the rules refuse
+ *   daemon_client SOCK limits                against a daemon with small limits
+ *   daemon_client SOCK restart-wait          outlive a daemon restart
+ *
+ * Exit status: 0 pass, 1 fail, 2 usage, 77 skip.  It is not a library:
+ * everything dies on the first unexpected system error.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shm/proto.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+
+static const char *sock_path;
+static atomic_int failures;
+
+#define FAIL(...) do { atomic_fetch_add(&failures, 1); \
+	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } while (0)
+#define CHECK(cond, ...) do { if (!(cond)) FAIL(__VA_ARGS__); } while (0)
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "daemon_client: ");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(1);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- a connection ---- */
+
+struct conn {
+	int sock, sq_bell, cq_bell, memfd;
+	uint8_t *seg;
+	size_t seg_bytes;
+	struct pg_seg_header *hdr;
+	struct pg_ring sq, cq;
+	struct pg_arena sq_arena;
+	uint64_t *sq_end;		/* (sq_slots) */
+	const uint8_t *cq_arena;
+	uint32_t cq_arena_bytes;
+	struct pg_welcome w;
+	uint8_t *payload;		/* (cq_arena_bytes) the last completion's */
+	int lost;			/* closed or hung up */
+};
+
+static int recv_welcome(int fd, struct pg_welcome *w, int *fds, int *n_fds)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm;
+	ssize_t n = recvmsg(fd, &mh, MSG_WAITALL | MSG_CMSG_CLOEXEC);
+
+	*n_fds = 0;
+	if (n != (ssize_t)sizeof(*w))
+		return -1;
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			*n_fds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			if (*n_fds > 4)
+				*n_fds = 4;
+			memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)*n_fds);
+		}
+	return 0;
+}
+
+/* Check what the daemon sent: seals, size, header; then map and attach. */
+static int conn_map(struct conn *c)
+{
+	int seals = fcntl(c->memfd, F_GET_SEALS);
+	struct stat st;
+	char err[256];
+
+	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) !=
+	    (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		FAIL("the segment is not sealed (seals 0x%x)", seals);
+		return -1;
+	}
+	CHECK(ftruncate(c->memfd, 0) < 0 && errno == EPERM,
+	      "a sealed segment could be shrunk");
+	if (fstat(c->memfd, &st) || (uint64_t)st.st_size != c->w.seg_bytes) {
+		FAIL("the segment's size is not the welcome's");
+		return -1;
+	}
+	c->seg_bytes = (size_t)st.st_size;
+	c->seg = mmap(NULL, c->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+		      c->memfd, 0);
+	if (c->seg == MAP_FAILED)
+		die("mmap: %s", strerror(errno));
+	c->hdr = (struct pg_seg_header *)c->seg;
+	if (pg_seg_check(c->hdr, c->seg_bytes, err, sizeof(err))) {
+		FAIL("segment header: %s", err);
+		return -1;
+	}
+	CHECK(c->hdr->generation == c->w.generation, "generation differs from the welcome's");
+	pg_ring_attach(&c->sq, &c->hdr->sq, c->seg + c->hdr->sq_off, c->hdr->sq_slots, 1);
+	pg_ring_attach(&c->cq, &c->hdr->cq, c->seg + c->hdr->cq_off, c->hdr->cq_slots, 0);
+	c->sq_end = calloc(c->hdr->sq_slots, sizeof(*c->sq_end));
+	c->cq_arena = c->seg + c->hdr->cq_arena_off;
+	c->cq_arena_bytes = c->hdr->cq_arena;
+	c->payload = malloc(c->cq_arena_bytes + 1);
+	if (!c->sq_end || !c->payload)
+		die("out of memory");
+	pg_arena_init(&c->sq_arena, c->seg + c->hdr->sq_arena_off, c->hdr->sq_arena,
+		      c->sq_end, c->hdr->sq_slots, c->sq.local);
+	return 0;
+}
+
+/*
+ * Connect and shake hands with protocol version `version`.  Returns 0, the
+ * pg_error of a refusal (c->w.message says why), or -1 when the socket
+ * could not be reached.
+ */
+static int conn_open(struct conn *c, uint32_t version)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct pg_hello h = { .magic = PG_PROTO_MAGIC, .version = version };
+	int fds[4], n_fds;
+
+	memset(c, 0, sizeof(*c));
+	c->sq_bell = c->cq_bell = c->memfd = -1;
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock_path);
+	c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&addr, sizeof(addr)))
+		goto out_close;
+	if (write(c->sock, &h, sizeof(h)) != (ssize_t)sizeof(h) ||
+	    recv_welcome(c->sock, &c->w, fds, &n_fds))
+		goto out_close;
+	if (c->w.status) {
+		for (int i = 0; i < n_fds; i++)
+			close(fds[i]);
+		close(c->sock);
+		c->sock = -1;
+		return (int)c->w.status;
+	}
+	if (n_fds != 3 || c->w.magic != PG_PROTO_MAGIC) {
+		FAIL("a welcome without its three fds");
+		goto out_close;
+	}
+	c->memfd = fds[0];
+	c->sq_bell = fds[1];
+	c->cq_bell = fds[2];
+	if (conn_map(c))
+		goto out_close;
+	return 0;
+out_close:
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = -1;
+	return -1;
+}
+
+static void conn_close(struct conn *c)
+{
+	if (c->seg)
+		munmap(c->seg, c->seg_bytes);
+	if (c->memfd >= 0)
+		close(c->memfd);
+	if (c->sq_bell >= 0)
+		close(c->sq_bell);
+	if (c->cq_bell >= 0)
+		close(c->cq_bell);
+	if (c->sock >= 0)
+		close(c->sock);
+	free(c->sq_end);
+	free(c->payload);
+	memset(c, 0, sizeof(*c));
+	c->sock = c->sq_bell = c->cq_bell = c->memfd = -1;
+}
+
+static void conn_must_open(struct conn *c)
+{
+	int rc = conn_open(c, PG_PROTO_VERSION);
+
+	if (rc)
+		die("cannot connect to %s: %s", sock_path,
+		    rc > 0 ? c->w.message : strerror(errno));
+}
+
+/*
+ * Queue one submission (not yet visible).  Returns 0, or -1 when the ring
+ * or the arena is full now.
+ */
+static int queue_sqe(struct conn *c, uint8_t op, uint64_t req_id, uint16_t flags,
+		     const void *payload, uint32_t len, uint64_t arg)
+{
+	struct pg_sqe *e = pg_ring_reserve(&c->sq);
+	uint32_t off = 0;
+	void *dst;
+
+	if (!e)
+		return -1;
+	dst = pg_arena_alloc(&c->sq_arena, c->sq.local, len, &off);
+	if (!dst) {
+		pg_arena_reclaim(&c->sq_arena, pg_ring_consumed(&c->sq));
+		dst = pg_arena_alloc(&c->sq_arena, c->sq.local, len, &off);
+		if (!dst)
+			return -1;
+	}
+	if (len)
+		memcpy(dst, payload, len);
+	memset(e, 0, sizeof(*e));
+	e->req_id = req_id;
+	e->op = op;
+	e->flags = flags;
+	e->payload_off = off;
+	e->payload_len = len;
+	e->arg = arg;
+	pg_ring_commit(&c->sq);
+	return 0;
+}
+
+static void publish(struct conn *c)
+{
+	if (pg_ring_publish(&c->sq))
+		eventfd_write(c->sq_bell, 1);
+}
+
+/* Read completions until one comes, the timeout passes or the link is lost. */
+struct reply {
+	struct pg_cqe cqe;
+	const uint8_t *payload;		/* cqe.len bytes (c->payload) */
+};
+
+static int wait_bell(struct conn *c, int timeout_ms)
+{
+	struct pollfd p[2] = { { .fd = c->cq_bell, .events = POLLIN },
+			       { .fd = c->sock, .events = POLLRDHUP } };
+	eventfd_t v;
+	int rc;
+
+	rc = poll(p, 2, timeout_ms);
+	if (rc > 0 && (p[0].revents & POLLIN))
+		eventfd_read(c->cq_bell, &v);
+	if (rc > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		return -1;
+	return rc;
+}
+
+/*
+ * The next completion into *r: 1, or 0 after timeout_ms, or -1 when the
+ * daemon closed the segment or hung up and nothing is left to read.
+ * spin: poll the ring without sleeping (for round-trip figures).
+ */
+static int next_reply(struct conn *c, struct reply *r, int timeout_ms, int spin)
+{
+	double deadline = now_s() + timeout_ms * 1e-3, spin_until = now_s() + 50e-6;
+	const struct pg_cqe *e;
+
+	for (;;) {
+		e = pg_ring_peek(&c->cq);
+		if (e)
+			break;
+		if (pg_ring_corrupt(&c->cq)) {
+			FAIL("the daemon's completion ring looks corrupt");
+			return -1;
+		}
+		if (c->lost || atomic_load_explicit(&c->hdr->closed, memory_order_acquire)) {
+			if (pg_ring_peek(&c->cq))
+				continue;
+			c->lost = 1;
+			return -1;
+		}
+		if (now_s() > deadline)
+			return 0;
+		if (spin || now_s() < spin_until)
+			continue;
+		if (pg_ring_prepare_sleep(&c->cq)) {
+			int ms = (int)((deadline - now_s()) * 1e3) + 1;
+
+			if (wait_bell(c, ms > 100 ? 100 : ms) < 0)
+				c->lost = 1;
+		}
+		pg_ring_awake(&c->cq);
+	}
+	memcpy(&r->cqe, e, sizeof(r->cqe));
+	if (r->cqe.flags & PG_CQE_F_ARENA) {
+		if (!pg_arena_check(c->cq_arena_bytes, r->cqe.off, r->cqe.len)) {
+			FAIL("a completion names bytes outside the arena");
+			r->cqe.len = 0;
+		}
+		memcpy(c->payload, c->cq_arena + r->cqe.off, r->cqe.len);
+	} else {
+		if (r->cqe.len > PG_CQE_TEXT) {
+			FAIL("an inline completion of %u bytes", r->cqe.len);
+			r->cqe.len = PG_CQE_TEXT;
+		}
+		memcpy(c->payload, r->cqe.text, r->cqe.len);
+	}
+	c->payload[r->cqe.len] = 0;
+	r->payload = c->payload;
+	pg_ring_consume(&c->cq);
+	pg_ring_release(&c->cq);
+	return 1;
+}
+
+/* Submit, waiting (and dropping replies into sink) while the ring is full. */
+typedef void (*reply_fn)(void *ctx, const struct reply *r);
+
+static int submit(struct conn *c, uint8_t op, uint64_t req_id, uint16_t flags,
+		  const void *payload, uint32_t len, uint64_t arg,
+		  reply_fn sink, void *ctx)
+{
+	struct reply r;
+	double t0 = now_s();
+
+	while (queue_sqe(c, op, req_id, flags, payload, len, arg)) {
+		publish(c);
+		if (next_reply(c, &r, 10, 0) > 0 && sink)
+			sink(ctx, &r);
+		if (c->lost || now_s() - t0 > 30)
+			return -1;
+	}
+	publish(c);
+	return 0;
+}
+
+/* ---- requests ---- */
+
+#define MAX_GEN 4096
+#define MAX_SAMPLES 16
+
+struct gen {
+	int kind;			/* enum pg_prompt_kind */
+	const char *text;		/* TEXT */
+	const int32_t *ids;		/* TOKENS */
+	int n_ids;
+	const char *chat[16];		/* "role:content" */
+	int n_chat;
+	const char *stop[16];
+	int n_stop;
+	uint32_t max_tokens, n, flags;
+	float temperature;
+	uint64_t seed;
+};
+
+static void gen_default(struct gen *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->kind = PG_PROMPT_TOKENS;
+	g->max_tokens = 16;
+	g->n = 1;
+}
+
+static void sampling_greedy(struct pg_gen_wire *w)
+{
+	w->temperature = 0;
+	w->top_k = 0;
+	w->top_p = 1;
+	w->min_p = 0;
+	w->repeat_penalty = 1;
+	w->repeat_last_n = 64;
+}
+
+static uint32_t put_chat(const struct gen *g, uint8_t *p)
+{
+	uint32_t off = 0;
+
+	for (int i = 0; i < g->n_chat; i++) {
+		const char *colon = strchr(g->chat[i], ':');
+		struct pg_chat_msg_wire m;
+
+		if (!colon)
+			die("--chat ROLE:TEXT, not '%s'", g->chat[i]);
+		m.role = !strncmp(g->chat[i], "system", 6) ? 0 :
+			 !strncmp(g->chat[i], "user", 4) ? 1 : 2;
+		m.len = (uint32_t)strlen(colon + 1);
+		memcpy(p + off, &m, sizeof(m));
+		memcpy(p + off + sizeof(m), colon + 1, m.len);
+		off += (uint32_t)sizeof(m) + m.len;
+		while (off % 4)
+			p[off++] = 0;
+	}
+	return off;
+}
+
+/* A GENERATE payload for g into buf (room enough); its length. */
+static uint32_t gen_payload(const struct gen *g, uint8_t *buf)
+{
+	struct pg_gen_wire w;
+	uint8_t *p = buf + sizeof(w);
+
+	memset(&w, 0, sizeof(w));
+	sampling_greedy(&w);
+	w.prompt_kind = (uint32_t)g->kind;
+	if (g->kind == PG_PROMPT_TEXT) {
+		w.prompt_bytes = (uint32_t)strlen(g->text);
+		memcpy(p, g->text, w.prompt_bytes);
+	} else if (g->kind == PG_PROMPT_TOKENS) {
+		w.prompt_bytes = (uint32_t)(4 * g->n_ids);
+		memcpy(p, g->ids, w.prompt_bytes);
+	} else {
+		w.prompt_bytes = put_chat(g, p);
+	}
+	p += w.prompt_bytes;
+	for (int i = 0; i < g->n_stop; i++) {
+		size_t l = strlen(g->stop[i]) + 1;
+
+		memcpy(p, g->stop[i], l);
+		p += l;
+		w.stop_bytes += (uint32_t)l;
+	}
+	w.n_stop = (uint32_t)g->n_stop;
+	w.max_tokens = g->max_tokens;
+	w.n = g->n;
+	w.flags = g->flags;
+	w.temperature = g->temperature;
+	w.seed = g->seed;
+	memcpy(buf, &w, sizeof(w));
+	return (uint32_t)(p - buf);
+}
+
+/* What came back for one GENERATE request. */
+struct stream {
+	uint64_t req_id;
+	int32_t ids[MAX_SAMPLES][MAX_GEN];
+	int n_ids[MAX_SAMPLES];
+	int done[MAX_SAMPLES];
+	int finish[MAX_SAMPLES];
+	char *text[MAX_SAMPLES];
+	size_t text_len[MAX_SAMPLES];
+	int last;			/* F_LAST seen */
+	int error;			/* pg_error of an ERROR */
+	char msg[512];
+	int bad;			/* entries that broke the rules */
+};
+
+static void stream_reset(struct stream *s, uint64_t req_id)
+{
+	for (int i = 0; i < MAX_SAMPLES; i++)
+		free(s->text[i]);
+	memset(s, 0, sizeof(*s));
+	s->req_id = req_id;
+}
+
+static void stream_text(struct stream *s, int k, const uint8_t *p, uint32_t len)
+{
+	char *t = realloc(s->text[k], s->text_len[k] + len + 1);
+
+	if (!t)
+		die("out of memory");
+	memcpy(t + s->text_len[k], p, len);
+	s->text_len[k] += len;
+	t[s->text_len[k]] = 0;
+	s->text[k] = t;
+}
+
+/* Take one completion of s's request; checks order and completeness. */
+static void stream_take(struct stream *s, const struct reply *r)
+{
+	const struct pg_cqe *e = &r->cqe;
+	int k = e->sample;
+
+	if (s->last || k >= MAX_SAMPLES) {
+		s->bad++;
+		return;
+	}
+	switch (e->type) {
+	case PG_CQE_TOKENS:
+		if (s->done[k] || e->n_ids > PG_CQE_IDS) {
+			s->bad++;
+			return;
+		}
+		for (int i = 0; i < e->n_ids && s->n_ids[k] < MAX_GEN; i++)
+			s->ids[k][s->n_ids[k]++] = e->ids[i];
+		if (e->len)
+			stream_text(s, k, r->payload, e->len);
+		return;
+	case PG_CQE_DONE:
+		if (s->done[k] || e->len != sizeof(struct pg_done_wire)) {
+			s->bad++;
+			return;
+		}
+		s->done[k] = 1;
+		s->finish[k] = e->code;
+		s->last = !!(e->flags & PG_CQE_F_LAST);
+		return;
+	case PG_CQE_ERROR:
+		s->error = e->code;
+		snprintf(s->msg, sizeof(s->msg), "%s", (const char *)r->payload);
+		s->last = !!(e->flags & PG_CQE_F_LAST);
+		return;
+	}
+	s->bad++;
+}
+
+/* One GENERATE alone: submit and read until its last entry. */
+static int run_gen(struct conn *c, const struct gen *g, uint64_t req_id,
+		   struct stream *s)
+{
+	uint8_t *buf = malloc(1 << 20);
+	uint32_t len;
+	struct reply r;
+	int rc;
+
+	if (!buf)
+		die("out of memory");
+	len = gen_payload(g, buf);
+	stream_reset(s, req_id);
+	rc = submit(c, PG_OP_GENERATE, req_id, 0, buf, len, 0, NULL, NULL);
+	free(buf);
+	if (rc)
+		return -1;
+	while (!s->last) {
+		if (next_reply(c, &r, 30000, 0) <= 0)
+			return -1;
+		if (r.cqe.req_id != req_id) {
+			s->bad++;
+			continue;
+		}
+		stream_take(s, &r);
+		if (s->error && !s->last)
+			return 0;	/* DUPLICATE: the running one goes on */
+	}
+	return 0;
+}
+
+/* A one-entry answer (PONG, INFO, results, errors) to req_id. */
+static int run_simple(struct conn *c, uint8_t op, uint64_t req_id, uint16_t flags,
+		      const void *payload, uint32_t len, struct reply *r)
+{
+	if (submit(c, op, req_id, flags, payload, len, 0, NULL, NULL))
+		return -1;
+	for (;;) {
+		if (next_reply(c, r, 30000, 0) <= 0)
+			return -1;
+		if (r->cqe.req_id == req_id)
+			return 0;
+	}
+}
+
+static const char *finish_name(int f)
+{
+	static const char *const names[] = { "stop", "length", "cancelled", "error" };
+
+	return f >= 0 && f < 4 ? names[f] : "?";
+}
+
+/* ---- sub-commands: one request, printed ---- */
+
+static int parse_ids(const char *s, int32_t *ids, int max)
+{
+	int n = 0;
+
+	while (*s && n < max) {
+		char *end;
+
+		ids[n++] = (int32_t)strtol(s, &end, 10);
+		if (end == s)
+			die("bad id list '%s'", s);
+		s = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
+static int cmd_info(struct conn *c)
+{
+	struct pg_info_wire w;
+	struct reply r;
+
+	if (run_simple(c, PG_OP_INFO, 1, 0, NULL, 0, &r) || r.cqe.type != PG_CQE_INFO ||
+	    r.cqe.len != sizeof(w))
+		die("no INFO answer");
+	memcpy(&w, r.payload, sizeof(w));
+	printf("model %s\narch %s\nn_vocab %u\nn_blocks %u\nkv_pages %u\npage_tokens %u\n"
+	       "bos %d\neos %d\ngeneration %016" PRIx64 "\nplan %ux%ux%u\nclients %u\nactive %u\n",
+	       w.model, w.arch, w.n_vocab, w.n_blocks, w.kv_pages, w.page_tokens,
+	       (int32_t)w.bos, (int32_t)w.eos, w.generation, w.pp, w.tp, w.cp,
+	       w.n_clients, w.n_active);
+	return 0;
+}
+
+static int cmd_generate(struct conn *c, int argc, char **argv)
+{
+	static int32_t ids[8192];
+	static struct stream s;
+	struct gen g;
+	int raw = 0;
+
+	gen_default(&g);
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "--raw")) {	/* sample 0's text only, as is */
+			g.flags |= PG_GEN_TEXT;
+			raw = 1;
+			continue;
+		}
+		if (!strcmp(a, "--ignore-eos")) {
+			g.flags |= PG_GEN_IGNORE_EOS;
+			continue;
+		}
+		if (!strcmp(a, "--text")) {
+			g.flags |= PG_GEN_TEXT;
+			continue;
+		}
+		if (!v)
+			die("%s needs a value", a);
+		i++;
+		if (!strcmp(a, "--prompt")) {
+			g.kind = PG_PROMPT_TEXT;
+			g.text = v;
+		} else if (!strcmp(a, "--prompt-ids")) {
+			g.kind = PG_PROMPT_TOKENS;
+			g.ids = ids;
+			g.n_ids = parse_ids(v, ids, 8192);
+		} else if (!strcmp(a, "--chat") && g.n_chat < 16) {
+			g.kind = PG_PROMPT_CHAT;
+			g.chat[g.n_chat++] = v;
+		} else if (!strcmp(a, "--stop") && g.n_stop < 16) {
+			g.stop[g.n_stop++] = v;
+		} else if (!strcmp(a, "--max-tokens")) {
+			g.max_tokens = (uint32_t)atoi(v);
+		} else if (!strcmp(a, "--n")) {
+			g.n = (uint32_t)atoi(v);
+		} else if (!strcmp(a, "--temperature")) {
+			g.temperature = strtof(v, NULL);
+		} else if (!strcmp(a, "--seed")) {
+			g.seed = strtoull(v, NULL, 0);
+		} else {
+			die("unknown generate option %s", a);
+		}
+	}
+	if (run_gen(c, &g, 7, &s))
+		die("the request did not complete");
+	if (s.error) {
+		printf("error %d: %s\n", s.error, s.msg);
+		return 3;
+	}
+	if (raw) {
+		fwrite(s.text[0] ? s.text[0] : "", 1, s.text_len[0], stdout);
+		return 0;
+	}
+	for (uint32_t k = 0; k < (g.n ? g.n : 1); k++) {
+		printf("sample %u:", k);
+		for (int i = 0; i < s.n_ids[k]; i++)
+			printf(" %d", s.ids[k][i]);
+		printf("\nfinish %u: %s\n", k, finish_name(s.finish[k]));
+		if (g.flags & PG_GEN_TEXT)
+			printf("text %u: %s\n", k, s.text[k] ? s.text[k] : "");
+	}
+	CHECK(!s.bad, "%d completions broke the rules", s.bad);
+	return 0;
+}
+
+static int cmd_tokenize(struct conn *c, int argc, char **argv)
+{
+	uint16_t flags = 0;
+	struct reply r;
+
+	if (argc < 1)
+		die("tokenize TEXT [--bos] [--special]");
+	for (int i = 1; i < argc; i++)
+		flags |= !strcmp(argv[i], "--bos") ? PG_TOK_ADD_BOS :
+			 !strcmp(argv[i], "--special") ? PG_TOK_SPECIAL : 0;
+	if (run_simple(c, PG_OP_TOKENIZE, 3, flags, argv[0], (uint32_t)strlen(argv[0]), &r))
+		die("no TOKENIZE answer");
+	if (r.cqe.type != PG_CQE_TOKENS_RESULT)
+		die("TOKENIZE answered type %u: %s", r.cqe.type, r.payload);
+	putchar('[');
+	for (uint32_t i = 0; i < r.cqe.len / 4; i++) {
+		int32_t id;
+
+		memcpy(&id, r.payload + 4 * i, 4);
+		printf(i ? ", %d" : "%d", id);
+	}
+	puts("]");
+	return 0;
+}
+
+static int cmd_detokenize(struct conn *c, int argc, char **argv)
+{
+	static int32_t ids[8192];
+	struct reply r;
+	int n;
+
+	if (argc < 1)
+		die("detokenize ID,ID,...");
+	n = parse_ids(argv[0], ids, 8192);
+	if (run_simple(c, PG_OP_DETOKENIZE, 4, 0, ids, (uint32_t)(4 * n), &r) ||
+	    r.cqe.type != PG_CQE_TEXT_RESULT)
+		die("no DETOKENIZE answer");
+	printf("%s\n", (const char *)r.payload);
+	return 0;
+}
+
+/*
+ * Generate greedily, then again with a stop string taken from the middle
+ * of that text: the second must stop, and its text must be the first's up
+ * to the stop string.
+ */
+static int cmd_stopcheck(struct conn *c)
+{
+	static const int32_t ids[] = { 40, 41, 42, 43 };
+	static struct stream a, b;
+	struct gen g;
+	char stop[8];
+	const char *at;
+	size_t cut;
+
+	gen_default(&g);
+	g.ids = ids;
+	g.n_ids = 4;
+	g.max_tokens = 40;
+	g.flags = PG_GEN_IGNORE_EOS | PG_GEN_TEXT;
+	if (run_gen(c, &g, 1, &a) || a.error || a.text_len[0] < 8)
+		die("no text to take a stop string from");
+	/* two bytes from the middle, not inside a UTF-8 sequence */
+	for (cut = a.text_len[0] / 2; cut > 0 && ((unsigned char)a.text[0][cut] & 0xc0) == 0x80; cut--)
+		;
+	memcpy(stop, a.text[0] + cut, 2);
+	stop[2] = 0;
+	if (((unsigned char)stop[1] & 0xc0) == 0x80 || (unsigned char)stop[1] >= 0xc0)
+		stop[1] = 0;
+	at = strstr(a.text[0], stop);
+	g.stop[g.n_stop++] = stop;
+	if (run_gen(c, &g, 2, &b) || b.error)
+		die("the request with a stop string did not complete");
+	CHECK(b.finish[0] == PG_FINISH_WIRE_STOP, "a stop string did not stop (finish %d)", b.finish[0]);
+	CHECK(at && b.text_len[0] == (size_t)(at - a.text[0]) &&
+	      !memcmp(b.text[0] ? b.text[0] : "", a.text[0], b.text_len[0]),
+	      "the text before the stop string differs (%zu bytes, expected %td)",
+	      b.text_len[0], at ? at - a.text[0] : -1);
+	printf("stopcheck: stop string of %zu bytes ended the text after %zu bytes\n",
+	       strlen(stop), b.text_len[0]);
+	return 0;
+}
+
+/* ---- ping ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Round trips of n pings, waiting gap_us between them; sorted µs in t. */
+static void ping_series(struct conn *c, int n, int gap_us, double *t)
+{
+	struct reply r;
+
+	for (int i = 0; i < n; i++) {
+		double t0 = now_s();
+
+		if (submit(c, PG_OP_PING, 1000 + (uint64_t)i, 0, NULL, 0, (uint64_t)i, NULL, NULL) ||
+		    next_reply(c, &r, 5000, 1) <= 0)
+			die("no PONG");
+		t[i] = (now_s() - t0) * 1e6;
+		CHECK(r.cqe.type == PG_CQE_PONG && r.cqe.arg == (uint64_t)i &&
+		      r.cqe.req_id == 1000 + (uint64_t)i, "a PONG that does not echo its ping");
+		if (gap_us) {
+			double until = now_s() + gap_us * 1e-6;
+
+			while (now_s() < until)
+				usleep(100);
+		}
+	}
+	qsort(t, (size_t)n, sizeof(*t), cmp_double);
+}
+
+static int cmd_ping(struct conn *c, int argc, char **argv)
+{
+	int n = argc >= 2 && !strcmp(argv[0], "--count") ? atoi(argv[1]) : 10000;
+	double *t = calloc((size_t)(n > 100 ? n : 100), sizeof(*t));
+
+	if (!t || n < 10)
+		die("ping --count N (N >= 10)");
+	ping_series(c, n / 10, 0, t);		/* warm up */
+	ping_series(c, n, 0, t);
+	printf("ping polling: n=%d min_us=%.2f p50_us=%.2f p99_us=%.2f\n", n, t[0],
+	       t[n / 2], t[n * 99 / 100]);
+	ping_series(c, 100, 2000, t);	/* the daemon falls asleep between */
+	printf("ping asleep: n=100 min_us=%.2f p50_us=%.2f p99_us=%.2f\n", t[0], t[50], t[99]);
+	free(t);
+	return 0;
+}
+
+/* ---- stress: many clients, many requests, checked against one alone ---- */
+
+#define N_VARIANTS 12
+
+struct variant {
+	int32_t ids[64];
+	int n_ids;
+	uint32_t max_tokens, n, flags;
+	struct stream *ref;		/* what one client alone gets */
+};
+
+static struct variant variants[N_VARIANTS];
+
+static void make_variants(int n_vocab)
+{
+	for (int v = 0; v < N_VARIANTS; v++) {
+		struct variant *x = &variants[v];
+
+		/* pairs share a prefix, so the prefix cache is exercised */
+		x->n_ids = 4 + (v * 7) % 29;
+		for (int i = 0; i < x->n_ids; i++)
+			x->ids[i] = (int32_t)((i < 3 ? v / 2 * 31 + i * 17 : v * 101 + i * 13) % (n_vocab - 4) + 3);
+		x->max_tokens = 6 + (uint32_t)(v * 5) % 23;
+		x->n = v % 5 == 4 ? 2 : 1;
+		x->flags = (v % 2 ? PG_GEN_IGNORE_EOS : 0) | (v % 3 ? PG_GEN_TEXT : 0);
+	}
+}
+
+static void variant_gen(const struct variant *x, struct gen *g)
+{
+	gen_default(g);
+	g->ids = x->ids;
+	g->n_ids = x->n_ids;
+	g->max_tokens = x->max_tokens;
+	g->n = x->n;
+	g->flags = x->flags;
+}
+
+static int same_stream(const struct stream *a, const struct stream *b, int n)
+{
+	for (int k = 0; k < n; k++) {
+		if (a->n_ids[k] != b->n_ids[k] || a->finish[k] != b->finish[k] ||
+		    memcmp(a->ids[k], b->ids[k], sizeof(int32_t) * (size_t)a->n_ids[k]) ||
+		    a->text_len[k] != b->text_len[k] ||
+		    (a->text_len[k] && memcmp(a->text[k], b->text[k], a->text_len[k])))
+			return 0;
+	}
+	return 1;
+}
+
+static void make_references(void)
+{
+	struct conn c;
+	struct gen g;
+
+	conn_must_open(&c);
+	for (int v = 0; v < N_VARIANTS; v++) {
+		variants[v].ref = calloc(1, sizeof(struct stream));
+		variant_gen(&variants[v], &g);
+		if (!variants[v].ref || run_gen(&c, &g, 1, variants[v].ref) ||
+		    variants[v].ref->error)
+			die("reference %d did not complete", v);
+	}
+	conn_close(&c);
+}
+
+/* One stress client: `requests` requests, `window` in flight at a time. */
+struct worker {
+	pthread_t th;
+	int index, requests, window;
+	int n_done, n_bad;
+	struct stream *s;		/* (window) */
+	int *variant;			/* (window) */
+};
+
+static struct stream *slot_of(struct worker *w, uint64_t req_id)
+{
+	for (int i = 0; i < w->window; i++)
+		if (w->s[i].req_id == req_id && w->variant[i] >= 0)
+			return &w->s[i];
+	return NULL;
+}
+
+static void worker_take(void *ctx, const struct reply *r)
+{
+	struct worker *w = ctx;
+	struct stream *s = slot_of(w, r->cqe.req_id);
+
+	if (!s) {
+		w->n_bad++;
+		FAIL("client %d: a completion for unknown request %" PRIu64, w->index, r->cqe.req_id);
+		return;
+	}
+	stream_take(s, r);
+}
+
+/* Check a finished stream in slot i against its reference; free the slot. */
+static void worker_finish(struct worker *w, int i)
+{
+	struct stream *s = &w->s[i];
+	const struct variant *x = &variants[w->variant[i]];
+
+	if (s->bad || s->error || !same_stream(s, x->ref, (int)x->n)) {
+		w->n_bad++;
+		FAIL("client %d request %" PRIu64 " (variant %d): %s", w->index, s->req_id,
+		     w->variant[i], s->error ? s->msg : s->bad ? "broken stream" :
+		     "differs from the same request alone");
+	}
+	w->variant[i] = -1;
+	w->n_done++;
+}
+
+static void *worker_run(void *arg)
+{
+	static __thread uint8_t buf[1 << 16];
+	struct worker *w = arg;
+	struct conn c;
+	struct reply r;
+	int next = 0;
+
+	conn_must_open(&c);
+	while (w->n_done < w->requests && !c.lost) {
+		for (int i = 0; i < w->window && next < w->requests; i++) {
+			struct gen g;
+			int v = (w->index * 7 + next) % N_VARIANTS;
+
+			if (w->variant[i] >= 0)
+				continue;
+			stream_reset(&w->s[i], ((uint64_t)w->index << 32) | (uint64_t)next);
+			w->variant[i] = v;
+			variant_gen(&variants[v], &g);
+			if (submit(&c, PG_OP_GENERATE, w->s[i].req_id, 0, buf,
+				   gen_payload(&g, buf), 0, worker_take, w))
+				break;
+			next++;
+		}
+		if (next_reply(&c, &r, 30000, 0) <= 0) {
+			FAIL("client %d: no completion within 30 s", w->index);
+			break;
+		}
+		worker_take(w, &r);
+		for (int i = 0; i < w->window; i++)
+			if (w->variant[i] >= 0 && w->s[i].last)
+				worker_finish(w, i);
+	}
+	CHECK(w->n_done == w->requests, "client %d finished %d of %d requests", w->index,
+	      w->n_done, w->requests);
+	conn_close(&c);
+	return NULL;
+}
+
+static struct worker *workers_start(int n, int requests, int window)
+{
+	struct worker *ws = calloc((size_t)n, sizeof(*ws));
+
+	for (int i = 0; ws && i < n; i++) {
+		ws[i].index = i;
+		ws[i].requests = requests;
+		ws[i].window = window;
+		ws[i].s = calloc((size_t)window, sizeof(struct stream));
+		ws[i].variant = malloc(sizeof(int) * (size_t)window);
+		if (!ws[i].s || !ws[i].variant)
+			die("out of memory");
+		for (int k = 0; k < window; k++)
+			ws[i].variant[k] = -1;
+		if (pthread_create(&ws[i].th, NULL, worker_run, &ws[i]))
+			die("pthread_create");
+	}
+	if (!ws)
+		die("out of memory");
+	return ws;
+}
+
+static int workers_join(struct worker *ws, int n)
+{
+	int done = 0;
+
+	for (int i = 0; i < n; i++) {
+		pthread_join(ws[i].th, NULL);
+		done += ws[i].n_done;
+		for (int k = 0; k < ws[i].window; k++)
+			stream_reset(&ws[i].s[k], 0);
+		free(ws[i].s);
+		free(ws[i].variant);
+	}
+	free(ws);
+	return done;
+}
+
+static int info_of(struct conn *c, struct pg_info_wire *w)
+{
+	struct reply r;
+
+	if (run_simple(c, PG_OP_INFO, 99, 0, NULL, 0, &r) || r.cqe.len != sizeof(*w))
+		return -1;
+	memcpy(w, r.payload, sizeof(*w));
+	return 0;
+}
+
+static int vocab_size(void)
+{
+	struct pg_info_wire w;
+	struct conn c;
+
+	conn_must_open(&c);
+	if (info_of(&c, &w))
+		die("no INFO answer");
+	conn_close(&c);
+	return (int)w.n_vocab;
+}
+
+static int cmd_stress(int argc, char **argv)
+{
+	int clients = 32, requests = 8;
+	double t0;
+
+	for (int i = 0; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--clients"))
+			clients = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--requests"))
+			requests = atoi(argv[i + 1]);
+	}
+	make_variants(vocab_size());
+	make_references();
+	t0 = now_s();
+	int done = workers_join(workers_start(clients, requests, 3), clients);
+
+	printf("stress: %d clients x %d requests: %d complete and equal to alone in %.2f s\n",
+	       clients, requests, done, now_s() - t0);
+	return 0;
+}
+
+/* ---- garbage: a hostile client beside a victim ---- */
+
+/* Expect an ERROR of code `want` (with F_LAST when last) for req_id. */
+static void expect_error(struct conn *c, uint64_t req_id, int want, const char *what)
+{
+	struct reply r;
+
+	for (;;) {
+		if (next_reply(c, &r, 10000, 0) <= 0) {
+			FAIL("%s: no answer", what);
+			return;
+		}
+		if (r.cqe.req_id == req_id)
+			break;
+	}
+	CHECK(r.cqe.type == PG_CQE_ERROR && r.cqe.code == want,
+	      "%s: expected error %d, got type %u code %d (%s)", what, want,
+	      r.cqe.type, r.cqe.code, r.cqe.type == PG_CQE_ERROR ? (const char *)r.payload : "");
+	CHECK(r.cqe.type != PG_CQE_ERROR || r.cqe.len > 10, "%s: an error without a message", what);
+}
+
+static void send_raw(struct conn *c, const struct pg_sqe *e)
+{
+	struct pg_sqe *slot;
+
+	while (!(slot = pg_ring_reserve(&c->sq)))
+		usleep(100);
+	memcpy(slot, e, sizeof(*e));
+	pg_arena_alloc(&c->sq_arena, c->sq.local, 0, &(uint32_t){ 0 });
+	pg_ring_commit(&c->sq);
+	publish(c);
+}
+
+/* A GENERATE payload of g, with fn() applied to its wire struct. */
+static uint32_t bad_gen(uint8_t *buf, void (*fn)(struct pg_gen_wire *w, uint8_t *buf))
+{
+	static const int32_t ids[] = { 5, 6, 7 };
+	struct gen g;
+	uint32_t len;
+
+	gen_default(&g);
+	g.ids = ids;
+	g.n_ids = 3;
+	len = gen_payload(&g, buf);
+	if (fn)
+		fn((struct pg_gen_wire *)(void *)buf, buf);
+	return len;
+}
+
+static void mod_big_prompt(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->prompt_bytes = 0x7fffffff; }
+static void mod_bad_id(struct pg_gen_wire *w, uint8_t *b) { int32_t x = 1 << 30; (void)w; memcpy(b + sizeof(*w) + 4, &x, 4); }
+static void mod_neg_id(struct pg_gen_wire *w, uint8_t *b) { int32_t x = -5; (void)w; memcpy(b + sizeof(*w), &x, 4); }
+static void mod_n17(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->n = 17; }
+static void mod_nan(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->temperature = NAN; }
+static void mod_topk(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->repeat_penalty = -3; }
+static void mod_kind(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->prompt_kind = 9; }
+static void mod_flags(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->flags = 0x80; }
+static void mod_nstop(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->n_stop = 1000; }
+static void mod_stop_unterminated(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->n_stop = 1; }
+static void mod_max_tokens(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->max_tokens = 1u << 30; }
+static void mod_logprobs(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->n_logprobs = 3; }
+static void mod_odd_prompt(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->prompt_bytes = 7; }
+
+static void garbage_crafted(struct conn *c)
+{
+	static uint8_t buf[1 << 16];
+	static const struct { void (*fn)(struct pg_gen_wire *, uint8_t *); int code; const char *what; } mods[] = {
+		{ mod_big_prompt, PG_EINVAL, "prompt_bytes past the payload" },
+		{ mod_bad_id, PG_EINVAL, "token id out of range" },
+		{ mod_neg_id, PG_EINVAL, "negative token id" },
+		{ mod_n17, PG_EINVAL, "n = 17" },
+		{ mod_nan, PG_EINVAL, "temperature NaN" },
+		{ mod_topk, PG_EINVAL, "negative repeat penalty" },
+		{ mod_kind, PG_EINVAL, "unknown prompt kind" },
+		{ mod_flags, PG_EINVAL, "unknown flags" },
+		{ mod_nstop, PG_EINVAL, "n_stop 1000" },
+		{ mod_stop_unterminated, PG_EINVAL, "a stop string without its NUL" },
+		{ mod_max_tokens, PG_ETOOBIG, "max_tokens over the limit" },
+		{ mod_logprobs, PG_EINVAL, "log-probabilities" },
+		{ mod_odd_prompt, PG_EINVAL, "a token prompt of 7 bytes" },
+	};
+	struct pg_sqe e = { .op = PG_OP_GENERATE };
+	uint32_t len;
+	uint64_t id = 500;
+
+	for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
+		len = bad_gen(buf, mods[i].fn);
+		submit(c, PG_OP_GENERATE, ++id, 0, buf, len, 0, NULL, NULL);
+		expect_error(c, id, mods[i].code, mods[i].what);
+	}
+	submit(c, PG_OP_GENERATE, ++id, 0, buf, 40, 0, NULL, NULL);
+	expect_error(c, id, PG_EINVAL, "a payload shorter than pg_gen_wire");
+	e.req_id = ++id;
+	e.payload_off = c->hdr->sq_arena - 10;
+	e.payload_len = 100;
+	send_raw(c, &e);
+	expect_error(c, id, PG_EINVAL, "payload past the arena's end");
+	e.req_id = ++id;
+	e.payload_off = 0xfffffff0u;
+	e.payload_len = 0x20;
+	send_raw(c, &e);
+	expect_error(c, id, PG_EINVAL, "payload offset wrapping around");
+	e.req_id = ++id;
+	e.op = 77;
+	send_raw(c, &e);
+	expect_error(c, id, PG_EINVAL, "unknown op");
+	submit(c, PG_OP_DETOKENIZE, ++id, 0, "abcde", 5, 0, NULL, NULL);
+	expect_error(c, id, PG_EINVAL, "detokenize of 5 bytes");
+	submit(c, PG_OP_DETOKENIZE, ++id, 0, &(int32_t){ 1 << 28 }, 4, 0, NULL, NULL);
+	expect_error(c, id, PG_EINVAL, "detokenize of a bad id");
+	submit(c, PG_OP_TOKENIZE, ++id, 0x100, "x", 1, 0, NULL, NULL);
+	expect_error(c, id, PG_EINVAL, "tokenize with unknown flags");
+	submit(c, PG_OP_CANCEL, 123456789, 0, NULL, 0, 0, NULL, NULL);
+	expect_error(c, 123456789, PG_ENOENT, "cancel of no request");
+}
+
+static void garbage_chat(struct conn *c)
+{
+	uint8_t buf[256];
+	struct pg_gen_wire w;
+	struct pg_chat_msg_wire m = { .role = 7, .len = 2 };
+
+	memset(&w, 0, sizeof(w));
+	sampling_greedy(&w);
+	w.prompt_kind = PG_PROMPT_CHAT;
+	w.prompt_bytes = 12;
+	w.max_tokens = 4;
+	memcpy(buf, &w, sizeof(w));
+	memcpy(buf + sizeof(w), &m, sizeof(m));
+	memcpy(buf + sizeof(w) + 8, "hi\0\0", 4);
+	submit(c, PG_OP_GENERATE, 901, 0, buf, sizeof(w) + 12, 0, NULL, NULL);
+	expect_error(c, 901, PG_EINVAL, "chat role 7");
+	m.role = 1;
+	m.len = 100;
+	memcpy(buf + sizeof(w), &m, sizeof(m));
+	submit(c, PG_OP_GENERATE, 902, 0, buf, sizeof(w) + 12, 0, NULL, NULL);
+	expect_error(c, 902, PG_EINVAL, "chat message longer than the prompt");
+}
+
+/* Duplicate ids, cancel, and a payload rewritten right after submission. */
+static void garbage_requests(struct conn *c)
+{
+	static uint8_t buf[1 << 16];
+	static struct stream s;
+	static const int32_t ids[] = { 9, 8, 7, 6 };
+	struct gen g;
+	struct reply r;
+	uint32_t len;
+
+	gen_default(&g);
+	g.ids = ids;
+	g.n_ids = 4;
+	g.max_tokens = 2000;
+	g.flags = PG_GEN_IGNORE_EOS;
+	len = gen_payload(&g, buf);
+	/* one publication: the duplicate is refused before any token comes */
+	queue_sqe(c, PG_OP_GENERATE, 77, 0, buf, len, 0);
+	queue_sqe(c, PG_OP_GENERATE, 77, 0, buf, len, 0);
+	publish(c);
+	expect_error(c, 77, PG_EDUPLICATE, "a duplicate request id");
+	submit(c, PG_OP_CANCEL, 77, 0, NULL, 0, 0, NULL, NULL);
+	stream_reset(&s, 77);
+	while (!s.last && next_reply(c, &r, 10000, 0) > 0)
+		if (r.cqe.req_id == 77)
+			stream_take(&s, &r);
+	CHECK(s.last && s.done[0] && s.finish[0] == PG_FINISH_WIRE_CANCELLED,
+	      "a cancelled request did not end as cancelled");
+	/* rewrite the payload behind the daemon's back, many times */
+	for (int round = 0; round < 50; round++) {
+		uint8_t *p;
+
+		g.max_tokens = 3;
+		len = gen_payload(&g, buf);
+		if (submit(c, PG_OP_GENERATE, 1000 + (uint64_t)round, 0, buf, len, 0, NULL, NULL))
+			break;
+		p = c->seg + c->hdr->sq_arena_off + ((c->sq_arena.alloc - len) % c->hdr->sq_arena);
+		for (uint32_t i = 0; i < len; i++)
+			p[i] = (uint8_t)rand();
+		stream_reset(&s, 1000 + (uint64_t)round);
+		while (!s.last && next_reply(c, &r, 10000, 0) > 0)
+			if (r.cqe.req_id == s.req_id)
+				stream_take(&s, &r);
+		CHECK(s.last, "a rewritten request never ended");
+	}
+}
+
+/* Random entries until the daemon gives up on this client. */
+static void garbage_random(int rounds)
+{
+	struct conn c;
+	struct reply r;
+	int lost = 0, proto = 0;
+
+	conn_must_open(&c);
+	for (int i = 0; i < rounds && !c.lost; i++) {
+		struct pg_sqe *e = pg_ring_reserve(&c.sq);
+		uint8_t *b;
+
+		if (e) {
+			b = (uint8_t *)e;
+			for (size_t k = 0; k < sizeof(*e); k++)
+				b[k] = (uint8_t)rand();
+			e->op = (uint8_t)(rand() % 9);
+			if (rand() % 2)
+				e->payload_len %= 4096;
+			if (rand() % 2)
+				e->payload_off %= c.hdr->sq_arena;
+			pg_arena_alloc(&c.sq_arena, c.sq.local, 0, &(uint32_t){ 0 });
+			pg_ring_commit(&c.sq);
+			for (uint32_t k = 0; k < 256; k++)	/* scribble the arena too */
+				c.seg[c.hdr->sq_arena_off + (uint32_t)rand() % c.hdr->sq_arena] = (uint8_t)rand();
+		}
+		publish(&c);
+		while (next_reply(&c, &r, e ? 0 : 10, 0) > 0)
+			proto |= r.cqe.type == PG_CQE_ERROR && r.cqe.code == PG_EPROTO;
+	}
+	while (!c.lost && next_reply(&c, &r, 5000, 0) > 0)
+		proto |= r.cqe.type == PG_CQE_ERROR && r.cqe.code == PG_EPROTO;
+	lost = c.lost;
+	CHECK(lost, "a client sending garbage was never disconnected");
+	CHECK(proto, "no final PG_EPROTO error for the garbage client");
+	conn_close(&c);
+}
+
+/* A submission tail far past the head, and a completion head gone wild. */
+static void garbage_corrupt(void)
+{
+	struct conn c;
+	struct reply r;
+
+	conn_must_open(&c);
+	atomic_store(&c.hdr->sq.tail, c.sq.local + 5000);
+	eventfd_write(c.sq_bell, 1);
+	while (next_reply(&c, &r, 5000, 0) > 0)
+		;
+	CHECK(c.lost, "a corrupt submission tail did not end the connection");
+	conn_close(&c);
+
+	conn_must_open(&c);
+	atomic_store(&c.hdr->cq.head, 123456u);
+	for (int i = 0; i < 2000 && !c.lost; i++) {
+		queue_sqe(&c, PG_OP_PING, 1, 0, NULL, 0, 0);
+		publish(&c);
+		usleep(500);
+		if (wait_bell(&c, 0) < 0 || atomic_load(&c.hdr->closed))
+			c.lost = 1;
+	}
+	CHECK(c.lost, "a corrupt completion head did not end the connection");
+	conn_close(&c);
+}
+
+struct victim {
+	pthread_t th;
+	atomic_int stop;
+	int n_done;
+};
+
+static void *victim_run(void *arg)
+{
+	struct victim *v = arg;
+	struct stream *s = calloc(1, sizeof(*s));
+	struct conn c;
+	struct gen g;
+
+	conn_must_open(&c);
+	for (int i = 0; s && !atomic_load(&v->stop); i++) {
+		const struct variant *x = &variants[i % N_VARIANTS];
+
+		variant_gen(x, &g);
+		if (run_gen(&c, &g, (uint64_t)i, s) || s->bad || s->error ||
+		    !same_stream(s, x->ref, (int)x->n)) {
+			FAIL("the victim's request %d went wrong beside the garbage", i);
+			break;
+		}
+		v->n_done++;
+	}
+	stream_reset(s, 0);
+	free(s);
+	conn_close(&c);
+	return NULL;
+}
+
+static int cmd_garbage(int argc, char **argv)
+{
+	int rounds = argc >= 2 && !strcmp(argv[0], "--rounds") ? atoi(argv[1]) : 3000;
+	struct victim v = { .n_done = 0 };
+	struct pg_info_wire w;
+	struct conn c;
+
+	srand(12345);
+	make_variants(vocab_size());
+	make_references();
+	if (pthread_create(&v.th, NULL, victim_run, &v))
+		die("pthread_create");
+	conn_must_open(&c);
+	garbage_crafted(&c);
+	garbage_chat(&c);
+	garbage_requests(&c);
+	CHECK(!c.lost, "the daemon dropped a client whose bad requests were each answered");
+	conn_close(&c);
+	garbage_random(rounds);
+	garbage_corrupt();
+	atomic_store(&v.stop, 1);
+	pthread_join(v.th, NULL);
+	CHECK(v.n_done > 0, "the victim completed nothing");
+	conn_must_open(&c);
+	CHECK(!info_of(&c, &w), "the daemon does not answer INFO after the garbage");
+	conn_close(&c);
+	printf("garbage: the victim completed %d requests correctly; the daemon survived\n",
+	       v.n_done);
+	return 0;
+}
+
+/* ---- kill: clients die mid-stream ---- */
+
+static void kill_child(int ready_fd)
+{
+	static uint8_t buf[4096];
+	static const int32_t ids[] = { 11, 12, 13, 14, 15 };
+	struct conn c;
+	struct reply r;
+	struct gen g;
+	int got = 0;
+
+	conn_must_open(&c);
+	gen_default(&g);
+	g.ids = ids;
+	g.n_ids = 5;
+	g.max_tokens = 3000;
+	g.n = 2;
+	g.flags = PG_GEN_IGNORE_EOS | PG_GEN_TEXT;
+	for (uint64_t id = 1; id <= 3; id++)
+		submit(&c, PG_OP_GENERATE, id, 0, buf, gen_payload(&g, buf), 0, NULL, NULL);
+	while (got < 10 && next_reply(&c, &r, 30000, 0) > 0)
+		got += r.cqe.type == PG_CQE_TOKENS;
+	if (write(ready_fd, "r", 1) != 1)
+		_exit(1);
+	for (;;)		/* stream until killed; stop reading half the time */
+		if (next_reply(&c, &r, 1000, 0) < 0 || rand() % 2)
+			usleep(1000);
+}
+
+static int cmd_kill(int argc, char **argv)
+{
+	int n = argc >= 2 && !strcmp(argv[0], "--children") ? atoi(argv[1]) : 4;
+	pid_t *pids = calloc((size_t)n, sizeof(*pids));
+	struct pg_info_wire w;
+	struct conn c;
+	int fds[2];
+	double t0;
+	char ch;
+
+	if (!pids || pipe(fds))
+		die("pipe");
+	conn_must_open(&c);
+	for (int i = 0; i < n; i++) {
+		pids[i] = fork();
+		if (pids[i] < 0)
+			die("fork");
+		if (!pids[i]) {
+			close(fds[0]);
+			kill_child(fds[1]);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (read(fds[0], &ch, 1) != 1)
+			die("a child never streamed");
+	CHECK(!info_of(&c, &w) && w.n_clients == (uint32_t)n + 1 && w.n_active > 0,
+	      "before the kill: %u clients, %u active (expected %d and > 0)", w.n_clients,
+	      w.n_active, n + 1);
+	t0 = now_s();
+	for (int i = 0; i < n; i++) {
+		kill(pids[i], SIGKILL);
+		waitpid(pids[i], NULL, 0);
+	}
+	do {
+		if (info_of(&c, &w))
+			die("no INFO answer");
+	} while ((w.n_clients != 1 || w.n_active) && now_s() - t0 < 5);
+	printf("kill: %d clients killed mid-stream; freed in %.1f ms (clients %u, active %u)\n",
+	       n, (now_s() - t0) * 1e3, w.n_clients, w.n_active);
+	CHECK(w.n_clients == 1 && w.n_active == 0, "the killed clients were not freed within 5 s");
+	conn_close(&c);
+	free(pids);
+	return 0;
+}
+
+/* ---- handshake refusals ---- */
+
+static int cmd_version(void)
+{
+	struct conn c;
+	int rc = conn_open(&c, 999);
+
+	CHECK(rc == PG_EVERSION, "a client of version 999 got %d, not PG_EVERSION", rc);
+	CHECK(strstr(c.w.message, "999") && strstr(c.w.message, "version 1"),
+	      "the refusal does not name both versions: %s", c.w.message);
+	printf("version: %s\n", c.w.message);
+	return 0;
+}
+
+static int cmd_refused(void)
+{
+	int status, fds[2];
+	char msg[256] = "";
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		printf("refused: not root, cannot become another uid: skipped\n");
+		return 77;
+	}
+	if (pipe(fds))
+		die("pipe");
+	pid = fork();
+	if (!pid) {
+		struct conn c;
+		int rc;
+
+		close(fds[0]);
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(3);
+		rc = conn_open(&c, PG_PROTO_VERSION);
+		if (rc > 0 && write(fds[1], c.w.message, strlen(c.w.message)) < 0)
+			_exit(3);
+		_exit(rc == PG_EACCESS ? 0 : rc < 0 ? 4 : 5);
+	}
+	close(fds[1]);
+	if (read(fds[0], msg, sizeof(msg) - 1) < 0)
+		msg[0] = 0;
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "uid 65534 was not refused with PG_EACCESS (child status %d): %s",
+	      WEXITSTATUS(status), msg);
+	CHECK(strstr(msg, "uid 65534") && strstr(msg, "--allow-users"),
+	      "the refusal does not name the uid and the option: %s", msg);
+	printf("refused: %s\n", msg);
+	return 0;
+}
+
+/* ---- limits: against a daemon started with small ones ---- */
+
+static void limits_clients(int max_clients)
+{
+	struct conn *cs = calloc((size_t)max_clients + 1, sizeof(*cs));
+	int rc;
+
+	for (int i = 0; i < max_clients; i++)
+		conn_must_open(&cs[i]);
+	rc = conn_open(&cs[max_clients], PG_PROTO_VERSION);
+	CHECK(rc == PG_ECLIENTS && strstr(cs[max_clients].w.message, "--max-clients"),
+	      "client %d of %d got %d: %s", max_clients + 1, max_clients, rc,
+	      cs[max_clients].w.message);
+	for (int i = 0; i < max_clients; i++)
+		conn_close(&cs[i]);
+	free(cs);
+}
+
+static void limits_requests(struct conn *c, const struct pg_seg_header *h)
+{
+	static uint8_t buf[1 << 16];
+	static int32_t ids[4096];
+	struct gen g;
+	uint32_t len;
+
+	for (int i = 0; i < 4096; i++)
+		ids[i] = 3 + i % 50;
+	gen_default(&g);
+	g.ids = ids;
+	g.n_ids = (int)h->max_prompt + 1;
+	submit(c, PG_OP_GENERATE, 1, 0, buf, gen_payload(&g, buf), 0, NULL, NULL);
+	expect_error(c, 1, PG_ETOOBIG, "a prompt over --max-prompt");
+	g.n_ids = 4;
+	g.max_tokens = h->max_tokens + 1;
+	submit(c, PG_OP_GENERATE, 2, 0, buf, gen_payload(&g, buf), 0, NULL, NULL);
+	expect_error(c, 2, PG_ETOOBIG, "max_tokens over --max-tokens");
+	g.kind = PG_PROMPT_TEXT;
+	g.text = "one two three four five six seven eight nine ten eleven twelve "
+		 "thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty";
+	g.max_tokens = 4;
+	submit(c, PG_OP_GENERATE, 3, 0, buf, gen_payload(&g, buf), 0, NULL, NULL);
+	expect_error(c, 3, PG_ETOOBIG, "a text prompt over --max-prompt");
+	memset(buf, 'a', h->max_payload + 1);
+	submit(c, PG_OP_TOKENIZE, 4, 0, buf, h->max_payload + 1, 0, NULL, NULL);
+	expect_error(c, 4, PG_ETOOBIG, "a payload over --max-payload");
+	g.kind = PG_PROMPT_TOKENS;
+	g.max_tokens = 60;
+	g.flags = PG_GEN_IGNORE_EOS;
+	len = gen_payload(&g, buf);
+	/* one publication: the daemon reads all before any of them can end */
+	for (uint64_t id = 10; id < 10 + h->max_inflight; id++)
+		queue_sqe(c, PG_OP_GENERATE, id, 0, buf, len, 0);
+	queue_sqe(c, PG_OP_GENERATE, 99, 0, buf, len, 0);
+	publish(c);
+	expect_error(c, 99, PG_ELIMIT, "one request over --max-inflight");
+	for (uint64_t id = 10; id < 10 + h->max_inflight; id++)
+		submit(c, PG_OP_CANCEL, id, 0, NULL, 0, 0, NULL, NULL);
+}
+
+/* A client that reads late gets everything, in order, from the backlog. */
+static void limits_backlog(struct conn *c)
+{
+	static uint8_t buf[4096];
+	static struct stream s;
+	static const int32_t ids[] = { 21, 22, 23 };
+	struct gen g;
+	struct reply r;
+
+	gen_default(&g);
+	g.ids = ids;
+	g.n_ids = 3;
+	g.max_tokens = 60;
+	g.flags = PG_GEN_IGNORE_EOS | PG_GEN_TEXT;
+	while (next_reply(c, &r, 200, 0) > 0)
+		;	/* the cancelled requests' ends */
+	submit(c, PG_OP_GENERATE, 500, 0, buf, gen_payload(&g, buf), 0, NULL, NULL);
+	usleep(300000);		/* the ring (8 entries) overflows meanwhile */
+	stream_reset(&s, 500);
+	while (!s.last && next_reply(c, &r, 10000, 0) > 0)
+		if (r.cqe.req_id == 500)
+			stream_take(&s, &r);
+	CHECK(s.last && !s.bad && s.n_ids[0] == 60 && s.finish[0] == PG_FINISH_WIRE_LENGTH,
+	      "a late reader lost completions: %d ids, finish %d, %d bad", s.n_ids[0],
+	      s.finish[0], s.bad);
+}
+
+/* A client that never reads is dropped after --drain-timeout. */
+static void limits_stall(void)
+{
+	static uint8_t buf[4096];
+	static const int32_t ids[] = { 31, 32, 33 };
+	struct conn c;
+	struct gen g;
+	double t0;
+
+	conn_must_open(&c);
+	gen_default(&g);
+	g.ids = ids;
+	g.n_ids = 3;
+	g.max_tokens = 60;
+	g.flags = PG_GEN_IGNORE_EOS;
+	submit(&c, PG_OP_GENERATE, 1, 0, buf, gen_payload(&g, buf), 0, NULL, NULL);
+	t0 = now_s();
+	while (!atomic_load(&c.hdr->closed) && now_s() - t0 < 10)
+		usleep(10000);
+	CHECK(atomic_load(&c.hdr->closed), "a client that never reads was not dropped");
+	printf("limits: a client that never read was dropped after %.1f s\n", now_s() - t0);
+	conn_close(&c);
+}
+
+static int cmd_limits(void)
+{
+	struct pg_seg_header h;
+	struct conn c;
+
+	conn_must_open(&c);
+	h = *c.hdr;
+	limits_requests(&c, &h);
+	limits_backlog(&c);
+	conn_close(&c);
+	limits_clients(3);
+	limits_stall();
+	printf("limits: prompt %u, tokens %u, payload %u, in flight %u: refused with their codes\n",
+	       h.max_prompt, h.max_tokens, h.max_payload, h.max_inflight);
+	return 0;
+}
+
+/* ---- restart: outlive the daemon ---- */
+
+static int cmd_restart_wait(void)
+{
+	static const int32_t ids[] = { 3, 4, 5 };
+	static struct stream s;
+	struct conn c;
+	struct reply r;
+	struct gen g;
+	uint64_t gen1;
+	int shutdown = 0;
+	double t0;
+
+	conn_must_open(&c);
+	gen1 = c.w.generation;
+	printf("connected %016" PRIx64 "\n", gen1);
+	fflush(stdout);
+	t0 = now_s();
+	while (!c.lost && now_s() - t0 < 60)
+		if (next_reply(&c, &r, 1000, 0) > 0)
+			shutdown |= r.cqe.type == PG_CQE_ERROR && r.cqe.code == PG_ESHUTDOWN;
+	CHECK(c.lost, "the daemon's stop was never seen");
+	printf("lost: %s%s\n", atomic_load(&c.hdr->closed) ? "closed" : "hung up",
+	       shutdown ? " (PG_ESHUTDOWN)" : "");
+	fflush(stdout);
+	conn_close(&c);
+	for (t0 = now_s(); conn_open(&c, PG_PROTO_VERSION) && now_s() - t0 < 60;)
+		usleep(20000);
+	if (!c.seg)
+		die("could not reconnect within 60 s");
+	CHECK(c.w.generation != gen1, "the new daemon has the old generation");
+	gen_default(&g);
+	g.ids = ids;
+	g.n_ids = 3;
+	g.max_tokens = 4;
+	g.flags = PG_GEN_IGNORE_EOS;
+	CHECK(!run_gen(&c, &g, 1, &s) && s.n_ids[0] == 4, "the new daemon does not serve");
+	printf("reconnected %016" PRIx64 "\n", c.w.generation);
+	conn_close(&c);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd;
+	struct conn c;
+	int rc;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: daemon_client SOCKET COMMAND [ARGS] (see the file's head)\n");
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	sock_path = argv[1];
+	cmd = argv[2];
+	if (!strcmp(cmd, "stress"))
+		rc = cmd_stress(argc - 3, argv + 3);
+	else if (!strcmp(cmd, "garbage"))
+		rc = cmd_garbage(argc - 3, argv + 3);
+	else if (!strcmp(cmd, "kill"))
+		rc = cmd_kill(argc - 3, argv + 3);
+	else if (!strcmp(cmd, "version"))
+		rc = cmd_version();
+	else if (!strcmp(cmd, "refused"))
+		rc = cmd_refused();
+	else if (!strcmp(cmd, "limits"))
+		rc = cmd_limits();
+	else if (!strcmp(cmd, "restart-wait"))
+		rc = cmd_restart_wait();
+	else {
+		conn_must_open(&c);
+		if (!strcmp(cmd, "info"))
+			rc = cmd_info(&c);
+		else if (!strcmp(cmd, "generate"))
+			rc = cmd_generate(&c, argc - 3, argv + 3);
+		else if (!strcmp(cmd, "tokenize"))
+			rc = cmd_tokenize(&c, argc - 3, argv + 3);
+		else if (!strcmp(cmd, "detokenize"))
+			rc = cmd_detokenize(&c, argc - 3, argv + 3);
+		else if (!strcmp(cmd, "stopcheck"))
+			rc = cmd_stopcheck(&c);
+		else if (!strcmp(cmd, "ping"))
+			rc = cmd_ping(&c, argc - 3, argv + 3);
+		else
+			die("unknown command %s", cmd);
+		conn_close(&c);
+	}
+	if (atomic_load(&failures)) {
+		fprintf(stderr, "daemon_client %s: %d failures\n", cmd, atomic_load(&failures));
+		return 1;
+	}
+	return rc;
+}
