@@ -161,6 +161,8 @@ static void copy_info(struct pagoda_model_info *info,
 	info->pp = w->pp;
 	info->tp = w->tp;
 	info->cp = w->cp;
+	info->n_clients = w->n_clients;
+	info->n_active = w->n_active;
 	info->client_id = h->client_id;
 	info->max_inflight = h->max_inflight;
 	info->max_prompt = h->max_prompt;

@@ -703,11 +703,12 @@ static void info_json(const struct pagoda_model_info *m)
 	printf(",\"n_vocab\":%u,\"n_ctx_train\":%u,\"n_blocks\":%u,\"n_embd\":%u,"
 	       "\"kv_pages\":%u,\"page_tokens\":%u,\"bos\":%d,\"eos\":%d,"
 	       "\"generation\":\"%016llx\",\"pp\":%u,\"tp\":%u,\"cp\":%u,"
-	       "\"client_id\":%u,\"max_inflight\":%u,\"max_prompt\":%u,"
+	       "\"n_clients\":%u,\"n_active\":%u,\"client_id\":%u,\"max_inflight\":%u,\"max_prompt\":%u,"
 	       "\"max_tokens\":%u,\"max_payload\":%u}\n",
 	       m->n_vocab, m->n_ctx_train, m->n_blocks, m->n_embd, m->kv_pages,
 	       m->page_tokens, m->bos, m->eos, (unsigned long long)m->generation,
-	       m->pp, m->tp, m->cp, m->client_id, m->max_inflight, m->max_prompt,
+	       m->pp, m->tp, m->cp, m->n_clients, m->n_active, m->client_id,
+	       m->max_inflight, m->max_prompt,
 	       m->max_tokens, m->max_payload);
 }
 
@@ -720,8 +721,9 @@ static void info_text(const struct pagoda_model_info *m)
 	printf("KV cache:     %u pages of %u tokens (%llu tokens)\n", m->kv_pages,
 	       m->page_tokens, (unsigned long long)m->kv_pages * m->page_tokens);
 	printf("plan:         pipeline %u x tensor %u x context %u\n", m->pp, m->tp, m->cp);
-	printf("daemon:       generation %016llx; this is client %u\n",
-	       (unsigned long long)m->generation, m->client_id);
+	printf("daemon:       generation %016llx; %u clients (this is client %u); %u sequences active\n",
+	       (unsigned long long)m->generation, m->n_clients, m->client_id,
+	       m->n_active);
 	printf("limits:       %u requests in flight, prompt %u tokens, %u tokens generated, %u bytes a request\n",
 	       m->max_inflight, m->max_prompt, m->max_tokens, m->max_payload);
 }

@@ -342,6 +342,9 @@ struct pagoda_model_info {
 	int32_t eos;		/* -1: none */
 	uint64_t generation;	/* the daemon's: changes at every start */
 	unsigned pp, tp, cp;	/* its parallel plan */
+	unsigned n_clients;	/* clients connected now */
+	unsigned n_active;	/* sequences running or waiting now (0: idle;
+				   at most 65535) */
 	/* this connection's limits, from the segment */
 	unsigned client_id;
 	unsigned max_inflight;	/* requests in flight */

@@ -312,7 +312,8 @@ static void on_info(struct fake *f, uint64_t id)
 	struct pg_info_wire in = { .n_vocab = 256, .n_ctx_train = 512,
 				   .n_blocks = 2, .n_embd = 64, .kv_pages = 100,
 				   .page_tokens = 16, .bos = 1, .eos = 0xffffffff,
-				   .generation = 0x1234, .pp = 1, .tp = 1, .cp = 1 };
+				   .generation = 0x1234, .pp = 1, .tp = 1, .cp = 1,
+				   .n_clients = 3, .n_active = 2 };
 
 	strcpy(in.model, "fake-model");
 	strcpy(in.arch, "llama");
@@ -802,6 +803,7 @@ static void test_ops(pagoda_t *p)
 	CHECK(info.n_vocab == 256 && info.bos == 1 && info.eos == -1);
 	CHECK(info.generation == 0x1234 && info.client_id == 7);
 	CHECK(info.max_inflight == 64 && info.max_payload == 3000);
+	CHECK(info.n_clients == 3 && info.n_active == 2 && info.tp == 1);
 
 	CHECK_RC(pagoda_tokenize(p, text, strlen(text), PAGODA_TOKENIZE_ADD_BOS,
 				 &ids, &n), 0);
