@@ -1,0 +1,620 @@
+/*
+ * ipc-pagoda.c - the cost of talking to pagodad: a ping's round trip
+ * through the shared-memory rings (client submits, daemon sees, daemon
+ * completes, client sees) with the daemon busy-polling and with it
+ * asleep, against the same ping-pong over a Unix stream socket; the bare
+ * rings between two processes (the floor); and how late streamed tokens
+ * reach 64 clients at once.  bench/ipc starts the daemon and drives this.
+ *
+ * Every figure is validated before it is timed: pings must come back (the
+ * library checks the echoed argument), socket echoes must return what was
+ * sent, bare-ring answers must carry their sequence number, and every
+ * stream must deliver exactly the tokens it asked for.
+ *
+ * Not a test, and not a model benchmark (bench/decode, bench/serve).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "include/pagoda.h"
+#include "shm/ring.h"
+
+struct opts {
+	const char *socket;	/* pagodad's */
+	int pings;		/* round trips per measurement */
+	int gap_us;		/* between pings of the asleep case */
+	int cpu, peer_cpu;	/* this process; the echo and floor peers */
+	int clients;		/* streaming clients */
+	int tokens;		/* each one's max_tokens */
+	const char *dump;	/* the streams' arrival times go there */
+};
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "ipc-pagoda: error: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0)
+		die("cannot pin to CPU %d: %s", cpu, strerror(errno));
+}
+
+static void sleep_us(int us)
+{
+	struct timespec ts = { us / 1000000, (long)(us % 1000000) * 1000 };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- statistics ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Quantile q of n samples in ns (sorted in place), in µs. */
+static double quantile_us(uint64_t *ns, size_t n, double q)
+{
+	size_t i;
+
+	qsort(ns, n, sizeof(*ns), cmp_u64);
+	i = (size_t)(q * (double)(n - 1) + 0.5);
+	return ns[i] / 1000.0;
+}
+
+static void report(const char *what, uint64_t *ns, size_t n, double *p50,
+		   double *p99)
+{
+	*p50 = quantile_us(ns, n, 0.50);
+	*p99 = quantile_us(ns, n, 0.99);
+	printf("%-34s n=%-6zu p50 %8.2f us  p99 %8.2f us  min %8.2f  max %9.2f\n",
+	       what, n, *p50, *p99, ns[0] / 1000.0, ns[n - 1] / 1000.0);
+	fflush(stdout);
+}
+
+/* ---- pings through pagodad ---- */
+
+static pagoda_t *connect_or_die(const char *path)
+{
+	pagoda_t *p;
+	int rc = pagoda_connect(path, &p);
+
+	if (rc < 0)
+		die("cannot connect to %s: %s", path, pagoda_last_error(NULL));
+	return p;
+}
+
+/*
+ * N pings, gap_us apart (0: back to back), the client spinning for its
+ * answer (spin_us) so that only the daemon's side varies.
+ */
+static void ping_series(pagoda_t *p, int n, int gap_us, uint64_t *ns)
+{
+	for (int i = 0; i < n; i++) {
+		uint64_t t0, rtt;
+		int rc;
+
+		if (gap_us)
+			sleep_us(gap_us);
+		t0 = now_ns();
+		rc = pagoda_ping(p, &rtt);
+		ns[i] = now_ns() - t0;
+		if (rc < 0)
+			die("ping %d: %s", i, pagoda_last_error(p));
+	}
+}
+
+
+/* ---- the baseline: a ping-pong over a Unix stream socket ---- */
+
+static void echo_child(int fd, int cpu)
+{
+	uint64_t v;
+
+	pin(cpu);
+	for (;;) {
+		ssize_t r = read(fd, &v, sizeof(v));
+
+		if (r == 0)
+			_exit(0);
+		if (r != sizeof(v) || write(fd, &v, sizeof(v)) != sizeof(v))
+			_exit(1);
+	}
+}
+
+static void uds_series(int fd, int n, uint64_t *ns)
+{
+	for (int i = 0; i < n; i++) {
+		uint64_t v = 0x5eed0000u + (uint64_t)i, back = 0;
+		uint64_t t0 = now_ns();
+
+		if (write(fd, &v, sizeof(v)) != sizeof(v) ||
+		    read(fd, &back, sizeof(back)) != sizeof(back))
+			die("socket echo: %s", strerror(errno));
+		ns[i] = now_ns() - t0;
+		if (back != v)
+			die("socket echo returned %#" PRIx64 " for %#" PRIx64, back, v);
+	}
+}
+
+/* The echo process; returns the socket's other end. */
+static int uds_start(const struct opts *o, pid_t *child)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair: %s", strerror(errno));
+	fflush(NULL);
+	*child = fork();
+	if (*child < 0)
+		die("fork: %s", strerror(errno));
+	if (*child == 0) {
+		close(sv[0]);
+		echo_child(sv[1], o->peer_cpu);
+	}
+	close(sv[1]);
+	return sv[0];
+}
+
+static void peer_wait(pid_t child, const char *what)
+{
+	int st;
+
+	if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st))
+		die("the %s process failed", what);
+}
+
+/* ---- the floor: bare rings between two spinning processes ---- */
+
+struct floor_seg {
+	struct pg_ring_ctl sq, cq;
+	_Alignas(64) uint8_t sq_slots[8 * PG_SLOT_BYTES];
+	_Alignas(64) uint8_t cq_slots[8 * PG_SLOT_BYTES];
+};
+
+/* The peer answers each entry with its sequence number until 0 comes. */
+static void floor_child(struct floor_seg *s, int cpu)
+{
+	struct pg_ring in, out;
+
+	pin(cpu);
+	pg_ring_attach(&in, &s->sq, s->sq_slots, 8, 0);
+	pg_ring_attach(&out, &s->cq, s->cq_slots, 8, 1);
+	for (;;) {
+		const uint64_t *e = pg_ring_peek(&in);
+		uint64_t v, *slot;
+
+		if (!e)
+			continue;
+		v = *e;
+		pg_ring_consume(&in);
+		pg_ring_release(&in);
+		if (!v)
+			_exit(0);
+		while (!(slot = pg_ring_reserve(&out)))
+			;
+		*slot = v;
+		pg_ring_commit(&out);
+		pg_ring_publish(&out);
+	}
+}
+
+static void floor_send(struct pg_ring *sq, uint64_t v)
+{
+	uint64_t *slot;
+
+	while (!(slot = pg_ring_reserve(sq)))
+		;
+	*slot = v;
+	pg_ring_commit(sq);
+	pg_ring_publish(sq);
+}
+
+static void floor_ping(struct pg_ring *sq, struct pg_ring *cq, uint64_t v)
+{
+	const uint64_t *e;
+
+	floor_send(sq, v);
+	while (!(e = pg_ring_peek(cq)))
+		;
+	if (*e != v)
+		die("bare ring answered %" PRIu64 " to %" PRIu64, *e, v);
+	pg_ring_consume(cq);
+	pg_ring_release(cq);
+}
+
+/* The bare-ring peer process, and this side's views of the rings. */
+struct floor_link {
+	struct floor_seg *s;
+	struct pg_ring sq, cq;
+	uint64_t seq;
+	pid_t child;
+};
+
+static void floor_start(const struct opts *o, struct floor_link *l)
+{
+	l->s = mmap(NULL, sizeof(*l->s), PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (l->s == MAP_FAILED)
+		die("out of memory");
+	fflush(NULL);
+	l->child = fork();
+	if (l->child < 0)
+		die("fork: %s", strerror(errno));
+	if (l->child == 0)
+		floor_child(l->s, o->peer_cpu);
+	pg_ring_attach(&l->sq, &l->s->sq, l->s->sq_slots, 8, 1);
+	pg_ring_attach(&l->cq, &l->s->cq, l->s->cq_slots, 8, 0);
+	l->seq = 1;
+}
+
+static void floor_series(struct floor_link *l, int n, uint64_t *ns)
+{
+	for (int i = 0; i < n; i++) {
+		uint64_t t0 = now_ns();
+
+		floor_ping(&l->sq, &l->cq, l->seq++);
+		ns[i] = now_ns() - t0;
+	}
+}
+
+static void floor_stop(struct floor_link *l)
+{
+	floor_send(&l->sq, 0);
+	peer_wait(l->child, "bare-ring peer");
+	munmap(l->s, sizeof(*l->s));
+}
+
+/* ---- the four round trips, interleaved ---- */
+
+struct rtt {
+	double ring50, ring99, sleep50, sleep99, uds50, uds99, fl50, fl99;
+};
+
+#define ROUNDS 5
+
+/*
+ * ROUNDS rounds of: bare rings, socket, ring with the daemon polling
+ * (pings back to back), ring with the daemon asleep (pings gap_us apart,
+ * a quarter as many); a noisy moment then hurts every side alike.
+ */
+static void bench_rtt(const struct opts *o, struct rtt *r)
+{
+	int k = o->pings, ks = k / 4;
+	uint64_t *fl = calloc(4 * (size_t)k, sizeof(*fl));
+	uint64_t *uds = fl + k, *ring = uds + k, *slp = ring + k;
+	struct floor_link l;
+	pagoda_t *p;
+	pid_t echo;
+	int fd;
+
+	if (!fl)
+		die("out of memory");
+	floor_start(o, &l);
+	fd = uds_start(o, &echo);
+	p = connect_or_die(o->socket);	/* after the forks: the peers hold no handle */
+	pagoda_set_spin_us(p, 100000);
+	floor_series(&l, 1000, fl);	/* validation and warm-up */
+	uds_series(fd, 1000, uds);
+	ping_series(p, 1000, 0, ring);
+	for (int i = 0; i < ROUNDS; i++) {
+		floor_series(&l, k / ROUNDS, fl + i * (k / ROUNDS));
+		uds_series(fd, k / ROUNDS, uds + i * (k / ROUNDS));
+		ping_series(p, k / ROUNDS, 0, ring + i * (k / ROUNDS));
+		ping_series(p, ks / ROUNDS, o->gap_us, slp + i * (ks / ROUNDS));
+	}
+	k = k / ROUNDS * ROUNDS;
+	ks = ks / ROUNDS * ROUNDS;
+	report("bare rings, both spinning", fl, k, &r->fl50, &r->fl99);
+	report("unix stream socket", uds, k, &r->uds50, &r->uds99);
+	report("ring, daemon polling", ring, k, &r->ring50, &r->ring99);
+	report("ring, daemon asleep", slp, ks, &r->sleep50, &r->sleep99);
+	pagoda_close(p);
+	close(fd);
+	peer_wait(echo, "echo");
+	floor_stop(&l);
+	free(fl);
+}
+
+/* ---- token delivery to many streaming clients ---- */
+
+/*
+ * The daemon stamps nothing on a token, so delivery is measured from the
+ * clients' side: every token's arrival time (CLOCK_MONOTONIC, one clock
+ * for all processes) in each client.  An engine step emits one token for
+ * every running sequence and the daemon publishes them all right after
+ * the step, so arrivals come in bursts, one per step; a token's delivery
+ * lag is its arrival less the first arrival of its burst.
+ */
+struct stream_log {
+	int status;		/* 0 ok, else the client's error */
+	int n;			/* tokens received */
+	uint64_t at[];		/* (tokens) arrival times, ns */
+};
+
+static struct stream_log *log_of(void *base, size_t stride, int c)
+{
+	return (struct stream_log *)((uint8_t *)base + stride * (size_t)c);
+}
+
+/* One streaming client: connect, wait for the start, stream, log. */
+static void stream_child(const struct opts *o, struct stream_log *lg,
+			 int start_fd, int spin_us)
+{
+	struct pagoda_request req;
+	struct pagoda_event ev;
+	pagoda_t *p;
+	char b;
+	int rc;
+
+	lg->status = 1;
+	if (pagoda_connect(o->socket, &p) < 0)
+		_exit(2);
+	if (spin_us >= 0)
+		pagoda_set_spin_us(p, (unsigned)spin_us);
+	if (read(start_fd, &b, 1) < 0)
+		_exit(3);
+	pagoda_request_init(&req);
+	req.prompt = "Once upon a time";
+	req.max_tokens = o->tokens;
+	req.ignore_eos = 1;
+	if (pagoda_submit(p, &req, NULL) < 0)
+		_exit(4);
+	while ((rc = pagoda_next_event(p, &ev, -1)) == 1) {
+		uint64_t t = now_ns();
+
+		if (ev.type == PAGODA_EVENT_TOKENS)
+			for (size_t i = 0; i < ev.n_ids && lg->n < o->tokens; i++)
+				lg->at[lg->n++] = t;
+		if (ev.type == PAGODA_EVENT_ERROR)
+			_exit(5);
+		if (ev.last) {
+			lg->status = ev.finish == PAGODA_FINISH_LENGTH &&
+				     lg->n == o->tokens ? 0 : 6;
+			break;
+		}
+	}
+	pagoda_close(p);
+	_exit(lg->status);
+}
+
+struct arrival {
+	uint64_t t;
+	int client;
+};
+
+static int cmp_arrival(const void *a, const void *b)
+{
+	const struct arrival *x = a, *y = b;
+
+	return (x->t > y->t) - (x->t < y->t);
+}
+
+/*
+ * Bursts: a new one starts after a silence of gap_ns, or when a client
+ * shows up a second time (the last steps, with few sequences left, are
+ * short).  Each token's lag behind its burst's first goes to lag[].
+ */
+static void burst_lags(const struct arrival *a, size_t n, uint64_t gap_ns,
+		       int clients, uint64_t *lag, size_t *n_bursts)
+{
+	unsigned char *seen = calloc(clients, 1);
+	uint64_t first = 0;
+
+	if (!seen)
+		die("out of memory");
+	*n_bursts = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i == 0 || a[i].t - a[i - 1].t >= gap_ns || seen[a[i].client]) {
+			memset(seen, 0, clients);
+			first = a[i].t;
+			++*n_bursts;
+		}
+		seen[a[i].client] = 1;
+		lag[i] = a[i].t - first;
+	}
+	free(seen);
+}
+
+/* The median gap between a client's successive tokens: the step time. */
+static uint64_t median_step_ns(void *base, size_t stride, const struct opts *o)
+{
+	size_t n = 0, cap = (size_t)o->clients * o->tokens;
+	uint64_t *d = malloc(cap * sizeof(*d)), med;
+
+	if (!d)
+		die("out of memory");
+	for (int c = 0; c < o->clients; c++) {
+		struct stream_log *lg = log_of(base, stride, c);
+
+		for (int i = 1; i < lg->n; i++)
+			if (lg->at[i] != lg->at[i - 1])
+				d[n++] = lg->at[i] - lg->at[i - 1];
+	}
+	if (!n)
+		die("no token intervals to measure");
+	qsort(d, n, sizeof(*d), cmp_u64);
+	med = d[n / 2];
+	free(d);
+	return med;
+}
+
+/* One line per token: client, token index, arrival (ns). */
+static void deliver_dump(void *base, size_t stride, const struct opts *o)
+{
+	FILE *f = fopen(o->dump, "w");
+
+	if (!f)
+		die("%s: %s", o->dump, strerror(errno));
+	for (int c = 0; c < o->clients; c++) {
+		struct stream_log *lg = log_of(base, stride, c);
+
+		for (int i = 0; i < lg->n; i++)
+			fprintf(f, "%d %d %" PRIu64 "\n", c, i, lg->at[i]);
+	}
+	if (fclose(f))
+		die("%s: %s", o->dump, strerror(errno));
+}
+
+static void deliver_analyse(void *base, size_t stride, const struct opts *o,
+			    int spin_us, double *p50, double *p99)
+{
+	size_t n = 0, cap = (size_t)o->clients * o->tokens, bursts;
+	struct arrival *a = malloc(cap * sizeof(*a));
+	uint64_t *lag = malloc(cap * sizeof(*lag));
+	uint64_t step = median_step_ns(base, stride, o);
+
+	if (!a || !lag)
+		die("out of memory");
+	for (int c = 0; c < o->clients; c++) {
+		struct stream_log *lg = log_of(base, stride, c);
+
+		for (int i = 0; i < lg->n; i++)
+			a[n++] = (struct arrival){ lg->at[i], c };
+	}
+	qsort(a, n, sizeof(*a), cmp_arrival);
+	burst_lags(a, n, step / 4, o->clients, lag, &bursts);
+	printf("streaming: %d clients x %d tokens, client spin %d us, engine "
+	       "step %.1f ms (median), %zu bursts\n", o->clients, o->tokens,
+	       spin_us, step / 1e6, bursts);
+	report("token delivery lag in its burst", lag, n, p50, p99);
+	if (*p99 * 1000 > step / 4)
+		printf("warning: delivery lags reach a quarter of the engine "
+		       "step: bursts may be mixed up; use a larger model\n");
+	free(a);
+	free(lag);
+}
+
+/*
+ * clients streaming processes (on this process's CPUs), each spinning
+ * spin_us (-1: the library's default) before it sleeps.
+ */
+static void bench_deliver(const struct opts *o, int spin_us, double *p50,
+			  double *p99)
+{
+	size_t stride = (sizeof(struct stream_log) + o->tokens * sizeof(uint64_t)
+			 + 63) / 64 * 64;
+	void *base = mmap(NULL, stride * o->clients, PROT_READ | PROT_WRITE,
+			  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int start[2], st, bad = 0;
+
+	if (base == MAP_FAILED || pipe(start) < 0)
+		die("out of memory");
+	fflush(NULL);
+	for (int c = 0; c < o->clients; c++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			die("fork: %s", strerror(errno));
+		if (pid == 0) {
+			close(start[1]);
+			stream_child(o, log_of(base, stride, c), start[0], spin_us);
+		}
+	}
+	close(start[0]);
+	sleep_us(500000);	/* every client connected, waiting */
+	close(start[1]);
+	while (wait(&st) > 0)
+		bad += !WIFEXITED(st) || WEXITSTATUS(st);
+	if (bad)
+		die("%d of %d streaming clients failed (is the daemon's "
+		    "--max-clients below %d?)", bad, o->clients, o->clients);
+	if (o->dump && spin_us < 0)	/* the library's default spin */
+		deliver_dump(base, stride, o);
+	deliver_analyse(base, stride, o, spin_us < 0 ? 20 : spin_us, p50, p99);
+	munmap(base, stride * o->clients);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "pings", required_argument, NULL, 'n' },
+		{ "gap-us", required_argument, NULL, 'g' },
+		{ "cpu", required_argument, NULL, 'c' },
+		{ "peer-cpu", required_argument, NULL, 'p' },
+		{ "clients", required_argument, NULL, 'k' },
+		{ "tokens", required_argument, NULL, 't' },
+		{ "dump", required_argument, NULL, 'd' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = { NULL, 20000, 2000, -1, -1, 64, 64, NULL };
+	struct rtt r;
+	double dl50 = 0, dl99 = 0, ds50 = 0, ds99 = 0;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's': o.socket = optarg; break;
+		case 'n': o.pings = atoi(optarg); break;
+		case 'g': o.gap_us = atoi(optarg); break;
+		case 'c': o.cpu = atoi(optarg); break;
+		case 'p': o.peer_cpu = atoi(optarg); break;
+		case 'k': o.clients = atoi(optarg); break;
+		case 't': o.tokens = atoi(optarg); break;
+		case 'd': o.dump = optarg; break;
+		default:
+			fprintf(stderr, "usage: ipc-pagoda --socket PATH [--pings N] "
+				"[--gap-us US] [--cpu C] [--peer-cpu C] "
+				"[--clients N] [--tokens N]\n");
+			return 2;
+		}
+	}
+	if (o.pings < 100 * ROUNDS)
+		die("--pings must be at least %d", 100 * ROUNDS);
+	if (!o.socket)
+		die("--socket is required (bench/ipc starts a daemon and passes it)");
+	pin(o.cpu);
+	bench_rtt(&o, &r);
+	if (o.clients > 0) {
+		bench_deliver(&o, -1, &dl50, &dl99);
+		bench_deliver(&o, 0, &ds50, &ds99);
+	}
+	printf("ipc-pagoda: ring_p50_us=%.2f ring_p99_us=%.2f sleep_p50_us=%.2f "
+	       "sleep_p99_us=%.2f uds_p50_us=%.2f uds_p99_us=%.2f speedup=%.1f "
+	       "floor_p50_us=%.2f deliver_p50_us=%.1f deliver_p99_us=%.1f "
+	       "deliver_nospin_p50_us=%.1f deliver_nospin_p99_us=%.1f\n",
+	       r.ring50, r.ring99, r.sleep50, r.sleep99, r.uds50, r.uds99,
+	       r.uds50 / r.ring50, r.fl50, dl50, dl99, ds50, ds99);
+	return 0;
+}
