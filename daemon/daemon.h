@@ -92,6 +92,7 @@ struct pgd_client {
 	int n_malformed;
 	int bell_armed;			/* a doorbell read is in the io_uring */
 	int hup_armed;			/* the hang-up poll is in the io_uring */
+	int hung_up;			/* it went by itself (not dropped) */
 	/* set when the client must go: closed at the end of the iteration */
 	int dead;
 	enum pg_error dead_code;	/* final ERROR to send, or PG_OK */

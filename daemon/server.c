@@ -228,6 +228,30 @@ static void make_socket_dir(const char *path)
 }
 
 /*
+ * Whether a pagodad answers on the socket at addr: connecting is not
+ * proof, since a daemon killed a moment ago may leave its listening socket
+ * open while the kernel tears its io_uring down; a live one answers a
+ * hello within its loop's next turn.
+ */
+static int daemon_answers(const struct sockaddr_un *addr)
+{
+	struct pg_hello h = { .magic = PG_PROTO_MAGIC, .version = PG_PROTO_VERSION };
+	struct timeval tv = { .tv_sec = 2 };
+	struct pg_welcome w;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), live = 0;
+
+	if (fd < 0)
+		return 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (!connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) &&
+	    send(fd, &h, sizeof(h), MSG_NOSIGNAL) == (ssize_t)sizeof(h) &&
+	    recv(fd, &w, sizeof(w), MSG_WAITALL) == (ssize_t)sizeof(w))
+		live = w.magic == PG_PROTO_MAGIC;
+	close(fd);	/* fds that came with a welcome were not accepted: gone */
+	return live;
+}
+
+/*
  * A socket file left by a daemon that died is removed; one a live daemon
  * answers on is not.
  */
@@ -236,7 +260,6 @@ static int clear_stale_socket(const struct sockaddr_un *addr, char *err,
 {
 	const char *path = addr->sun_path;
 	struct stat st;
-	int fd, rc;
 
 	if (lstat(path, &st))
 		return 0;
@@ -244,18 +267,11 @@ static int clear_stale_socket(const struct sockaddr_un *addr, char *err,
 		snprintf(err, err_len, "%s exists and is not a socket: remove it or choose another --socket", path);
 		return -1;
 	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		snprintf(err, err_len, "cannot create a socket: %s", strerror(errno));
-		return -1;
-	}
-	rc = connect(fd, (const struct sockaddr *)addr, sizeof(*addr));
-	close(fd);
-	if (!rc) {
+	if (daemon_answers(addr)) {
 		snprintf(err, err_len, "another pagodad is already serving %s: stop it first, or choose another --socket", path);
 		return -1;
 	}
-	if (errno != ECONNREFUSED || unlink(path)) {
+	if (unlink(path) && errno != ENOENT) {
 		snprintf(err, err_len, "cannot replace the socket %s: %s", path, strerror(errno));
 		return -1;
 	}
@@ -637,6 +653,7 @@ static void on_cqe(struct pgd *d, uint64_t ud, int res)
 			return;
 		}
 		c->hup_armed = 0;
+		c->hung_up = 1;
 		pgd_mark_dead(d, c, PG_OK, "hung up");
 		return;
 	default:		/* timeouts and cancellations: nothing to do */
@@ -679,6 +696,12 @@ static void close_client(struct pgd *d, struct pgd_client *c)
 	int n = pgd_requests_drop(d, c);
 
 	pgd_say_goodbye(c, c->dead_code, c->dead_msg);
+	/*
+	 * Queued operations name c's fds by number: hand them to the kernel
+	 * while the numbers are still c's, not a later connection's.
+	 */
+	if (io_uring_sq_ready(&d->ring))
+		io_uring_submit(&d->ring);
 	if (c->bell_armed)
 		cancel_op(d, tag(d->bell_poll ? OP_BELL_POLL : OP_BELL, slot, c->serial));
 	if (c->hup_armed)
@@ -689,7 +712,7 @@ static void close_client(struct pgd *d, struct pgd_client *c)
 			d->live[i] = d->live[--d->n_live];
 			break;
 		}
-	pgd_log(c->dead_code == PG_OK ? PGD_LOG_INFO : PGD_LOG_WARN,
+	pgd_log(c->hung_up ? PGD_LOG_INFO : PGD_LOG_WARN,
 		"client %u (pid %d uid %u) gone: %s; %d requests cancelled (%d connected)",
 		c->id, (int)c->pid, (unsigned)c->uid, c->dead_msg, n, d->n_live);
 	pgd_session_destroy(c);
@@ -753,12 +776,11 @@ static void sleep_until_woken(struct pgd *d)
 			may_sleep = 0;
 		backlog |= c->bl_head != NULL;
 	}
-	if (may_sleep) {
+	if (may_sleep && backlog) {
 		io_uring_submit(&d->ring);
-		if (backlog)
-			io_uring_wait_cqe_timeout(&d->ring, &cqe, &ts);
-		else
-			io_uring_wait_cqe(&d->ring, &cqe);
+		io_uring_wait_cqe_timeout(&d->ring, &cqe, &ts);
+	} else if (may_sleep) {
+		io_uring_submit_and_wait(&d->ring, 1);
 	}
 	for (int i = 0; i < d->n_live; i++)
 		pg_ring_awake(&d->live[i]->sq);

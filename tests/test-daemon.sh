@@ -47,11 +47,11 @@ start_daemon() { # start_daemon NAME ARGS...: log in $tmp/NAME.log, pid in $dpid
 	dpid=$!
 	pids="$pids $dpid"
 	n=0
-	while [ $n -lt 300 ] && ! grep -q "listening on" "$tmp/$name.log"; do
+	while [ $n -lt 300 ] && ! grep -q "listening on .*; pid $dpid$" "$tmp/$name.log"; do
 		if ! kill -0 $dpid 2>/dev/null; then break; fi
 		sleep 0.1; n=$((n + 1))
 	done
-	grep -q "listening on" "$tmp/$name.log" ||
+	grep -q "listening on .*; pid $dpid$" "$tmp/$name.log" ||
 		{ echo "FAIL: pagodad $name did not start"; cat "$tmp/$name.log"; exit 1; }
 }
 stop_daemon() { # stop_daemon PID SIGNAL: its exit status in $status
@@ -146,17 +146,18 @@ check "SIGTERM: the socket is removed" test ! -e "$tmp/small.sock"
 
 # restarts under a connected client: it sees the stop and reconnects
 restart() { # restart SIGNAL EXPECTED-LOSS
-	$client "$S" restart-wait >"$tmp/rw" 2>&1 &
+	rw="$tmp/restart-$1"
+	$client "$S" restart-wait >"$rw" 2>&1 &
 	cpid=$!
-	n=0; while [ $n -lt 300 ] && ! grep -q "^connected" "$tmp/rw"; do sleep 0.1; n=$((n + 1)); done
+	n=0; while [ $n -lt 300 ] && ! grep -q "^connected" "$rw"; do sleep 0.1; n=$((n + 1)); done
 	stop_daemon $main "$1"
 	start_daemon main
 	main=$dpid
 	wait $cpid; rc=$?
 	check "restart after SIG$1: the client reconnects" test $rc -eq 0
-	check "restart after SIG$1: the client saw '$2'" grep -q "^lost: $2" "$tmp/rw"
-	check "restart after SIG$1: a new generation" grep -q "^reconnected" "$tmp/rw"
-	[ $rc -eq 0 ] || cat "$tmp/rw"
+	check "restart after SIG$1: the client saw '$2'" grep -q "^lost: $2" "$rw"
+	check "restart after SIG$1: a new generation" grep -q "^reconnected" "$rw"
+	[ $rc -eq 0 ] || cat "$rw"
 }
 restart TERM "closed (PG_ESHUTDOWN)"
 check "SIGTERM: the daemon logged its stop" grep -q "stopped" "$tmp/main.log"

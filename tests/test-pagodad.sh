@@ -97,10 +97,11 @@ $bin $m --prompt "hello there" --max-tokens 12 --temperature 0 --ignore-eos -q -
 check "a one-device plan gives the same tokens" cmp -s "$tmp/g1" "$tmp/g3"
 
 # errors: usage (2), missing model (1) with a message that says what to do
-$bin $m >/dev/null 2>"$tmp/e"; rc=$?
-check "nothing to do is a usage error" test $rc -eq 2
-check "nothing to do says what to give" grep -q -- "--prompt" "$tmp/e"
-check "nothing to do mentions --plan" grep -q -- "--plan" "$tmp/e"
+# without a mode pagodad serves (tests/test-daemon.sh); here only a socket
+# it cannot bind, so that it exits at once instead of serving
+$bin $m --socket "$tmp/no/such/dir/s.sock" >/dev/null 2>"$tmp/e"; rc=$?
+check "serving on a socket that cannot be bound exits 1" test $rc -eq 1
+check "... saying which socket" grep -q -- "cannot bind $tmp/no/such/dir/s.sock" "$tmp/e"
 $bin --frobnicate 2>/dev/null; check "unknown option exits 2" test $? -eq 2
 $bin $m --prompt x --temperature abc 2>"$tmp/e"; rc=$?
 check "bad number exits 2" test $rc -eq 2
