@@ -199,6 +199,12 @@ int pgd_flush_backlog(struct pgd *d, struct pgd_client *c);
 void pgd_publish(struct pgd_client *c);
 
 /*
+ * pgd_publish_quiet - the same without ringing: returns 1 when c sleeps
+ * and the caller must ring c->cq_bell.
+ */
+int pgd_publish_quiet(struct pgd_client *c);
+
+/*
  * pgd_mark_dead - c must go at the end of this iteration; code (unless
  * PG_OK) and the message go out as a last ERROR completion if the ring
  * has room.  The first reason given wins.

@@ -608,7 +608,15 @@ static void op_detokenize(struct pgd *d, struct pgd_client *c,
 			return;
 		}
 	}
-	if (out && cap - out_len >= 16)
+	if (out && cap - out_len < 16) {	/* room for the held-back tail */
+		char *grown = realloc(out, cap + 16);
+
+		if (!grown)
+			free(out);
+		out = grown;
+		cap += 16;
+	}
+	if (out)
 		out_len += (size_t)pg_detok_flush(&s, out + out_len, cap - out_len);
 	if (!out || out_len > max)
 		pgd_reply_error(d, c, e->req_id, out ? PG_ETOOBIG : PG_ENOMEM, 1,

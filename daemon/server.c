@@ -113,6 +113,7 @@ enum op_kind {
 	OP_BELL_POLL,		/* a poll of it, where reads would not wait */
 	OP_SIGNAL,
 	OP_CANCEL,
+	OP_WAKE,		/* a write to a client's completion doorbell */
 };
 
 #define SERIAL_MASK ((1ull << 40) - 1)
@@ -746,14 +747,43 @@ static int serve_clients(struct pgd *d)
 	return n;
 }
 
+/*
+ * Publish every client's completions of a step.  A step can end with
+ * many clients asleep: their doorbells go out in one io_uring submission
+ * rather than one write(2) each, so that the last is not a syscall-train
+ * behind the first.
+ */
+static void publish_step(struct pgd *d)
+{
+	static const uint64_t one = 1;
+	int n_wake = 0;
+
+	for (int i = 0; i < d->n_live; i++) {
+		struct pgd_client *c = d->live[i];
+		struct io_uring_sqe *sqe;
+
+		if (!pgd_publish_quiet(c))
+			continue;
+		sqe = get_sqe(d, tag(OP_WAKE, 0, 0));
+		if (sqe) {
+			io_uring_prep_write(sqe, c->cq_bell, &one, sizeof(one), 0);
+			sqe->user_data = tag(OP_WAKE, 0, 0);
+			n_wake++;
+		} else if (write(c->cq_bell, &one, sizeof(one)) < 0) {
+			pgd_log(PGD_LOG_WARN, "client %u: ringing its doorbell: %s", c->id, strerror(errno));
+		}
+	}
+	if (n_wake)
+		io_uring_submit(&d->ring);
+}
+
 static void engine_step(struct pgd *d)
 {
 	int rc = pg_engine_step(d->engine);
 
 	if (rc < 0 && d->step_errors++ < 100)
 		pgd_log(PGD_LOG_ERROR, "%s", pg_engine_last_error(d->engine));
-	for (int i = 0; i < d->n_live; i++)
-		pgd_publish(d->live[i]);
+	publish_step(d);
 	if (pg_engine_idle(d->engine))
 		log_engine(d, "engine idle");
 }

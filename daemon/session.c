@@ -314,6 +314,11 @@ void pgd_publish(struct pgd_client *c)
 		ring_bell(c->cq_bell);
 }
 
+int pgd_publish_quiet(struct pgd_client *c)
+{
+	return pg_ring_publish(&c->cq);
+}
+
 void pgd_mark_dead(struct pgd *d, struct pgd_client *c, enum pg_error code,
 		   const char *fmt, ...)
 {
