@@ -124,7 +124,8 @@ int pagoda_next_event(pagoda_t *p, struct pagoda_event *ev, int timeout_ms)
 		p->fd_armed = 0;
 		if (was_armed && !p->poller)
 			pg_ring_awake(&p->cq);
-		rc = pgc_wait(p, match_stream, NULL, &p->ev_rx, timeout_ms);
+		rc = pgc_wait(p, match_stream, NULL, &p->ev_rx, timeout_ms,
+			      PGC_TOKENS);
 		if (rc > 0)
 			rc = to_event(p, ev);
 		/* an event loop (timeout 0) wants the fd armed when idle */

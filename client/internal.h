@@ -74,6 +74,8 @@ struct pagoda {
 	uint32_t cq_arena_bytes;
 	uint64_t generation;
 	uint64_t spin_ns;
+	int spin_score;			/* PGC_TOKENS waits: recent spin hits */
+	unsigned spin_probe;
 	int dead;			/* 0, or the code every call returns
 					   once the ring is empty */
 	char bye[160];			/* the daemon's goodbye message */
@@ -130,6 +132,12 @@ int pgc_submit(struct pagoda *p, const struct pg_sqe *sqe, uint32_t len,
 typedef int (*pgc_match_fn)(const struct pg_cqe *c, enum pgc_owner owner,
 			    void *ctx);
 
+/* What a wait waits for, which decides whether spinning may pay. */
+enum pgc_pace {
+	PGC_QUICK,	/* an answer without engine work (ping, tokenize) */
+	PGC_TOKENS,	/* the engine's tokens: spin while it has paid */
+};
+
 /*
  * pgc_wait - wait up to timeout_ms (-1: no limit) for a completion that
  * match accepts, from the queue first and then from the ring; it goes to
@@ -137,7 +145,7 @@ typedef int (*pgc_match_fn)(const struct pg_cqe *c, enum pgc_owner owner,
  * timeout or signal, or a negative code.
  */
 int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
-	     struct pgc_rx *rx, int timeout_ms);
+	     struct pgc_rx *rx, int timeout_ms, enum pgc_pace pace);
 
 /* pgc_match_id - match for pgc_wait: the WAIT completions of *(uint64_t *)ctx. */
 int pgc_match_id(const struct pg_cqe *c, enum pgc_owner owner, void *ctx);

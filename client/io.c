@@ -465,27 +465,44 @@ static int sleep_once(struct pagoda *p, int ms, uint64_t deadline)
 	return 0;
 }
 
+#define PGC_SPIN_SCORE 8	/* misses before tokens waits stop spinning */
+#define PGC_SPIN_PROBE 32	/* then one wait in this many spins anyway */
+
 /*
  * spin_budget - how long to spin: only while the daemon is awake.  A
  * sleeping daemon (it says so in the submission ring's control words)
  * answers only after a wake-up that outlasts any useful spin, and the
  * scheduler tends to wake it on the CPU of the thread that rang it: a
  * client spinning there holds it off (measured: the round trip grew by
- * the whole spin time).
+ * the whole spin time).  Waits for tokens spin only while spinning has
+ * paid off lately: an engine step takes far longer than a spin, and many
+ * streaming clients spinning for nothing take the CPUs the daemon needs.
  */
-static uint64_t spin_budget(struct pagoda *p)
+static uint64_t spin_budget(struct pagoda *p, enum pgc_pace pace)
 {
 	if (atomic_load_explicit(&p->hdr->sq.sleeping, memory_order_relaxed))
+		return 0;
+	if (pace == PGC_TOKENS && p->spin_score <= 0 &&
+	    ++p->spin_probe % PGC_SPIN_PROBE)
 		return 0;
 	return p->spin_ns;
 }
 
-int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
-	     struct pgc_rx *rx, int timeout_ms)
+/* spin_learn - a TOKENS wait that spun got its answer (hit) or slept. */
+static void spin_learn(struct pagoda *p, int hit)
 {
-	uint64_t start = pgc_now_ns(), spin_end = start + spin_budget(p);
+	if (hit)
+		p->spin_score = PGC_SPIN_SCORE;
+	else if (p->spin_score > 0)
+		p->spin_score--;
+}
+
+int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
+	     struct pgc_rx *rx, int timeout_ms, enum pgc_pace pace)
+{
+	uint64_t start = pgc_now_ns(), spin_end = start + spin_budget(p, pace);
 	uint64_t deadline = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
-	int rc;
+	int rc, spun = 0, slept = 0;
 
 	for (;;) {
 		int ended = closed(p);
@@ -505,14 +522,18 @@ int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
 		t = pgc_now_ns();
 		if (t < spin_end) {
 			spin(p, spin_end);
+			spun = 1;
 			continue;
 		}
 		if (timeout_ms > 0 && t >= deadline)
 			break;
+		slept = 1;
 		if (sleep_once(p, timeout_ms < 0 ? -1
 				  : (int)((deadline - t + 999999) / 1000000), deadline))
 			break;
 	}
+	if (pace == PGC_TOKENS && spun && rc > 0)
+		spin_learn(p, !slept);
 	return rc;
 }
 

@@ -373,6 +373,7 @@ static struct pagoda *handle_new(void)
 	pthread_condattr_destroy(&ca);
 	p->sock = p->seg_fd = p->sq_efd = p->cq_efd = p->ep_fd = -1;
 	p->spin_ns = PGC_SPIN_US * 1000;
+	p->spin_score = 8;	/* io.c: PGC_SPIN_SCORE */
 	p->next_id = 1;
 	return p;
 }

@@ -44,7 +44,7 @@ static int call(struct pagoda *p, struct pg_sqe *sqe, const void *data,
 	if (!rc)
 		rc = pgc_submit(p, sqe, pl.len, fill_copy, &pl);
 	while (!rc)
-		rc = pgc_wait(p, pgc_match_id, &id, rx, -1);
+		rc = pgc_wait(p, pgc_match_id, &id, rx, -1, PGC_QUICK);
 	if (rc < 0) {
 		pgc_flight_remove(p, id);
 		return rc;

@@ -386,7 +386,7 @@ static int collect(struct pagoda *p, uint64_t id, struct pagoda_completion *out,
 	int rc;
 
 	do {
-		rc = pgc_wait(p, pgc_match_id, &id, &rx, -1);
+		rc = pgc_wait(p, pgc_match_id, &id, &rx, -1, PGC_TOKENS);
 		if (rc > 0)
 			rc = gather_one(p, out, g, &rx, logprobs);
 	} while (rc == 0);
