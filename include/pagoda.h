@@ -104,8 +104,10 @@ const char *pagoda_last_error(pagoda_t *p);
 /*
  * pagoda_set_spin_us - how long a waiting call spins on the ring before
  * it sleeps on its doorbell (default 20 µs; 0: sleep at once).  Spinning
- * answers in about a microsecond when the daemon is busy, at the price of
- * a core while it lasts.
+ * answers in about a microsecond when the daemon is polling, at the price
+ * of a core while it lasts.  No call spins while the daemon sleeps (its
+ * wake-up outlasts any spin), and waits for tokens spin only while
+ * spinning has lately caught them.
  */
 void pagoda_set_spin_us(pagoda_t *p, unsigned us);
 
