@@ -499,9 +499,13 @@ static void history_trim(struct history *h, size_t n)
 		free((char *)h->msgs[--h->n].content);
 }
 
-/* chat_line - one line read: a command or a turn.  Returns 1 to stop. */
+/*
+ * chat_line - one line read: a command or a turn.  Returns 1 to stop: the
+ * daemon is gone, or SIGINT cancelled a reply read from a pipe (on a
+ * terminal it only ends the reply).
+ */
 static int chat_line(struct run *r, struct gen_opts *g, struct history *h,
-		     char *line, int *status)
+		     char *line, int tty, int *status)
 {
 	size_t len = strlen(line);
 
@@ -530,7 +534,7 @@ static int chat_line(struct run *r, struct gen_opts *g, struct history *h,
 			    r->text[0].len);
 	else
 		history_trim(h, h->n - 1);	/* the turn did not happen */
-	return *status == CLI_GONE;
+	return *status == CLI_GONE || (*status == CLI_INTERRUPTED && !tty);
 }
 
 static int chat_loop(struct run *r, struct gen_opts *g, struct history *h)
@@ -547,7 +551,8 @@ static int chat_loop(struct run *r, struct gen_opts *g, struct history *h)
 			fflush(stdout);
 		}
 		interrupted = 0;
-		if (getline(&line, &cap, stdin) < 0 || chat_line(r, g, h, line, &status))
+		if (getline(&line, &cap, stdin) < 0 ||
+		    chat_line(r, g, h, line, tty, &status))
 			break;
 		catch_sigint();
 	}
