@@ -953,7 +953,12 @@ static void test_threads(pagoda_t *p)
 
 	pthread_create(&t, NULL, generate_held, &g);
 	usleep(20000);
-	CHECK_RC(pagoda_ping(p, &rtt), 0);	/* not blocked by the waiter */
+	/* round trips beside the waiter, sleeping each time: the doorbell
+	   wakes both, and neither may lose the other's answer */
+	pagoda_set_spin_us(p, 0);
+	for (int i = 0; i < 300; i++)
+		CHECK_RC(pagoda_ping(p, &rtt), 0);
+	pagoda_set_spin_us(p, 20);
 	do {
 		rc = pagoda_cancel(p, 555);
 		if (rc == PAGODA_ENOENT)
@@ -965,6 +970,92 @@ static void test_threads(pagoda_t *p)
 	CHECK(g.c.n_samples == 2 && g.c.samples &&
 	      g.c.samples[1].finish == PAGODA_FINISH_CANCELLED);
 	pagoda_completion_free(&g.c);
+}
+
+struct worker {
+	pagoda_t *p;
+	int seed;
+	int bad;
+};
+
+/* One of several threads on one handle: generations, pings, tokenizing. */
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	struct pagoda_request req;
+	struct pagoda_completion c;
+	int32_t *ids;
+	size_t n;
+	uint64_t rtt;
+
+	pagoda_request_init(&req);
+	req.prompt = "hello";
+	for (int i = 0; i < 150; i++) {
+		switch ((i + w->seed) % 3) {
+		case 0:
+			req.n = 1 + i % 3;
+			if (pagoda_generate(w->p, &req, &c) || c.n_samples != (size_t)req.n ||
+			    c.samples[req.n - 1].n_ids != 3 ||
+			    c.samples[0].finish != PAGODA_FINISH_LENGTH)
+				w->bad++;
+			pagoda_completion_free(&c);
+			break;
+		case 1:
+			w->bad += pagoda_ping(w->p, &rtt) != 0;
+			break;
+		case 2:
+			if (pagoda_tokenize(w->p, "abc", 3, 0, &ids, &n) || n != 3 ||
+			    ids[2] != 'c')
+				w->bad++;
+			free(ids);
+			break;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Four threads on one handle, each waiting for its own answers, while this
+ * thread streams its requests' events: every answer reaches its caller
+ * and nothing hangs (a lost wake-up would).
+ */
+static void test_many_threads(void)
+{
+	struct fake *f = fake_start(SC_SERVE, 16, 8192);
+	struct worker w[4];
+	pthread_t t[4];
+	struct pagoda_request req;
+	struct pagoda_event ev;
+	pagoda_t *p;
+	int n_done = 0, rc;
+
+	CHECK_RC(pagoda_connect(f->path, &p), 0);
+	if (!p) {
+		fake_stop(f);
+		return;
+	}
+	pagoda_set_spin_us(p, 2);	/* sleep often: exercise the doorbells */
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .p = p, .seed = i };
+		pthread_create(&t[i], NULL, work, &w[i]);
+	}
+	pagoda_request_init(&req);
+	req.prompt = "hello";
+	for (int i = 0; i < 100; i++) {
+		CHECK_RC(pagoda_submit(p, &req, NULL), 0);
+		while ((rc = pagoda_next_event(p, &ev, i % 2 ? 0 : 5)) > 0)
+			n_done += ev.type == PAGODA_EVENT_DONE;
+		CHECK(rc == 0);
+	}
+	while (n_done < 100 && pagoda_next_event(p, &ev, 5000) > 0)
+		n_done += ev.type == PAGODA_EVENT_DONE;
+	CHECK(n_done == 100);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(w[i].bad == 0);
+	}
+	pagoda_close(p);
+	fake_stop(f);
 }
 
 /* A small segment: the rings and arenas wrap and fill; nothing is lost. */
@@ -1067,6 +1158,7 @@ int main(void)
 	test_refusal(SC_HANGUP, PAGODA_ECONNECT, "hung up");
 	test_serve();
 	test_full_rings();
+	test_many_threads();
 	test_shutdown("close", "pagodad is stopping (SIGTERM)");
 	test_shutdown("die", "hung up");
 	rmdir(tmpdir);
