@@ -150,7 +150,11 @@ static_assert(sizeof(struct pg_seg_header) == PG_SEG_HEADER_BYTES,
 enum pg_op {
 	PG_OP_NOP = 0,
 	PG_OP_GENERATE = 1,	/* payload: struct pg_gen_wire + data */
-	PG_OP_CANCEL = 2,	/* req_id: the request to cancel */
+	PG_OP_CANCEL = 2,	/* req_id: the request to cancel.  No
+				   answer of its own: the request's samples
+				   end with DONE code CANCELLED; an ERROR
+				   PG_ENOENT (without PG_CQE_F_LAST) when no
+				   such request is in flight */
 	PG_OP_PING = 3,		/* answered with PONG, no engine work */
 	PG_OP_TOKENIZE = 4,	/* payload: UTF-8 text; flags: PG_TOK_* */
 	PG_OP_DETOKENIZE = 5,	/* payload: int32_t ids */
@@ -191,7 +195,8 @@ enum pg_prompt_kind {
 };
 
 /* One chat message in a PG_PROMPT_CHAT prompt: role, then len bytes of
- * UTF-8 content, then padding to a multiple of 4 bytes. */
+ * UTF-8 content, then padding to a multiple of 4 bytes (which the last
+ * message may omit). */
 struct pg_chat_msg_wire {
 	uint32_t role;		/* 0 system, 1 user, 2 assistant */
 	uint32_t len;
@@ -211,7 +216,8 @@ struct pg_gen_wire {
 	uint32_t prompt_bytes;
 	uint32_t n_stop;
 	uint32_t stop_bytes;
-	uint32_t max_tokens;
+	uint32_t max_tokens;	/* 0: as many as the daemon's limit and the
+				   KV pool allow */
 	int32_t priority;	/* higher first, within the client */
 	uint32_t n;		/* samples, 1 .. 16 */
 	uint32_t flags;		/* PG_GEN_* */
@@ -224,7 +230,8 @@ struct pg_gen_wire {
 	float presence_penalty;
 	float frequency_penalty;
 	uint64_t seed;
-	uint32_t n_logprobs;	/* top log-probabilities per token, 0 .. 20 */
+	uint32_t n_logprobs;	/* top log-probabilities per token: must be
+				   0 in this version (see PG_CQE_LOGPROBS) */
 	uint32_t reserved[5];
 };
 static_assert(sizeof(struct pg_gen_wire) == 96, "pg_gen_wire");
@@ -235,14 +242,19 @@ enum pg_cqe_type {
 	PG_CQE_TOKENS = 1,	/* n_ids ids (inline) and their text */
 	PG_CQE_DONE = 2,	/* a sample ended: code = enum pg_finish_wire;
 				   payload: struct pg_done_wire */
-	PG_CQE_ERROR = 3,	/* code = enum pg_error; text: the message;
-				   the request (if any) is over */
+	PG_CQE_ERROR = 3,	/* code = enum pg_error; text: the message.
+				   With PG_CQE_F_LAST the request is over;
+				   without it (a CANCEL that found nothing,
+				   a duplicate req_id) the request named is
+				   unaffected.  req_id 0: the connection is
+				   over (then header.closed is 1) */
 	PG_CQE_PONG = 4,	/* arg echoed */
 	PG_CQE_TOKENS_RESULT = 5,	/* TOKENIZE: payload int32_t ids */
 	PG_CQE_TEXT_RESULT = 6,	/* DETOKENIZE: payload UTF-8 */
 	PG_CQE_INFO = 7,	/* payload: struct pg_info_wire */
-	PG_CQE_LOGPROBS = 8,	/* payload: struct pg_logprob_wire ×
-				   n_logprobs of the previous token */
+	PG_CQE_LOGPROBS = 8,	/* reserved: log-probabilities are not sent
+				   yet (GENERATE with n_logprobs > 0 is
+				   refused with PG_EINVAL) */
 };
 
 enum pg_finish_wire {
