@@ -58,6 +58,7 @@ struct req {
 	int n_live;			/* samples not DONE */
 	int max_tokens;
 	int ignore_eos;
+	int n_logprobs;			/* per token, 0 .. PG_MAX_LOGPROBS */
 	int forked;
 	int failed, cancelled;
 	int32_t *stop_ids;
@@ -402,6 +403,7 @@ static struct req *req_new(struct pg_engine *e, const struct pg_request *q)
 	r->n_live = n;
 	r->max_tokens = q->max_tokens;
 	r->ignore_eos = q->ignore_eos;
+	r->n_logprobs = q->sampling.n_logprobs;
 	r->priority = q->priority;
 	r->client = q->client;
 	return r;
@@ -536,12 +538,17 @@ static int is_stop_id(const struct req *r, int32_t id)
 	return 0;
 }
 
-/* Pass token id through the UTF-8 stream and the stop matcher; send it. */
-static int emit_token(struct pg_engine *e, struct seq *s, int32_t id)
+/*
+ * Pass token id through the UTF-8 stream and the stop matcher; send it
+ * with its log-probabilities (lp, top: n_top of them) when asked for.
+ */
+static int emit_token(struct pg_engine *e, struct seq *s, int32_t id,
+		      float lp, const struct pg_logprob *top, int n_top)
 {
 	struct pg_engine_event ev = { .type = PG_ENGINE_EV_TOKEN,
 				      .id = s->req->id, .sample = s->index,
-				      .token = id };
+				      .token = id, .logprob = lp, .top = top,
+				      .n_top = n_top };
 	char buf[512];
 	int n = pg_detok_push(e->m->tok, &s->detok, id, 0, buf, sizeof(buf));
 	int stopped = 0;
@@ -574,22 +581,27 @@ static void record_token(struct pg_engine *e, struct seq *s, int32_t id)
 /* Draw s's next token from a logits row (not changed) and act on it. */
 static void sample_one(struct pg_engine *e, struct seq *s, const float *row)
 {
+	struct pg_logprob top[PG_MAX_LOGPROBS];
 	struct req *r = s->req;
+	float lp = 0.0f;
 	int32_t id;
+	int n_top;
 
 	if (s->fig.n_gen >= r->max_tokens) {
 		finish(e, s, PG_ENGINE_FINISH_LENGTH, 0);
 		return;
 	}
 	memcpy(e->scratch, row, sizeof(float) * (size_t)e->n_vocab);
-	id = pg_sampler_sample(s->sampler, e->scratch, NULL, NULL);
+	n_top = r->n_logprobs;
+	id = pg_sampler_sample(s->sampler, e->scratch, n_top ? &lp : NULL,
+			       n_top ? top : NULL);
 	if ((!r->ignore_eos && pg_tokenizer_is_eog(e->m->tok, id)) ||
 	    is_stop_id(r, id)) {
 		finish(e, s, PG_ENGINE_FINISH_STOP, 0);
 		return;
 	}
 	record_token(e, s, id);
-	if (emit_token(e, s, id))
+	if (emit_token(e, s, id, lp, n_top ? top : NULL, n_top))
 		finish(e, s, PG_ENGINE_FINISH_STOP, 1);
 	else if (s->fig.n_gen == r->max_tokens)
 		finish(e, s, PG_ENGINE_FINISH_LENGTH, 0);

@@ -83,6 +83,12 @@ struct pg_engine_event {
 	int32_t token;			/* TOKEN: the id generated */
 	const char *text;
 	size_t text_len;
+	/* TOKEN, when the request's sampling asks for n_logprobs > 0: the
+	   token's log-probability and the top n_logprobs, best first (of the
+	   distribution after penalties, before truncation and temperature) */
+	float logprob;
+	const struct pg_logprob *top;
+	int n_top;
 	enum pg_engine_finish finish;	/* DONE */
 	int last;			/* DONE */
 	const struct pg_request_figures *fig;	/* DONE */
