@@ -249,4 +249,19 @@ void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
 		     enum pg_error code, int last, const char *fmt, ...)
 	__attribute__((format(printf, 6, 7)));
 
+/* ---- server.c and reload.c: limits and SIGHUP ---- */
+
+/*
+ * pgd_limits_resolve - d's limits as enforced (max_prompt, max_tokens,
+ * max_payload) from d->cfg: the defaults resolved against the KV pool and
+ * the submission arena.
+ */
+void pgd_limits_resolve(struct pgd *d);
+
+/*
+ * pgd_reload - SIGHUP: read the configuration again and apply what can
+ * change at run time (reload.c); logs every change and every error.
+ */
+void pgd_reload(struct pgd *d);
+
 #endif

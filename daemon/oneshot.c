@@ -1,12 +1,15 @@
 /*
  * oneshot.c - pagodad's command line: the serving daemon (the default
- * mode: options into a struct pgd_config, then pgd_serve()), the one-shot
- * completion and tokenize modes that operators and tests use without a
- * running daemon, and --plan, which shows the parallel plan the options
- * give without loading weights.
+ * mode: pagodad.conf and the options over it, then pgd_serve()), the
+ * one-shot completion and tokenize modes that operators and tests use
+ * without a running daemon, --plan, which shows the parallel plan the
+ * options give without loading weights, and --check-config and
+ * --print-config.
  *
  * This is the only daemon code that prints to the terminal on its own; it
- * parses the options, loads the model and builds the forward pass.  The
+ * parses the options, loads the model and builds the forward pass.  An
+ * option that stands for a key of pagodad.conf goes to config.c, which
+ * applies it over the file; the one-shot modes' options stay here.  The
  * serving loop (sockets, rings) is server.c's and logs through log.h.
  */
 #include <errno.h>
@@ -18,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <config.h>		/* autoconf's: daemon/config.h shadows "config.h" */
 
 #include "config.h"
 #include "daemon/pagodad.h"
@@ -33,7 +38,6 @@
 #define MAX_STOP 16
 
 struct options {
-	const char *model;
 	const char *prompt;
 	const char *prompt_file;
 	const char *tokenize;
@@ -41,38 +45,24 @@ struct options {
 	int chat;
 	int parse_special;
 	int quiet;
-	int threads;
-	int threads_given;
-	const char *devices;	/* --devices, or NULL */
-	int pp, tp, cp;		/* parallel counts; 0: not given */
-	int autoplan;		/* --parallel auto */
-	int parallel_given;	/* any of the four above */
 	int plan_only;		/* --plan */
-	int ctx_size;
-	size_t kv_bytes;
-	double kv_fraction;
-	struct pg_kv_mem kv_mem;
-	int batch;
-	enum pg_dtype kv_type;
+	int check_config;	/* --check-config */
+	int print_config;	/* --print-config */
+	const char *config;	/* --config, or NULL: PGD_DEFAULT_CONFIG */
+	const char *max_tokens; /* --max-tokens: also the daemon's limit */
 	struct pg_gen_params gen;
 	int seed_given;
-	int max_tokens_given;
 	const char *stop[MAX_STOP];
-	struct pgd_config daemon;	/* the serving daemon's options */
-	int log_level;
+	struct pgd_conf *conf;	/* pagodad.conf's keys, the options over them */
 };
 
 enum {
-	OPT_PROMPT_FILE = 256, OPT_MAX_TOKENS, OPT_TEMP, OPT_TOP_K, OPT_TOP_P,
+	OPT_KEY = 256,		/* an option that stands for a key (config.h) */
+	OPT_PROMPT_FILE, OPT_MAX_TOKENS, OPT_TEMP, OPT_TOP_K, OPT_TOP_P,
 	OPT_MIN_P, OPT_REPEAT, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP,
-	OPT_IGNORE_EOS, OPT_CTX, OPT_BATCH, OPT_KV_TYPE, OPT_TOKENIZE,
-	OPT_TOKENIZE_FILE, OPT_PARSE_SPECIAL, OPT_CHAT, OPT_VERSION,
-	OPT_KV_SIZE, OPT_KV_FRACTION, OPT_KV_LOCK, OPT_KV_HUGETLB, OPT_NUMA_NODE,
-	OPT_DEVICES, OPT_PP, OPT_TP, OPT_CP, OPT_PARALLEL, OPT_PLAN,
-	OPT_SOCKET, OPT_SOCKET_MODE, OPT_SOCKET_GROUP, OPT_ALLOW_USERS,
-	OPT_ALLOW_GROUPS, OPT_MAX_CLIENTS, OPT_MAX_INFLIGHT, OPT_MAX_PROMPT,
-	OPT_MAX_PAYLOAD, OPT_SQ_SLOTS, OPT_CQ_SLOTS, OPT_SQ_ARENA, OPT_CQ_ARENA,
-	OPT_SPIN_US, OPT_DRAIN_TIMEOUT, OPT_LOG_LEVEL, OPT_FOREGROUND,
+	OPT_IGNORE_EOS, OPT_TOKENIZE, OPT_TOKENIZE_FILE, OPT_PARSE_SPECIAL,
+	OPT_CHAT, OPT_VERSION, OPT_PLAN, OPT_FOREGROUND, OPT_CONFIG,
+	OPT_CHECK_CONFIG, OPT_PRINT_CONFIG,
 };
 
 static const struct option long_opts[] = {
@@ -92,40 +82,50 @@ static const struct option long_opts[] = {
 	{ "stop", required_argument, NULL, OPT_STOP },
 	{ "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
 	{ "threads", required_argument, NULL, 't' },
-	{ "ctx-size", required_argument, NULL, OPT_CTX },
-	{ "batch", required_argument, NULL, OPT_BATCH },
-	{ "kv-type", required_argument, NULL, OPT_KV_TYPE },
-	{ "kv-size", required_argument, NULL, OPT_KV_SIZE },
-	{ "kv-fraction", required_argument, NULL, OPT_KV_FRACTION },
-	{ "kv-lock", no_argument, NULL, OPT_KV_LOCK },
-	{ "kv-hugetlb", no_argument, NULL, OPT_KV_HUGETLB },
-	{ "numa-node", required_argument, NULL, OPT_NUMA_NODE },
-	{ "devices", required_argument, NULL, OPT_DEVICES },
-	{ "pipeline-parallel", required_argument, NULL, OPT_PP },
-	{ "tensor-parallel", required_argument, NULL, OPT_TP },
-	{ "context-parallel", required_argument, NULL, OPT_CP },
-	{ "parallel", required_argument, NULL, OPT_PARALLEL },
+	{ "ctx-size", required_argument, NULL, OPT_KEY },
+	{ "batch", required_argument, NULL, OPT_KEY },
+	{ "max-batch-tokens", required_argument, NULL, OPT_KEY },
+	{ "max-batch-seqs", required_argument, NULL, OPT_KEY },
+	{ "page-tokens", required_argument, NULL, OPT_KEY },
+	{ "kv-type", required_argument, NULL, OPT_KEY },
+	{ "kv-size", required_argument, NULL, OPT_KEY },
+	{ "kv-fraction", required_argument, NULL, OPT_KEY },
+	{ "kv-lock", no_argument, NULL, OPT_KEY },
+	{ "kv-hugetlb", no_argument, NULL, OPT_KEY },
+	{ "numa-node", required_argument, NULL, OPT_KEY },
+	{ "devices", required_argument, NULL, OPT_KEY },
+	{ "pipeline-parallel", required_argument, NULL, OPT_KEY },
+	{ "tensor-parallel", required_argument, NULL, OPT_KEY },
+	{ "context-parallel", required_argument, NULL, OPT_KEY },
+	{ "parallel", required_argument, NULL, OPT_KEY },
 	{ "plan", no_argument, NULL, OPT_PLAN },
 	{ "tokenize", required_argument, NULL, OPT_TOKENIZE },
 	{ "tokenize-file", required_argument, NULL, OPT_TOKENIZE_FILE },
 	{ "parse-special", no_argument, NULL, OPT_PARSE_SPECIAL },
-	{ "socket", required_argument, NULL, OPT_SOCKET },
-	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
-	{ "socket-group", required_argument, NULL, OPT_SOCKET_GROUP },
-	{ "allow-users", required_argument, NULL, OPT_ALLOW_USERS },
-	{ "allow-groups", required_argument, NULL, OPT_ALLOW_GROUPS },
-	{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
-	{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
-	{ "max-prompt", required_argument, NULL, OPT_MAX_PROMPT },
-	{ "max-payload", required_argument, NULL, OPT_MAX_PAYLOAD },
-	{ "sq-slots", required_argument, NULL, OPT_SQ_SLOTS },
-	{ "cq-slots", required_argument, NULL, OPT_CQ_SLOTS },
-	{ "sq-arena", required_argument, NULL, OPT_SQ_ARENA },
-	{ "cq-arena", required_argument, NULL, OPT_CQ_ARENA },
-	{ "spin-us", required_argument, NULL, OPT_SPIN_US },
-	{ "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
-	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "socket", required_argument, NULL, OPT_KEY },
+	{ "socket-mode", required_argument, NULL, OPT_KEY },
+	{ "socket-group", required_argument, NULL, OPT_KEY },
+	{ "admin-socket", required_argument, NULL, OPT_KEY },
+	{ "admin-group", required_argument, NULL, OPT_KEY },
+	{ "allow-users", required_argument, NULL, OPT_KEY },
+	{ "allow-groups", required_argument, NULL, OPT_KEY },
+	{ "max-clients", required_argument, NULL, OPT_KEY },
+	{ "max-inflight", required_argument, NULL, OPT_KEY },
+	{ "max-prompt", required_argument, NULL, OPT_KEY },
+	{ "max-payload", required_argument, NULL, OPT_KEY },
+	{ "sq-slots", required_argument, NULL, OPT_KEY },
+	{ "cq-slots", required_argument, NULL, OPT_KEY },
+	{ "sq-arena", required_argument, NULL, OPT_KEY },
+	{ "cq-arena", required_argument, NULL, OPT_KEY },
+	{ "spin-us", required_argument, NULL, OPT_KEY },
+	{ "drain-timeout", required_argument, NULL, OPT_KEY },
+	{ "log-level", required_argument, NULL, OPT_KEY },
+	{ "stats-path", required_argument, NULL, OPT_KEY },
+	{ "stats-interval-ms", required_argument, NULL, OPT_KEY },
 	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+	{ "print-config", no_argument, NULL, OPT_PRINT_CONFIG },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -135,12 +135,22 @@ static const struct option long_opts[] = {
 static void usage(FILE *out)
 {
 	fprintf(out,
-"Usage: pagodad --model FILE [--socket PATH] [--foreground] [options]   serve\n"
+"Usage: pagodad [--config FILE] [--model FILE] [options]   serve (the default)\n"
 "       pagodad --model FILE --prompt TEXT [options]   one-shot completion\n"
 "       pagodad --model FILE --tokenize TEXT             print token ids\n"
 "       pagodad --model FILE --tokenize-file FILE|-      one line of ids per line\n"
 "       pagodad --model FILE --plan [parallel options]   show the parallel plan\n"
+"       pagodad --check-config [--config FILE] [options] check the configuration\n"
+"       pagodad --print-config [--config FILE] [options] print the configuration\n"
 "\n"
+"Configuration (pagoda.conf(5); options override the file's keys):\n"
+"      --config FILE         the configuration file (default %s;\n"
+"                            the default file may be absent, a given one not)\n"
+"      --check-config        check the file and the options: report every error\n"
+"                            with its line, then the model, plan, users and groups\n"
+"                            on this host; exit 0 when all is well, else 1\n"
+"      --print-config        print the configuration in effect (the file, then the\n"
+"                            options) in the file's format, and exit\n"
 "Model and devices:\n"
 "  -m, --model FILE          GGUF model (default: $PAGODA_MODEL, else the default\n"
 "                            model in ${PAGODA_MODEL_DIR:-~/.cache/pagoda/models})\n"
@@ -152,20 +162,23 @@ static void usage(FILE *out)
 "      --pipeline-parallel N stages, each a contiguous range of blocks\n"
 "                            (default: the devices left over by TP and CP)\n"
 "      --tensor-parallel N   ranks dividing each block's heads and FFN (default 1)\n"
-"      --context-parallel N  ranks dividing the KV tokens; divides 16 (default 1)\n"
+"      --context-parallel N  ranks dividing the KV tokens; divides --page-tokens\n"
+"                            (default 1)\n"
 "      --parallel auto|manual  auto: choose the counts from memory and links\n"
 "                            (default manual: the counts given)\n"
 "      --plan                print the plan (devices, stages, memory and\n"
 "                            communication per token) and exit; loads no weights\n"
 "      --ctx-size N          KV cache capacity in tokens (default 8192)\n"
-"      --batch N             tokens per forward pass (default 512)\n"
+"      --kv-size SIZE        KV cache in bytes (K, M, G, T suffixes)\n"
+"      --kv-fraction F       KV cache as a fraction (0..1] of available memory\n"
+"                            (the last of these three given sizes the cache)\n"
+"      --page-tokens N       tokens per KV page (default 16)\n"
 "      --kv-type f16|bf16|f32  KV cache element type (default f16)\n"
-"      --kv-size SIZE        KV cache in bytes (K, M, G suffixes); overrides\n"
-"                            --ctx-size\n"
-"      --kv-fraction F       KV cache as a fraction (0..1) of available memory\n"
 "      --kv-lock             lock the KV cache in memory (mlock)\n"
 "      --kv-hugetlb          put the KV cache on explicit huge pages if any\n"
 "      --numa-node N         bind the KV cache to NUMA node N\n"
+"      --batch N, --max-batch-tokens N  tokens per forward pass (default 512)\n"
+"      --max-batch-seqs N    sequences per step when serving (default 64)\n"
 "Prompt and generation:\n"
 "  -p, --prompt TEXT         the prompt\n"
 "      --prompt-file FILE    read the prompt from FILE ('-' for standard input)\n"
@@ -186,6 +199,10 @@ static void usage(FILE *out)
 "      --socket PATH         the Unix socket (default %s)\n"
 "      --socket-mode MODE    its mode, octal (default 0660)\n"
 "      --socket-group GROUP  its group (default pagoda when it exists)\n"
+"      --admin-socket PATH   the admin socket (default: beside --socket,\n"
+"                            NAME-admin.sock; none: no admin socket)\n"
+"      --admin-group GROUP   who may use it besides root (default pagoda-admin\n"
+"                            when it exists)\n"
 "      --allow-users LIST    only these users (names or uids, comma-separated;\n"
 "                            root always); default: anyone who can open the socket\n"
 "      --allow-groups LIST   ... and members of these groups\n"
@@ -199,12 +216,16 @@ static void usage(FILE *out)
 "      --spin-us N           poll this long before sleeping (default 50)\n"
 "      --drain-timeout S     drop a client whose completion ring stays full\n"
 "                            this many seconds (default 10)\n"
+"      --stats-path PATH     the statistics segment (default: beside --socket,\n"
+"                            NAME.stats; none: no statistics)\n"
+"      --stats-interval-ms N  publish statistics this often while busy\n"
 "      --log-level LEVEL     error, warn, info or debug (default info)\n"
 "      --foreground          stay in the foreground (pagodad always does)\n"
 "Other:\n"
 "  -q, --quiet               no figures on standard error\n"
 "  -h, --help                this text\n"
-"      --version             the version\n", MAX_STOP, PGD_DEFAULT_SOCKET);
+"      --version             the version\n", PGD_DEFAULT_CONFIG, MAX_STOP,
+		PGD_DEFAULT_SOCKET);
 }
 
 static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
@@ -235,48 +256,6 @@ static int parse_float(const char *opt, const char *s, float *out)
 		return -1;
 	}
 	*out = v;
-	return 0;
-}
-
-/* A size in bytes with an optional K, M or G (binary) suffix. */
-static int parse_size(const char *opt, const char *s, size_t *out)
-{
-	char *end;
-	unsigned long long v;
-	int shift = 0;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (*end == 'K' || *end == 'k')
-		shift = 10;
-	else if (*end == 'M' || *end == 'm')
-		shift = 20;
-	else if (*end == 'G' || *end == 'g')
-		shift = 30;
-	if (shift)
-		end++;
-	if (errno || end == s || *end || *s == '-' || v == 0 ||
-	    v > (~0ull >> shift)) {
-		fprintf(stderr, "pagodad: %s '%s': expected a size in bytes such as 512M or 4G\n",
-			opt, s);
-		return -1;
-	}
-	*out = (size_t)(v << shift);
-	return 0;
-}
-
-static int parse_kv_type(const char *s, enum pg_dtype *t)
-{
-	if (!strcmp(s, "f16"))
-		*t = PG_F16;
-	else if (!strcmp(s, "bf16"))
-		*t = PG_BF16;
-	else if (!strcmp(s, "f32"))
-		*t = PG_F32;
-	else {
-		fprintf(stderr, "pagodad: --kv-type '%s': expected f16, bf16 or f32\n", s);
-		return -1;
-	}
 	return 0;
 }
 
@@ -315,12 +294,11 @@ static int parse_sampling_opt(struct options *o, int c, const char *arg)
 static int parse_other_opt(struct options *o, int c, const char *arg)
 {
 	switch (c) {
-	case 'm': o->model = arg; return 0;
 	case 'p': o->prompt = arg; return 0;
 	case OPT_PROMPT_FILE: o->prompt_file = arg; return 0;
 	case OPT_CHAT: o->chat = 1; return 0;
 	case OPT_MAX_TOKENS:
-		o->max_tokens_given = 1;
+		o->max_tokens = arg;
 		return parse_int("--max-tokens", arg, 0, 1 << 24, &o->gen.max_tokens);
 	case OPT_STOP:
 		if (o->gen.n_stop == MAX_STOP) {
@@ -330,158 +308,38 @@ static int parse_other_opt(struct options *o, int c, const char *arg)
 		o->stop[o->gen.n_stop++] = arg;
 		return 0;
 	case OPT_IGNORE_EOS: o->gen.ignore_eos = 1; return 0;
-	case 't':
-		o->threads_given = 1;
-		return parse_int("--threads", arg, 0, 1024, &o->threads);
-	case OPT_CTX: return parse_int("--ctx-size", arg, 1, 1 << 24, &o->ctx_size);
-	case OPT_BATCH: return parse_int("--batch", arg, 1, 1 << 16, &o->batch);
-	case OPT_KV_TYPE: return parse_kv_type(arg, &o->kv_type);
-	case OPT_KV_SIZE: return parse_size("--kv-size", arg, &o->kv_bytes);
-	case OPT_KV_LOCK: o->kv_mem.lock = 1; return 0;
-	case OPT_KV_HUGETLB: o->kv_mem.hugetlb = 1; return 0;
-	case OPT_NUMA_NODE: return parse_int("--numa-node", arg, 0, 1023, &o->kv_mem.numa_node);
-	case OPT_KV_FRACTION: {
-		float f;
-
-		if (parse_float("--kv-fraction", arg, &f))
-			return -1;
-		if (!(f > 0 && f <= 1)) {
-			fprintf(stderr, "pagodad: --kv-fraction '%s': expected a number in (0, 1]\n", arg);
-			return -1;
-		}
-		o->kv_fraction = f;
-		return 0;
-	}
 	case OPT_PLAN: o->plan_only = 1; return 0;
 	case OPT_TOKENIZE: o->tokenize = arg; return 0;
 	case OPT_TOKENIZE_FILE: o->tokenize_file = arg; return 0;
 	case OPT_PARSE_SPECIAL: o->parse_special = 1; return 0;
+	case OPT_CONFIG: o->config = arg; return 0;
+	case OPT_CHECK_CONFIG: o->check_config = 1; return 0;
+	case OPT_PRINT_CONFIG: o->print_config = 1; return 0;
+	case OPT_FOREGROUND: return 0;
 	case 'q': o->quiet = 1; return 0;
 	}
 	return 1;
 }
 
-static int parse_parallel_opt(struct options *o, int c, const char *arg)
+/*
+ * An option that stands for a configuration key (-m and -t are --model
+ * and --threads): checked now, applied over the file once it is read.
+ */
+static int parse_key_opt(struct options *o, int c, int index, const char *arg)
 {
-	const int max = PG_PLAN_MAX_DEVICES;
+	const char *name = c == 'm' ? "model" : c == 't' ? "threads" :
+			   long_opts[index].name;
+	char err[512];
 
-	switch (c) {
-	case OPT_DEVICES:
-		o->parallel_given = 1;
-		o->devices = arg;
+	if (!pgd_conf_set_option(o->conf, name, arg ? arg : "yes", err, sizeof(err)))
 		return 0;
-	case OPT_PARALLEL:
-		o->parallel_given = 1;
-		o->autoplan = !strcmp(arg, "auto");
-		if (o->autoplan || !strcmp(arg, "manual"))
-			return 0;
-		fprintf(stderr, "pagodad: --parallel '%s': expected auto or manual\n", arg);
-		return -1;
-	case OPT_PP:
-		o->parallel_given = 1;
-		return parse_int("--pipeline-parallel", arg, 1, max, &o->pp);
-	case OPT_TP:
-		o->parallel_given = 1;
-		return parse_int("--tensor-parallel", arg, 1, max, &o->tp);
-	case OPT_CP:
-		o->parallel_given = 1;
-		return parse_int("--context-parallel", arg, 1, max, &o->cp);
-	}
-	return 1;
+	fprintf(stderr, "pagodad: %s\n", err);
+	return -1;
 }
 
-/* An unsigned size in bytes that fits 32 bits. */
-static int parse_size32(const char *opt, const char *s, uint32_t *out)
-{
-	size_t v;
-
-	if (parse_size(opt, s, &v))
-		return -1;
-	if (v > UINT32_MAX) {
-		fprintf(stderr, "pagodad: %s '%s': at most 4G\n", opt, s);
-		return -1;
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
-static int parse_mode(const char *s, unsigned *mode)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 8);
-	if (errno || end == s || *end || v > 0777) {
-		fprintf(stderr, "pagodad: --socket-mode '%s': expected an octal mode such as 0660\n", s);
-		return -1;
-	}
-	*mode = (unsigned)v;
-	return 0;
-}
-
-static int parse_slots(const char *opt, const char *s, uint32_t *out)
-{
-	int v;
-
-	if (parse_int(opt, s, 8, 65536, &v))
-		return -1;
-	if (v & (v - 1)) {
-		fprintf(stderr, "pagodad: %s '%s': expected a power of two\n", opt, s);
-		return -1;
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
-static int parse_daemon_opt(struct options *o, int c, const char *arg)
-{
-	struct pgd_config *d = &o->daemon;
-	float f;
-
-	switch (c) {
-	case OPT_SOCKET: d->socket_path = arg; return 0;
-	case OPT_SOCKET_MODE: return parse_mode(arg, &d->socket_mode);
-	case OPT_SOCKET_GROUP: d->socket_group = arg; return 0;
-	case OPT_ALLOW_USERS: d->allow_users = arg; return 0;
-	case OPT_ALLOW_GROUPS: d->allow_groups = arg; return 0;
-	case OPT_MAX_CLIENTS: return parse_int("--max-clients", arg, 1, 4096, &d->max_clients);
-	case OPT_MAX_INFLIGHT: return parse_int("--max-inflight", arg, 1, 65536, &d->max_inflight);
-	case OPT_MAX_PROMPT: return parse_int("--max-prompt", arg, 1, 1 << 24, &d->max_prompt);
-	case OPT_MAX_PAYLOAD: return parse_size32("--max-payload", arg, &d->max_payload);
-	case OPT_SQ_SLOTS: return parse_slots("--sq-slots", arg, &d->sq_slots);
-	case OPT_CQ_SLOTS: return parse_slots("--cq-slots", arg, &d->cq_slots);
-	case OPT_SQ_ARENA: return parse_size32("--sq-arena", arg, &d->sq_arena);
-	case OPT_CQ_ARENA: return parse_size32("--cq-arena", arg, &d->cq_arena);
-	case OPT_SPIN_US: return parse_int("--spin-us", arg, 0, 1000000, &d->spin_us);
-	case OPT_DRAIN_TIMEOUT:
-		if (parse_float("--drain-timeout", arg, &f))
-			return -1;
-		if (!(f > 0)) {
-			fprintf(stderr, "pagodad: --drain-timeout '%s': expected a positive number of seconds\n", arg);
-			return -1;
-		}
-		d->drain_timeout_s = f;
-		return 0;
-	case OPT_LOG_LEVEL:
-		o->log_level = pgd_log_parse(arg);
-		if (o->log_level >= 0)
-			return 0;
-		fprintf(stderr, "pagodad: --log-level '%s': expected error, warn, info or debug\n", arg);
-		return -1;
-	case OPT_FOREGROUND: return 0;
-	}
-	return 1;
-}
-
-static void set_defaults(struct options *o)
+static int set_defaults(struct options *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->threads = 2;
-	o->ctx_size = 8192;
-	o->batch = 512;
-	o->kv_type = PG_F16;
-	o->kv_mem.numa_node = -1;
 	o->gen.sampling = pg_sampling_default();
 	o->gen.sampling.temperature = 0.8f;
 	o->gen.sampling.top_k = 40;
@@ -489,18 +347,23 @@ static void set_defaults(struct options *o)
 	o->gen.sampling.min_p = 0.05f;
 	o->gen.max_tokens = 128;
 	o->gen.stop = o->stop;
-	pgd_config_default(&o->daemon);
-	o->log_level = PGD_LOG_INFO;
+	o->conf = pgd_conf_create();
+	if (o->conf)
+		return 0;
+	fprintf(stderr, "pagodad: out of memory\n");
+	return -1;
 }
 
 /* Returns 0 to run, 1 to exit successfully (help), -1 on a usage error. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-	int c, rc;
+	int c, rc, index;
 
-	set_defaults(o);
+	if (set_defaults(o))
+		return -1;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "m:p:t:qh", long_opts, NULL)) != -1) {
+	while (index = -1,
+	       (c = getopt_long(argc, argv, "m:p:t:qh", long_opts, &index)) != -1) {
 		if (c == 'h') {
 			usage(stdout);
 			return 1;
@@ -511,11 +374,10 @@ static int parse_options(int argc, char **argv, struct options *o)
 		}
 		if (c == '?')
 			goto bad;
-		rc = parse_sampling_opt(o, c, optarg);
-		if (rc > 0)
-			rc = parse_parallel_opt(o, c, optarg);
-		if (rc > 0)
-			rc = parse_daemon_opt(o, c, optarg);
+		if (c == OPT_KEY || c == 'm' || c == 't')
+			rc = parse_key_opt(o, c, index, optarg);
+		else
+			rc = parse_sampling_opt(o, c, optarg);
 		if (rc > 0)
 			rc = parse_other_opt(o, c, optarg);
 		if (rc)
@@ -533,43 +395,52 @@ bad:
 	return -1;
 }
 
-/* The model path: --model, else the default model's (model.h). */
-static const char *model_path(const struct options *o, char *buf, size_t len)
+static void report_stderr(void *ctx, const char *msg)
 {
-	return o->model ? o->model : pg_model_default_path(buf, len);
+	(void)ctx;
+	fprintf(stderr, "pagodad: %s\n", msg);
 }
 
 /*
- * The plan request of the options.  Threads: --threads, else 2 for the
- * plain one-device run (as before there were plans), else one per CPU of
- * each device.  KV: one sequence of --ctx-size tokens, or as many tokens as
- * --kv-size holds.
+ * pagodad.conf, then the options over it, every error said.  serving:
+ * --max-tokens is then also the daemon's limit.  Returns 0, 1 (errors in
+ * the configuration) or 2 (a bad --max-tokens for the daemon).
  */
-static void plan_request(const struct options *o,
-			 const struct pg_model_facts *f,
-			 struct pg_plan_request *req)
+static int load_config(struct options *o, int serving)
 {
-	int elem = o->kv_type == PG_F32 ? 4 : 2;
-	uint64_t token_bytes = 2ull * (uint64_t)f->n_kv_heads *
-			       (uint64_t)f->head_dim * (uint64_t)elem *
-			       (uint64_t)f->n_blocks;
+	const char *path = o->config ? o->config : PGD_DEFAULT_CONFIG;
+	char err[512];
+	int n;
 
-	memset(req, 0, sizeof(*req));
-	req->devices = o->devices;
-	req->pipeline_parallel = o->pp;
-	req->tensor_parallel = o->tp;
-	req->context_parallel = o->cp;
-	req->autoplan = o->autoplan;
-	req->n_threads = o->threads_given || !o->parallel_given ? o->threads : 0;
-	req->ctx_tokens = o->ctx_size;
-	if (o->kv_bytes && token_bytes) {
-		uint64_t n = o->kv_bytes / token_bytes;
-
-		req->ctx_tokens = n < 1 ? 1 : n > (1 << 24) ? 1 << 24 : (int)n;
+	if (serving && o->max_tokens &&
+	    pgd_conf_set_option(o->conf, "max-tokens", o->max_tokens, err, sizeof(err))) {
+		fprintf(stderr, "pagodad: %s (the daemon's limit)\n", err);
+		return 2;
 	}
-	req->batch_seqs = 1;
-	req->kv_bytes_per_elem = elem;
-	req->page_tokens = pg_forward_params_default().page_tokens;
+	n = pgd_conf_load(o->conf, path, o->config != NULL, report_stderr, NULL);
+	if (!n)
+		return 0;
+	if (n < 0)
+		fprintf(stderr, "pagodad: out of memory reading %s\n", path);
+	else
+		fprintf(stderr, "pagodad: %d error%s in the configuration (%s, then the options): see pagoda.conf(5)\n",
+			n, n == 1 ? "" : "s", path);
+	return 1;
+}
+
+/* --check-config, once the file and the options have loaded: the host. */
+static int run_check_config(const struct options *o)
+{
+	const char *path = pgd_conf_path(o->conf);
+	int n = pgd_conf_check_host(o->conf, report_stderr, NULL);
+
+	if (n) {
+		fprintf(stderr, "pagodad: %d error%s in the configuration (%s, then the options)\n",
+			n < 0 ? 1 : n, n == 1 ? "" : "s", path);
+		return 1;
+	}
+	printf("pagodad: the configuration is valid (%s, then the options)\n", path);
+	return 0;
 }
 
 /* The plan of the options for a model of facts f (malloc'd), or NULL. */
@@ -584,7 +455,7 @@ static struct pg_plan *make_plan(const struct options *o,
 		fprintf(stderr, "pagodad: out of memory for the plan\n");
 		return NULL;
 	}
-	plan_request(o, f, req);
+	pgd_conf_plan_request(o->conf, f, req);
 	if (pg_plan_make(req, f, plan, err, sizeof(err))) {
 		fprintf(stderr, "pagodad: %s\n", err);
 		free(plan);
@@ -604,7 +475,7 @@ static int run_plan(const struct options *o, const char *path)
 
 	if (rc) {
 		fprintf(stderr, "pagodad: %s\n", err);
-		if (rc == -ENOENT && !o->model)
+		if (rc == -ENOENT && !o->conf->model)
 			fprintf(stderr, "pagodad: fetch the default model with scripts/fetch-model, or pass --model FILE\n");
 		return 1;
 	}
@@ -815,14 +686,17 @@ static int make_forward(const struct options *o, const struct pg_model *m,
 	struct pg_plan *plan;
 	char err[512];
 
-	fp.n_threads = o->threads;
-	fp.max_batch_tokens = o->batch;
-	fp.kv_type = o->kv_type;
-	fp.kv_bytes = o->kv_bytes;
-	fp.kv_fraction = o->kv_fraction;
-	fp.kv_mem = o->kv_mem;
-	if (!o->kv_bytes && !o->kv_fraction)
-		fp.n_pages = (o->ctx_size + fp.page_tokens - 1) / fp.page_tokens;
+	const struct pgd_conf *c = o->conf;
+
+	fp.n_threads = c->threads >= 0 ? c->threads : 2;
+	fp.max_batch_tokens = c->max_batch_tokens;
+	fp.kv_type = c->kv_type;
+	fp.kv_bytes = c->kv_bytes;
+	fp.kv_fraction = c->kv_fraction;
+	fp.kv_mem = c->kv_mem;
+	fp.page_tokens = c->page_tokens;
+	if (!c->kv_bytes && !c->kv_fraction)
+		fp.n_pages = (c->ctx_size + fp.page_tokens - 1) / fp.page_tokens;
 	pg_model_facts_of(m, &facts);
 	plan = make_plan(o, &facts, &req);
 	if (!plan)
@@ -831,7 +705,7 @@ static int make_forward(const struct options *o, const struct pg_model *m,
 	 * Without parallel options the plan is one device of every CPU; the
 	 * forward pass runs it unpinned, as it always has.
 	 */
-	if (o->parallel_given)
+	if (pgd_conf_parallel_given(c))
 		fp.plan = plan;
 	if (pg_forward_create(m, &fp, fw, err, sizeof(err))) {
 		fprintf(stderr, "pagodad: %s\n", err);
@@ -881,14 +755,9 @@ static int run_daemon(struct options *o, const struct pg_model *m)
 	struct pg_plan *plan;
 	int rc;
 
-	pgd_log_set_level((enum pgd_log_level)o->log_level);
-	if (o->max_tokens_given) {
-		if (o->gen.max_tokens < 1) {
-			fprintf(stderr, "pagodad: --max-tokens: the daemon's limit must be at least 1\n");
-			return 2;
-		}
-		o->daemon.max_tokens = o->gen.max_tokens;
-	}
+	struct pgd_conf *c = o->conf;
+
+	pgd_log_set_level((enum pgd_log_level)c->log_level);
 	rc = pgd_block_signals();
 	if (rc) {
 		fprintf(stderr, "pagodad: cannot block signals: %s\n", strerror(-rc));
@@ -896,43 +765,63 @@ static int run_daemon(struct options *o, const struct pg_model *m)
 	}
 	if (make_forward(o, m, &fw, &plan))
 		return 1;
-	o->daemon.plan_desc = o->parallel_given ? plan->reason : "one CPU device, threads not pinned";
-	o->daemon.max_batch_tokens = o->batch;
-	rc = pgd_serve(&o->daemon, m, fw);
+	c->daemon.plan_desc = pgd_conf_parallel_given(c) ? plan->reason : "one CPU device, threads not pinned";
+	c->daemon.max_batch_tokens = c->max_batch_tokens;
+	c->daemon.max_batch_seqs = c->max_batch_seqs;
+	rc = pgd_serve(&c->daemon, m, fw);
 	pg_forward_destroy(fw);
 	free(plan);
+	return rc;
+}
+
+/* The mode the options ask for, once the configuration has loaded. */
+static int run_mode(struct options *o, double t0)
+{
+	struct pg_model *m = NULL;
+	char path_buf[4096], err[1024];
+	const char *path;
+	int rc, vocab_only, serve;
+
+	serve = !o->prompt && !o->prompt_file && !o->tokenize && !o->tokenize_file &&
+		!o->plan_only;
+	rc = load_config(o, serve);
+	if (rc)
+		return rc;
+	if (o->check_config)
+		return run_check_config(o);
+	if (o->print_config) {
+		pgd_conf_print(o->conf, stdout);
+		return 0;
+	}
+	path = pgd_conf_model_path(o->conf, path_buf, sizeof(path_buf));
+	if (o->plan_only)
+		return run_plan(o, path);
+	vocab_only = (o->tokenize || o->tokenize_file) && !o->prompt && !o->prompt_file;
+	rc = pg_model_load(path, vocab_only, &m, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "pagodad: %s\n", err);
+		if (rc == -ENOENT && !o->conf->model)
+			fprintf(stderr, "pagodad: fetch the default model with scripts/fetch-model, or pass --model FILE\n");
+		return 1;
+	}
+	if (serve)
+		rc = run_daemon(o, m);
+	else
+		rc = vocab_only ? run_tokenize(o, m) : run_prompt(o, m, t0);
+	pg_model_free(m);
 	return rc;
 }
 
 int pagodad_main(int argc, char **argv)
 {
 	struct options o;
-	struct pg_model *m = NULL;
-	char path_buf[4096], err[1024];
-	const char *path;
 	double t0 = pg_now();
-	int rc, vocab_only, serve;
+	int rc = parse_options(argc, argv, &o);
 
-	rc = parse_options(argc, argv, &o);
-	if (rc)
-		return rc > 0 ? 0 : 2;
-	serve = !o.prompt && !o.prompt_file && !o.tokenize && !o.tokenize_file &&
-		!o.plan_only;
-	path = model_path(&o, path_buf, sizeof(path_buf));
-	if (o.plan_only)
-		return run_plan(&o, path);
-	vocab_only = (o.tokenize || o.tokenize_file) && !o.prompt && !o.prompt_file;
-	rc = pg_model_load(path, vocab_only, &m, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "pagodad: %s\n", err);
-		if (rc == -ENOENT && !o.model)
-			fprintf(stderr, "pagodad: fetch the default model with scripts/fetch-model, or pass --model FILE\n");
-		return 1;
-	}
-	if (serve)
-		rc = run_daemon(&o, m);
+	if (!rc)
+		rc = run_mode(&o, t0);
 	else
-		rc = vocab_only ? run_tokenize(&o, m) : run_prompt(&o, m, t0);
-	pg_model_free(m);
+		rc = rc > 0 ? 0 : 2;
+	pgd_conf_free(o.conf);
 	return rc;
 }

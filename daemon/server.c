@@ -591,7 +591,7 @@ static void on_signal(struct pgd *d, int res)
 		return;
 	}
 	if (sig == SIGHUP)
-		pgd_log(PGD_LOG_INFO, "SIGHUP: reload not supported yet; restart pagodad to change its configuration");
+		pgd_reload(d);
 	else if (res < 0)
 		pgd_log(PGD_LOG_WARN, "reading signals: %s", strerror(-res));
 	arm_signal(d);
@@ -818,7 +818,7 @@ static void sleep_until_woken(struct pgd *d)
 
 static void run_loop(struct pgd *d)
 {
-	double idle_since = now_s(), spin_s = d->cfg->spin_us * 1e-6;
+	double idle_since = now_s();
 
 	while (!d->stop_signal) {
 		int busy;
@@ -837,7 +837,7 @@ static void run_loop(struct pgd *d)
 			io_uring_submit(&d->ring);
 		if (busy) {
 			idle_since = d->now;
-		} else if (d->now - idle_since < spin_s) {
+		} else if (d->now - idle_since < d->cfg->spin_us * 1e-6) {	/* SIGHUP may change it */
 			cpu_relax();
 		} else {
 			sleep_until_woken(d);
@@ -857,19 +857,11 @@ static uint64_t new_generation(void)
 	return g ? g : 1;
 }
 
-/* The limits as enforced: defaults resolved against the pool and arenas. */
-static int resolve_limits(struct pgd *d, char *err, size_t err_len)
+void pgd_limits_resolve(struct pgd *d)
 {
 	const struct pgd_config *cfg = d->cfg;
 	int pool = pg_forward_n_pages(d->fw) * pg_forward_page_tokens(d->fw);
 
-	if (pg_seg_layout(&d->layout, cfg->sq_slots, cfg->cq_slots,
-			  cfg->sq_arena, cfg->cq_arena)) {
-		snprintf(err, err_len, "bad segment geometry: ring slots must be powers of two from %u to %u, arenas from %u bytes to %u MiB",
-			 PG_SEG_MIN_SLOTS, PG_SEG_MAX_SLOTS, PG_SEG_MIN_ARENA,
-			 PG_SEG_MAX_ARENA >> 20);
-		return -1;
-	}
 	d->max_prompt = cfg->max_prompt > 0 ? cfg->max_prompt : pool;
 	d->max_tokens = cfg->max_tokens;
 	d->max_payload = cfg->max_payload ? cfg->max_payload : cfg->sq_arena;
@@ -878,6 +870,21 @@ static int resolve_limits(struct pgd *d, char *err, size_t err_len)
 			d->max_payload, cfg->sq_arena);
 		d->max_payload = cfg->sq_arena;
 	}
+}
+
+/* The segments' geometry and the limits as enforced. */
+static int resolve_limits(struct pgd *d, char *err, size_t err_len)
+{
+	const struct pgd_config *cfg = d->cfg;
+
+	if (pg_seg_layout(&d->layout, cfg->sq_slots, cfg->cq_slots,
+			  cfg->sq_arena, cfg->cq_arena)) {
+		snprintf(err, err_len, "bad segment geometry: ring slots must be powers of two from %u to %u, arenas from %u bytes to %u MiB",
+			 PG_SEG_MIN_SLOTS, PG_SEG_MAX_SLOTS, PG_SEG_MIN_ARENA,
+			 PG_SEG_MAX_ARENA >> 20);
+		return -1;
+	}
+	pgd_limits_resolve(d);
 	d->n_vocab = d->m->hp.n_vocab;
 	return 0;
 }
@@ -889,7 +896,7 @@ static int alloc_tables(struct pgd *d)
 	d->slots = calloc(n, sizeof(*d->slots));
 	d->live = calloc(n, sizeof(*d->live));
 	d->bell_buf = calloc(n, sizeof(*d->bell_buf));
-	d->payload = malloc((size_t)d->max_payload + 1);
+	d->payload = malloc((size_t)d->cfg->sq_arena + 1);	/* any max_payload */
 	d->ids_cap = d->max_prompt;
 	d->ids = malloc(sizeof(*d->ids) * (size_t)d->ids_cap);
 	for (int i = 0; i < PGD_MAX_HANDSHAKES; i++)
@@ -907,6 +914,7 @@ static int start_engine(struct pgd *d, char *err, size_t err_len)
 	ec.on_event = pgd_on_event;
 	ec.ctx = d;
 	ec.max_batch_tokens = d->cfg->max_batch_tokens;
+	ec.max_batch_seqs = d->cfg->max_batch_seqs;
 	d->chat_fmt = pg_chat_detect(tmpl, tlen);
 	if (d->chat_fmt < 0)
 		d->chat_fmt = PG_CHAT_CHATML;

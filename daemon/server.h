@@ -12,6 +12,7 @@
 
 struct pg_model;
 struct pg_forward;
+struct pgd_conf;
 
 #define PGD_DEFAULT_SOCKET "/run/pagoda/pagodad.sock"
 #define PGD_DEFAULT_GROUP "pagoda"
@@ -37,7 +38,18 @@ struct pgd_config {
 					   ring full this long is dropped (10) */
 	int max_batch_tokens;		/* engine: tokens per step (0: the
 					   forward pass's batch) */
+	int max_batch_seqs;		/* engine: sequences per step (64) */
+	const char *admin_socket;	/* NULL: beside the socket,
+					   <name>-admin.sock; "none": none */
+	const char *admin_group;	/* NULL: pagoda-admin when it exists */
+	const char *stats_path;		/* the statistics segment; NULL:
+					   beside the socket; "none": none */
+	int stats_interval_ms;		/* publication while busy; 0: the
+					   statistics' default (stats.h) */
 	const char *plan_desc;		/* for the start-up log line */
+	struct pgd_conf *conf;		/* the configuration this is part of,
+					   read again on SIGHUP (config.h);
+					   NULL: nothing to reload */
 };
 
 /* pgd_config_default - the defaults above. */

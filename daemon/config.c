@@ -1,0 +1,1215 @@
+/*
+ * config.c - pagodad.conf and the options that override it (config.h).
+ *
+ * One table names every key: its section, its command-line option, its
+ * type and range, where its value lives in struct pgd_conf, and whether a
+ * reload may change it.  The file, the options, the checks, --print-config
+ * and SIGHUP's comparison all go through that table, so a key cannot be
+ * known to one and not to the others.
+ *
+ * libinih splits each "key = value" line (whitespace, inline comments).
+ * It reports only the first line it could not parse, so the lines are
+ * fed to it through a reader that checks every line first: sections,
+ * lines that are neither comments, sections nor keys, and lines longer
+ * than libinih reads are reported here, each with its number, and inih
+ * sees key lines only.  The reader also strips leading whitespace, which
+ * turns off inih's continuation lines: one key, one line.
+ *
+ * Not here: the one-shot modes' options (oneshot.c), and what the daemon
+ * does with a reloaded configuration (reload.c).
+ */
+#include <errno.h>
+#include <grp.h>
+#include <ini.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+
+#include "access.h"
+#include "config.h"
+#include "engine/model.h"
+#include "engine/plan.h"
+#include "log.h"
+#include "shm/segment.h"
+
+enum key_type {
+	T_STR,		/* const char *, owned */
+	T_MODEL,	/* T_STR whose unset value is the default model */
+	T_INT,		/* int in lo..hi */
+	T_SIZE,		/* size_t bytes, K/M/G/T suffixes, lo..hi */
+	T_SIZE32,	/* uint32_t bytes, the same */
+	T_SLOTS,	/* uint32_t, a power of two in lo..hi */
+	T_FRACTION,	/* double in (0, 1] */
+	T_SECONDS,	/* double > 0 */
+	T_BOOL,		/* int 0 or 1 */
+	T_MODE,		/* unsigned, octal, at most 0777 */
+	T_KV_TYPE,	/* enum pg_dtype: f16, bf16, f32 */
+	T_LOG_LEVEL,	/* int: enum pgd_log_level */
+	T_PARALLEL,	/* int: 1 for auto, 0 for manual */
+};
+
+#define F_RELOAD 1u	/* SIGHUP changes it in a running daemon */
+#define F_UNSET 2u	/* may be left unset, which means "choose" */
+#define F_POOL 4u	/* one of the KV pool's three sizes */
+
+struct key {
+	const char *section;
+	const char *name;
+	const char *option;	/* its long option, without "--" */
+	enum key_type type;
+	long long lo, hi;
+	size_t off;		/* of its value in struct pgd_conf */
+	unsigned flags;
+	const char *unset;	/* F_UNSET: what happens then */
+};
+
+#define C(field) offsetof(struct pgd_conf, field)
+#define D(field) offsetof(struct pgd_conf, daemon.field)
+#define MAX_TOKENS (1 << 24)
+
+static const struct key keys[] = {
+	{ "model", "path", "model", T_MODEL, 0, 0, C(model), F_UNSET, NULL },
+
+	{ "devices", "devices", "devices", T_STR, 0, 0, C(devices), F_UNSET,
+	  "one CPU device of every CPU, threads not pinned" },
+	{ "devices", "parallel", "parallel", T_PARALLEL, 0, 1, C(autoplan), 0, NULL },
+	{ "devices", "pipeline_parallel", "pipeline-parallel", T_INT, 1,
+	  PG_PLAN_MAX_DEVICES, C(pp), F_UNSET,
+	  "the devices left over by tensor_parallel and context_parallel" },
+	{ "devices", "tensor_parallel", "tensor-parallel", T_INT, 1,
+	  PG_PLAN_MAX_DEVICES, C(tp), F_UNSET, "1, or chosen by parallel = auto" },
+	{ "devices", "context_parallel", "context-parallel", T_INT, 1,
+	  PG_PLAN_MAX_DEVICES, C(cp), F_UNSET, "1, or chosen by parallel = auto" },
+	{ "devices", "threads", "threads", T_INT, 0, 1024, C(threads), F_UNSET,
+	  "2 on the one unpinned CPU device; one per CPU of each device of a plan" },
+
+	{ "kv", "ctx_size", "ctx-size", T_INT, 1, MAX_TOKENS, C(ctx_size), F_POOL, NULL },
+	{ "kv", "kv_size", "kv-size", T_SIZE, 1, 1ll << 50, C(kv_bytes),
+	  F_UNSET | F_POOL, "the pool holds ctx_size tokens" },
+	{ "kv", "kv_fraction", "kv-fraction", T_FRACTION, 0, 1, C(kv_fraction),
+	  F_UNSET | F_POOL, "the pool holds ctx_size tokens" },
+	{ "kv", "page_tokens", "page-tokens", T_INT, 1, 1024, C(page_tokens), 0, NULL },
+	{ "kv", "kv_type", "kv-type", T_KV_TYPE, 0, 0, C(kv_type), 0, NULL },
+	{ "kv", "kv_lock", "kv-lock", T_BOOL, 0, 1, C(kv_mem.lock), 0, NULL },
+	{ "kv", "kv_hugetlb", "kv-hugetlb", T_BOOL, 0, 1, C(kv_mem.hugetlb), 0, NULL },
+	{ "kv", "numa_node", "numa-node", T_INT, 0, 1023, C(kv_mem.numa_node),
+	  F_UNSET, "no binding" },
+
+	{ "batch", "max_batch_tokens", "max-batch-tokens", T_INT, 1, 1 << 16,
+	  C(max_batch_tokens), 0, NULL },
+	{ "batch", "max_batch_seqs", "max-batch-seqs", T_INT, 1, 4096,
+	  C(max_batch_seqs), 0, NULL },
+
+	{ "daemon", "socket", "socket", T_STR, 0, 0, D(socket_path), 0, NULL },
+	{ "daemon", "socket_mode", "socket-mode", T_MODE, 0, 0777, D(socket_mode), 0, NULL },
+	{ "daemon", "socket_group", "socket-group", T_STR, 0, 0, D(socket_group),
+	  F_UNSET, "pagoda when that group exists, else the daemon's own group" },
+	{ "daemon", "admin_socket", "admin-socket", T_STR, 0, 0, D(admin_socket),
+	  F_UNSET, "beside the socket, its name ending in -admin.sock" },
+	{ "daemon", "admin_group", "admin-group", T_STR, 0, 0, D(admin_group),
+	  F_UNSET, "pagoda-admin when that group exists, else root and pagodad's own user only" },
+	{ "daemon", "sq_slots", "sq-slots", T_SLOTS, PG_SEG_MIN_SLOTS,
+	  PG_SEG_MAX_SLOTS, D(sq_slots), 0, NULL },
+	{ "daemon", "cq_slots", "cq-slots", T_SLOTS, PG_SEG_MIN_SLOTS,
+	  PG_SEG_MAX_SLOTS, D(cq_slots), 0, NULL },
+	{ "daemon", "sq_arena", "sq-arena", T_SIZE32, PG_SEG_MIN_ARENA,
+	  PG_SEG_MAX_ARENA, D(sq_arena), 0, NULL },
+	{ "daemon", "cq_arena", "cq-arena", T_SIZE32, PG_SEG_MIN_ARENA,
+	  PG_SEG_MAX_ARENA, D(cq_arena), 0, NULL },
+	{ "daemon", "spin_us", "spin-us", T_INT, 0, 1000000, D(spin_us), F_RELOAD, NULL },
+
+	{ "limits", "max_clients", "max-clients", T_INT, 1, 4096, D(max_clients), 0, NULL },
+	{ "limits", "max_inflight", "max-inflight", T_INT, 1, 65536,
+	  D(max_inflight), F_RELOAD, NULL },
+	{ "limits", "max_prompt", "max-prompt", T_INT, 1, MAX_TOKENS, D(max_prompt),
+	  F_RELOAD | F_UNSET, "the KV pool's capacity" },
+	{ "limits", "max_tokens", "max-tokens", T_INT, 1, MAX_TOKENS, D(max_tokens),
+	  F_RELOAD, NULL },
+	{ "limits", "max_payload", "max-payload", T_SIZE32, 1, PG_SEG_MAX_ARENA,
+	  D(max_payload), F_RELOAD | F_UNSET, "sq_arena" },
+	{ "limits", "drain_timeout", "drain-timeout", T_SECONDS, 0, 0,
+	  D(drain_timeout_s), F_RELOAD, NULL },
+
+	{ "access", "allow_users", "allow-users", T_STR, 0, 0, D(allow_users),
+	  F_RELOAD | F_UNSET, "anyone who can open the socket, unless allow_groups is set" },
+	{ "access", "allow_groups", "allow-groups", T_STR, 0, 0, D(allow_groups),
+	  F_RELOAD | F_UNSET, "no group beyond allow_users" },
+
+	{ "log", "log_level", "log-level", T_LOG_LEVEL, 0, 0, C(log_level), F_RELOAD, NULL },
+
+	{ "stats", "stats_path", "stats-path", T_STR, 0, 0, D(stats_path), F_UNSET,
+	  "beside the socket, its name ending in .stats" },
+	{ "stats", "stats_interval_ms", "stats-interval-ms", T_INT, 1, 3600000,
+	  D(stats_interval_ms), F_UNSET, "100" },
+};
+
+#define N_KEYS ((int)(sizeof(keys) / sizeof(keys[0])))
+
+static const char *const sections[] = {
+	"model", "devices", "kv", "batch", "daemon", "limits", "access", "log",
+	"stats",
+};
+
+#define N_SECTIONS ((int)(sizeof(sections) / sizeof(sections[0])))
+
+/* Where a value came from: a line of the file (> 0), an option, or neither. */
+#define FROM_DEFAULT 0
+#define FROM_OPTION (-1)
+
+/* An option's value, applied again after every load. */
+struct override {
+	int key;
+	char *value;
+};
+
+struct pgd_conf_src {
+	char *path;			/* the file last loaded */
+	int required;
+	int found;			/* it existed */
+	int from[N_KEYS];		/* FROM_* or the line */
+	struct override *ov;		/* (n_ov) in the order given */
+	int n_ov;
+};
+
+/* ---- values: pointers, defaults, copies ---- */
+
+static void *slot(const struct pgd_conf *c, const struct key *k)
+{
+	return (char *)c + k->off;
+}
+
+static const char **str_slot(const struct pgd_conf *c, const struct key *k)
+{
+	return (const char **)slot(c, k);
+}
+
+static int is_str(const struct key *k)
+{
+	return k->type == T_STR || k->type == T_MODEL;
+}
+
+static void free_strings(struct pgd_conf *c)
+{
+	for (int i = 0; i < N_KEYS; i++)
+		if (is_str(&keys[i])) {
+			free((void *)*str_slot(c, &keys[i]));
+			*str_slot(c, &keys[i]) = NULL;
+		}
+}
+
+/* The defaults, the daemon's from pgd_config_default; strings are copies. */
+static int set_defaults(struct pgd_conf *c)
+{
+	struct pgd_conf_src *src = c->src;
+
+	free_strings(c);
+	memset(c, 0, sizeof(*c));
+	c->src = src;
+	c->threads = -1;
+	c->ctx_size = 8192;
+	c->page_tokens = 16;
+	c->kv_type = PG_F16;
+	c->kv_mem.numa_node = -1;
+	c->max_batch_tokens = 512;
+	c->max_batch_seqs = 64;
+	c->log_level = PGD_LOG_INFO;
+	pgd_config_default(&c->daemon);
+	c->daemon.conf = c;
+	for (int i = 0; i < N_KEYS; i++) {
+		const char **s = str_slot(c, &keys[i]);
+
+		if (is_str(&keys[i]) && *s && !(*s = strdup(*s)))
+			return -1;
+	}
+	return 0;
+}
+
+/* Copy key k's value from src to dst.  Returns 0, or -1 out of memory. */
+static int copy_value(struct pgd_conf *dst, const struct pgd_conf *src,
+		      const struct key *k)
+{
+	const char *s;
+
+	if (!is_str(k)) {
+		size_t n = k->type == T_SIZE ? sizeof(size_t) :
+			   k->type == T_FRACTION || k->type == T_SECONDS ?
+			   sizeof(double) : sizeof(int);
+
+		memcpy(slot(dst, k), slot(src, k), n);
+		return 0;
+	}
+	s = *str_slot(src, k);
+	if (s && !(s = strdup(s)))
+		return -1;
+	free((void *)*str_slot(dst, k));
+	*str_slot(dst, k) = s;
+	return 0;
+}
+
+/* Move key k's value from src to dst: no allocation. */
+static void move_value(struct pgd_conf *dst, struct pgd_conf *src,
+		       const struct key *k)
+{
+	if (!is_str(k)) {
+		copy_value(dst, src, k);
+		return;
+	}
+	free((void *)*str_slot(dst, k));
+	*str_slot(dst, k) = *str_slot(src, k);
+	*str_slot(src, k) = NULL;
+}
+
+/* Key k back to its default. */
+static int reset_value(struct pgd_conf *c, const struct key *k)
+{
+	struct pgd_conf d = { 0 };
+	int rc = set_defaults(&d);
+
+	if (!rc)
+		rc = copy_value(c, &d, k);
+	free_strings(&d);
+	return rc;
+}
+
+/* An unset key holds its default: NULL, or a number below its range. */
+static int is_unset(const struct pgd_conf *c, const struct key *k)
+{
+	const void *v = slot(c, k);
+
+	if (!(k->flags & F_UNSET))
+		return 0;
+	switch (k->type) {
+	case T_STR:
+	case T_MODEL: return !*(const char *const *)v;
+	case T_SIZE: return !*(const size_t *)v;
+	case T_SIZE32: return !*(const uint32_t *)v;
+	case T_FRACTION: return !(*(const double *)v > 0);
+	default: return *(const int *)v < k->lo;
+	}
+}
+
+/* ---- values: parsing and writing ---- */
+
+static int parse_ll(const char *s, int base, long long *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoll(s, &end, base);
+	return errno || end == s || *end ? -1 : 0;
+}
+
+/* A size in bytes with an optional binary K, M, G or T suffix. */
+static int parse_bytes(const char *s, unsigned long long *out)
+{
+	static const char suffixes[] = "KMGT";
+	unsigned long long v;
+	const char *sfx;
+	char *end;
+	int shift = 0;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (*end && (sfx = strchr(suffixes, *end & ~0x20)) != NULL) {
+		shift = 10 * (int)(sfx - suffixes + 1);
+		end++;
+	}
+	if (errno || end == s || *end || v > (~0ull >> shift))
+		return -1;
+	*out = v << shift;
+	return 0;
+}
+
+/* Bytes the way the file writes them: the largest exact suffix. */
+static void format_bytes(unsigned long long v, char *buf, size_t len)
+{
+	static const char suffixes[] = "KMGT";
+	int i = -1;
+
+	while (v && i < 3 && !(v & 1023)) {
+		v >>= 10;
+		i++;
+	}
+	if (i < 0)
+		snprintf(buf, len, "%llu", v);
+	else
+		snprintf(buf, len, "%llu%c", v, suffixes[i]);
+}
+
+/* The shortest of %.15g and %.17g that reads back as v. */
+static void format_double(double v, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.15g", v);
+	if (strtod(buf, NULL) != v)
+		snprintf(buf, len, "%.17g", v);
+}
+
+static int parse_bool(const char *s, int *out)
+{
+	static const char *const yes[] = { "yes", "true", "on", "1" };
+	static const char *const no[] = { "no", "false", "off", "0" };
+
+	for (int i = 0; i < 4; i++) {
+		if (!strcasecmp(s, yes[i]))
+			return *out = 1, 0;
+		if (!strcasecmp(s, no[i]))
+			return *out = 0, 0;
+	}
+	return -1;
+}
+
+static int parse_kv_type(const char *s, enum pg_dtype *t)
+{
+	if (!strcmp(s, "f16"))
+		*t = PG_F16;
+	else if (!strcmp(s, "bf16"))
+		*t = PG_BF16;
+	else if (!strcmp(s, "f32"))
+		*t = PG_F32;
+	else
+		return -1;
+	return 0;
+}
+
+/* What a value of k must look like, for error messages. */
+static void expected(const struct key *k, char *buf, size_t len)
+{
+	char lo[32], hi[32];
+
+	format_bytes((unsigned long long)k->lo, lo, sizeof(lo));
+	format_bytes((unsigned long long)k->hi, hi, sizeof(hi));
+	switch (k->type) {
+	case T_STR:
+	case T_MODEL: snprintf(buf, len, "expected text without control characters"); break;
+	case T_INT: snprintf(buf, len, "expected an integer in %lld..%lld", k->lo, k->hi); break;
+	case T_SIZE:
+	case T_SIZE32: snprintf(buf, len, "expected a size in bytes from %s to %s, with an optional K, M, G or T suffix (such as 512M)", lo, hi); break;
+	case T_SLOTS: snprintf(buf, len, "expected a power of two from %lld to %lld", k->lo, k->hi); break;
+	case T_FRACTION: snprintf(buf, len, "expected a number in (0, 1]"); break;
+	case T_SECONDS: snprintf(buf, len, "expected a positive number of seconds"); break;
+	case T_BOOL: snprintf(buf, len, "expected yes or no"); break;
+	case T_MODE: snprintf(buf, len, "expected an octal mode such as 0660"); break;
+	case T_KV_TYPE: snprintf(buf, len, "expected f16, bf16 or f32"); break;
+	case T_LOG_LEVEL: snprintf(buf, len, "expected error, warn, info or debug"); break;
+	case T_PARALLEL: snprintf(buf, len, "expected auto or manual"); break;
+	}
+}
+
+static int parse_str(const char *s, const char **out)
+{
+	char *copy;
+
+	for (const char *p = s; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			return -1;
+	copy = strdup(s);
+	if (!copy)
+		return -ENOMEM;
+	free((void *)*out);
+	*out = copy;
+	return 0;
+}
+
+static int parse_number(const struct key *k, const char *s, void *v)
+{
+	unsigned long long b;
+	long long n;
+	double f;
+	char *end;
+
+	switch (k->type) {
+	case T_INT:
+	case T_SLOTS:
+		if (parse_ll(s, 10, &n) || n < k->lo || n > k->hi ||
+		    (k->type == T_SLOTS && (n & (n - 1))))
+			return -1;
+		if (k->type == T_INT)
+			*(int *)v = (int)n;
+		else
+			*(uint32_t *)v = (uint32_t)n;
+		return 0;
+	case T_SIZE:
+	case T_SIZE32:
+		if (parse_bytes(s, &b) || b < (unsigned long long)k->lo ||
+		    b > (unsigned long long)k->hi)
+			return -1;
+		if (k->type == T_SIZE)
+			*(size_t *)v = (size_t)b;
+		else
+			*(uint32_t *)v = (uint32_t)b;
+		return 0;
+	default:
+		errno = 0;
+		f = strtod(s, &end);
+		if (errno || end == s || *end || !isfinite(f) || !(f > 0) ||
+		    (k->type == T_FRACTION && f > 1))
+			return -1;
+		*(double *)v = f;
+		return 0;
+	}
+}
+
+/* Parse s as k's value into c.  Returns 0, -1 (bad value) or -ENOMEM. */
+static int parse_value(struct pgd_conf *c, const struct key *k, const char *s)
+{
+	void *v = slot(c, k);
+	long long n;
+	int i;
+
+	switch (k->type) {
+	case T_STR:
+	case T_MODEL:
+		return parse_str(s, str_slot(c, k));
+	case T_BOOL:
+		return parse_bool(s, (int *)v);
+	case T_MODE:
+		if (*s < '0' || *s > '7' || parse_ll(s, 8, &n) || n < 0 || n > 0777)
+			return -1;
+		*(unsigned *)v = (unsigned)n;
+		return 0;
+	case T_KV_TYPE:
+		return parse_kv_type(s, (enum pg_dtype *)v);
+	case T_LOG_LEVEL:
+		i = pgd_log_parse(s);
+		if (i < 0)
+			return -1;
+		*(int *)v = i;
+		return 0;
+	case T_PARALLEL:
+		if (strcmp(s, "auto") && strcmp(s, "manual"))
+			return -1;
+		*(int *)v = !strcmp(s, "auto");
+		return 0;
+	default:
+		return parse_number(k, s, v);
+	}
+}
+
+static const char *kv_type_name(enum pg_dtype t)
+{
+	return t == PG_F32 ? "f32" : t == PG_BF16 ? "bf16" : "f16";
+}
+
+static const char *const level_names[] = { "error", "warn", "info", "debug" };
+
+/*
+ * Key k's value as the file writes it ("" when unset; the default model's
+ * path for an unset [model] path).
+ */
+static void format_value(const struct pgd_conf *c, const struct key *k,
+			 char *buf, size_t len)
+{
+	const void *v = slot(c, k);
+
+	if (k->type == T_MODEL) {
+		const char *path = pgd_conf_model_path(c, buf, len);
+
+		if (path != buf)
+			snprintf(buf, len, "%s", path);
+		return;
+	}
+	if (is_unset(c, k)) {
+		buf[0] = '\0';
+		return;
+	}
+	switch (k->type) {
+	case T_STR: snprintf(buf, len, "%s", *(const char *const *)v); break;
+	case T_INT: snprintf(buf, len, "%d", *(const int *)v); break;
+	case T_SLOTS: snprintf(buf, len, "%u", *(const uint32_t *)v); break;
+	case T_SIZE: format_bytes(*(const size_t *)v, buf, len); break;
+	case T_SIZE32: format_bytes(*(const uint32_t *)v, buf, len); break;
+	case T_FRACTION:
+	case T_SECONDS: format_double(*(const double *)v, buf, len); break;
+	case T_BOOL: snprintf(buf, len, "%s", *(const int *)v ? "yes" : "no"); break;
+	case T_MODE: snprintf(buf, len, "%04o", *(const unsigned *)v); break;
+	case T_KV_TYPE: snprintf(buf, len, "%s", kv_type_name(*(const enum pg_dtype *)v)); break;
+	case T_LOG_LEVEL: snprintf(buf, len, "%s", level_names[*(const int *)v]); break;
+	case T_PARALLEL: snprintf(buf, len, "%s", *(const int *)v ? "auto" : "manual"); break;
+	default: buf[0] = '\0'; break;
+	}
+}
+
+/* ---- reading the file ---- */
+
+#define NO_SECTION (-1)		/* before the first [section] */
+#define BAD_SECTION (-2)	/* under one already reported */
+
+struct load {
+	struct pgd_conf *c;
+	const char *path;
+	FILE *f;
+	char *buf;			/* getline's line */
+	size_t cap;
+	int read_errno;			/* why getline stopped, if not EOF */
+	int line;			/* the number of the line last read */
+	int section;			/* sections[] index, or the two above */
+	int n_errors;
+	int oom;
+	pgd_conf_report_fn report;
+	void *ctx;
+};
+
+static void fail(struct load *l, const char *loc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void fail(struct load *l, const char *loc, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	int n = snprintf(msg, sizeof(msg), "%s", loc);
+
+	va_start(ap, fmt);
+	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+	va_end(ap);
+	l->n_errors++;
+	l->report(l->ctx, msg);
+}
+
+/* "PATH:LINE: " of the line last read. */
+static const char *here(const struct load *l, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s:%d: ", l->path, l->line);
+	return buf;
+}
+
+/* Where key i's value came from: "PATH:LINE: ", "--OPTION: " or "". */
+static const char *origin(const struct load *l, int i, char *buf, size_t len)
+{
+	int from = l->c->src->from[i];
+
+	if (from > 0)
+		snprintf(buf, len, "%s:%d: ", l->path, from);
+	else if (from == FROM_OPTION)
+		snprintf(buf, len, "--%s: ", keys[i].option);
+	else
+		buf[0] = '\0';
+	return buf;
+}
+
+static int section_index(const char *name)
+{
+	for (int i = 0; i < N_SECTIONS; i++)
+		if (!strcmp(sections[i], name))
+			return i;
+	return -1;
+}
+
+static int key_index(const char *name)
+{
+	for (int i = 0; i < N_KEYS; i++)
+		if (!strcmp(keys[i].name, name))
+			return i;
+	return -1;
+}
+
+/* "[model], [devices], ..." or the keys of one section, into buf. */
+static void list_names(const char *section, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	if (!section)
+		for (int i = 0; i < N_SECTIONS && n < len; i++)
+			n += (size_t)snprintf(buf + n, len - n, "%s[%s]", i ? ", " : "", sections[i]);
+	for (int i = 0; section && i < N_KEYS && n < len; i++)
+		if (!strcmp(keys[i].section, section))
+			n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", keys[i].name);
+}
+
+/* A [section] line: the section its keys go to, or an error. */
+static void on_section(struct load *l, const char *p)
+{
+	const char *end = strchr(p, ']'), *rest;
+	char name[64], loc[300], names[256];
+	size_t n;
+
+	l->section = BAD_SECTION;
+	if (!end) {
+		fail(l, here(l, loc, sizeof(loc)), "'%s' has no ']': expected [SECTION]", p);
+		return;
+	}
+	p += 1 + strspn(p + 1, " \t");
+	n = (size_t)(end - p);
+	while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+		n--;
+	snprintf(name, sizeof(name), "%.*s", (int)n, p);
+	rest = end + 1 + strspn(end + 1, " \t");
+	if (*rest && *rest != '#' && *rest != ';')
+		fail(l, here(l, loc, sizeof(loc)), "unexpected '%s' after [%s]: a comment starts with # or ;",
+		     rest, name);
+	l->section = section_index(name);
+	if (l->section >= 0)
+		return;
+	l->section = BAD_SECTION;
+	list_names(NULL, names, sizeof(names));
+	fail(l, here(l, loc, sizeof(loc)), "unknown section [%s]: the sections are %s", name, names);
+}
+
+/*
+ * Whether p is "key = value" as inih reads it: an '=' before any ':'
+ * (inih's other separator, not ours) and before any inline comment.
+ */
+static int has_equals(const char *p)
+{
+	for (const char *q = p; *q; q++) {
+		if (*q == '=')
+			return q > p;
+		if (*q == ':' || (*q == ';' && (q[-1] == ' ' || q[-1] == '\t')))
+			return 0;
+	}
+	return 0;
+}
+
+/* Check one line (leading blanks gone); 1: a key line for inih. */
+static int is_key_line(struct load *l, const char *p, int num)
+{
+	char loc[300];
+
+	if (!*p || *p == '#' || *p == ';')
+		return 0;
+	if (*p == '[') {
+		on_section(l, p);
+		return 0;
+	}
+	if (!has_equals(p)) {
+		fail(l, here(l, loc, sizeof(loc)), "'%.60s%s' is not a line of pagodad.conf: expected 'key = value', [section] or a comment (# or ;)",
+		     p, strlen(p) > 60 ? "..." : "");
+		return 0;
+	}
+	if (l->section == BAD_SECTION)
+		return 0;	/* the section's error said it */
+	if ((int)strlen(p) > num - 3) {
+		fail(l, here(l, loc, sizeof(loc)), "the line is longer than %d characters, the most libinih reads in one line",
+		     num - 3);
+		return 0;
+	}
+	return 1;
+}
+
+/* inih's reader: one line of the file, or "" for a line it need not see. */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct load *l = stream;
+	ssize_t n;
+	char *p;
+
+	errno = 0;
+	n = getline(&l->buf, &l->cap, l->f);
+	if (n < 0) {
+		l->read_errno = errno;
+		return NULL;
+	}
+	l->line++;
+	p = l->buf;
+	while (n > 0 && (p[n - 1] == '\n' || p[n - 1] == '\r'))
+		p[--n] = '\0';
+	if (l->line == 1 && !strncmp(p, "\xef\xbb\xbf", 3))
+		p += 3;		/* a UTF-8 byte order mark */
+	p += strspn(p, " \t");
+	str[0] = '\0';
+	if (is_key_line(l, p, num))
+		memcpy(str, p, strlen(p) + 1);
+	return str;
+}
+
+static void unknown_key(struct load *l, const char *name)
+{
+	char loc[300], names[512];
+	const char *sec = l->section >= 0 ? sections[l->section] : NULL;
+
+	if (!sec) {
+		fail(l, here(l, loc, sizeof(loc)), "unknown key '%s': see pagoda.conf(5) for the keys", name);
+		return;
+	}
+	list_names(sec, names, sizeof(names));
+	fail(l, here(l, loc, sizeof(loc)), "unknown key '%s' in [%s]: its keys are %s", name, sec, names);
+}
+
+/* Another KV pool size set by the file before key i, or -1. */
+static int pool_set_before(const struct load *l, int i)
+{
+	for (int j = 0; j < N_KEYS; j++)
+		if (j != i && (keys[j].flags & F_POOL) && l->c->src->from[j] > 0)
+			return j;
+	return -1;
+}
+
+static void set_from_file(struct load *l, int i, const char *value)
+{
+	const struct key *k = &keys[i];
+	char loc[300], exp[160];
+	int j, rc;
+
+	here(l, loc, sizeof(loc));
+	if (!*value) {
+		fail(l, loc, "%s has no value: give one, or remove the line to leave it at its default", k->name);
+		return;
+	}
+	if ((k->flags & F_POOL) && (j = pool_set_before(l, i)) >= 0) {
+		fail(l, loc, "%s: the KV pool's size is already given by %s at line %d: keep one of ctx_size, kv_size and kv_fraction",
+		     k->name, keys[j].name, l->c->src->from[j]);
+		return;
+	}
+	rc = parse_value(l->c, k, value);
+	if (rc == -ENOMEM) {
+		l->oom = 1;
+	} else if (rc) {
+		expected(k, exp, sizeof(exp));
+		fail(l, loc, "%s '%s': %s", k->name, value, exp);
+	} else {
+		l->c->src->from[i] = l->line;
+	}
+}
+
+/* inih's handler: one "key = value" line (its section is l->section). */
+static int on_key(void *user, const char *section, const char *name,
+		  const char *value)
+{
+	struct load *l = user;
+	int i = key_index(name);
+	char loc[300];
+
+	(void)section;
+	here(l, loc, sizeof(loc));
+	if (i < 0)
+		unknown_key(l, name);
+	else if (l->section == NO_SECTION)
+		fail(l, loc, "%s is outside any section: put it under [%s]", name, keys[i].section);
+	else if (strcmp(sections[l->section], keys[i].section))
+		fail(l, loc, "%s belongs in [%s], not [%s]", name, keys[i].section,
+		     sections[l->section]);
+	else if (l->c->src->from[i] > 0)
+		fail(l, loc, "%s is given twice (first at line %d)", name, l->c->src->from[i]);
+	else
+		set_from_file(l, i, value);
+	return 1;
+}
+
+static void read_file(struct load *l)
+{
+	struct pgd_conf_src *src = l->c->src;
+	int rc;
+
+	l->f = fopen(l->path, "re");
+	if (!l->f) {
+		if (errno != ENOENT || src->required)
+			fail(l, "", "cannot open %s: %s%s", l->path, strerror(errno),
+			     src->required ? "" : " (give another file with --config)");
+		return;
+	}
+	src->found = 1;
+	rc = ini_parse_stream(read_line, l, on_key, l);
+	if (rc == -2)
+		l->oom = 1;
+	else if (rc > 0)	/* on_key never refuses: inih itself did */
+		fail(l, "", "%s:%d: libinih cannot read the line", l->path, rc);
+	if (l->read_errno)
+		fail(l, "", "cannot read %s: %s", l->path, strerror(l->read_errno));
+	fclose(l->f);
+	free(l->buf);
+	l->buf = NULL;
+}
+
+/* ---- options, and the checks between keys ---- */
+
+static const struct {
+	const char *alias, *option;
+} aliases[] = {
+	{ "batch", "max-batch-tokens" },
+};
+
+static int option_index(const char *option)
+{
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+		if (!strcmp(option, aliases[i].alias))
+			option = aliases[i].option;
+	for (int i = 0; i < N_KEYS; i++)
+		if (!strcmp(keys[i].option, option))
+			return i;
+	return -1;
+}
+
+static int add_override(struct pgd_conf *c, int key, const char *value)
+{
+	struct pgd_conf_src *src = c->src;
+	struct override *ov = realloc(src->ov, sizeof(*ov) * (size_t)(src->n_ov + 1));
+	char *v = strdup(value);
+
+	if (ov)
+		src->ov = ov;
+	if (!ov || !v) {
+		free(v);
+		return -1;
+	}
+	ov[src->n_ov++] = (struct override){ .key = key, .value = v };
+	return 0;
+}
+
+int pgd_conf_set_option(struct pgd_conf *c, const char *option,
+			const char *value, char *err, size_t err_len)
+{
+	int i = option_index(option), rc;
+	char exp[160];
+
+	if (i < 0)
+		return 1;
+	rc = parse_value(c, &keys[i], value);
+	if (!rc)
+		rc = add_override(c, i, value) ? -ENOMEM : 0;
+	if (rc == -ENOMEM) {
+		snprintf(err, err_len, "out of memory reading --%s", option);
+		return -1;
+	}
+	if (rc) {
+		expected(&keys[i], exp, sizeof(exp));
+		snprintf(err, err_len, "--%s '%s': %s", option, value, exp);
+		return -1;
+	}
+	c->src->from[i] = FROM_OPTION;
+	return 0;
+}
+
+/* An option's KV pool size replaces the file's, whichever key gave it. */
+static void clear_other_pool_keys(struct load *l, int i)
+{
+	for (int j = 0; j < N_KEYS; j++)
+		if (j != i && (keys[j].flags & F_POOL) &&
+		    l->c->src->from[j] != FROM_DEFAULT) {
+			if (reset_value(l->c, &keys[j]))
+				l->oom = 1;
+			l->c->src->from[j] = FROM_DEFAULT;
+		}
+}
+
+static void apply_options(struct load *l)
+{
+	const struct pgd_conf_src *src = l->c->src;
+	char exp[160];
+
+	for (int n = 0; n < src->n_ov; n++) {
+		const struct override *ov = &src->ov[n];
+		const struct key *k = &keys[ov->key];
+		int rc;
+
+		if (k->flags & F_POOL)
+			clear_other_pool_keys(l, ov->key);
+		rc = parse_value(l->c, k, ov->value);
+		if (rc == -ENOMEM)
+			l->oom = 1;
+		else if (rc) {	/* checked when given: cannot happen */
+			expected(k, exp, sizeof(exp));
+			fail(l, "", "--%s '%s': %s", k->option, ov->value, exp);
+		}
+		l->c->src->from[ov->key] = FROM_OPTION;
+	}
+}
+
+static void check_socket(struct load *l, const char *name, const char *path)
+{
+	char loc[300];
+	size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+
+	if (path && strlen(path) > max)
+		fail(l, origin(l, key_index(name), loc, sizeof(loc)),
+		     "%s %s: a socket's path has at most %zu bytes", name, path, max);
+}
+
+static void check_keys(struct load *l)
+{
+	const struct pgd_config *d = &l->c->daemon;
+	char loc[300], a[32], b[32];
+
+	if (d->max_payload > d->sq_arena) {
+		format_bytes(d->max_payload, a, sizeof(a));
+		format_bytes(d->sq_arena, b, sizeof(b));
+		fail(l, origin(l, key_index("max_payload"), loc, sizeof(loc)),
+		     "max_payload %s is more than the submission arena holds (sq_arena %s): lower max_payload or raise sq_arena",
+		     a, b);
+	}
+	check_socket(l, "socket", d->socket_path);
+	check_socket(l, "admin_socket", d->admin_socket);
+	if (d->socket_path && d->admin_socket && !strcmp(d->socket_path, d->admin_socket))
+		fail(l, origin(l, key_index("admin_socket"), loc, sizeof(loc)),
+		     "admin_socket is the same path as socket: the admin commands need a socket of their own");
+}
+
+int pgd_conf_load(struct pgd_conf *c, const char *path, int required,
+		  pgd_conf_report_fn report, void *ctx)
+{
+	struct pgd_conf_src *src = c->src;
+	struct load l = { .c = c, .section = NO_SECTION, .report = report,
+			  .ctx = ctx };
+	char *p = strdup(path);
+
+	if (!p || set_defaults(c)) {
+		free(p);
+		return -1;
+	}
+	free(src->path);
+	src->path = p;
+	src->required = required;
+	src->found = 0;
+	memset(src->from, 0, sizeof(src->from));
+	l.path = p;
+	read_file(&l);
+	apply_options(&l);
+	check_keys(&l);
+	return l.oom ? -1 : l.n_errors;
+}
+
+/* ---- the host's checks (--check-config) ---- */
+
+/* Where the plan's keys came from: the first one set. */
+static const char *plan_origin(const struct load *l, char *buf, size_t len)
+{
+	static const char *const names[] = {
+		"devices", "parallel", "pipeline_parallel", "tensor_parallel",
+		"context_parallel", "threads", "page_tokens",
+	};
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !buf[0]; i++)
+		origin(l, key_index(names[i]), buf, len);
+	return buf;
+}
+
+static void check_model_and_plan(struct load *l)
+{
+	const struct pgd_conf *c = l->c;
+	struct pg_model_facts f;
+	struct pg_plan_request req;
+	struct pg_plan *plan;
+	char path_buf[4096], err[1024], loc[300];
+	const char *path = pgd_conf_model_path(c, path_buf, sizeof(path_buf));
+	int rc = pg_model_facts_read(path, &f, err, sizeof(err));
+
+	if (rc) {
+		fail(l, origin(l, key_index("path"), loc, sizeof(loc)), "%s%s", err,
+		     rc == -ENOENT && !c->model ? " (fetch the default model with scripts/fetch-model, or set [model] path)" : "");
+		return;
+	}
+	plan = malloc(sizeof(*plan));
+	if (!plan) {
+		l->oom = 1;
+		return;
+	}
+	pgd_conf_plan_request(c, &f, &req);
+	if (pg_plan_make(&req, &f, plan, err, sizeof(err)))
+		fail(l, plan_origin(l, loc, sizeof(loc)), "%s", err);
+	free(plan);
+}
+
+static void check_access(struct load *l, const char *name, int groups)
+{
+	const char *list = *str_slot(l->c, &keys[key_index(name)]);
+	struct pgd_access a;
+	char err[512], loc[300];
+
+	if (!list)
+		return;
+	if (pgd_access_init(&a, groups ? NULL : list, groups ? list : NULL,
+			    err, sizeof(err)))
+		fail(l, origin(l, key_index(name), loc, sizeof(loc)), "%s", err);
+	else
+		pgd_access_free(&a);
+}
+
+static void check_group(struct load *l, const char *name)
+{
+	const char *group = *str_slot(l->c, &keys[key_index(name)]);
+	char loc[300];
+	long long id;
+
+	if (!group || getgrnam(group) || !parse_ll(group, 10, &id))
+		return;
+	fail(l, origin(l, key_index(name), loc, sizeof(loc)),
+	     "%s: no group named '%s' on this host (create it, or give a group that exists)",
+	     name, group);
+}
+
+int pgd_conf_check_host(const struct pgd_conf *c, pgd_conf_report_fn report,
+			void *ctx)
+{
+	struct load l = { .c = (struct pgd_conf *)c, .path = c->src->path,
+			  .report = report, .ctx = ctx };
+
+	check_model_and_plan(&l);
+	check_access(&l, "allow_users", 0);
+	check_access(&l, "allow_groups", 1);
+	check_group(&l, "socket_group");
+	check_group(&l, "admin_group");
+	return l.oom ? -1 : l.n_errors;
+}
+
+/* ---- life, reload, printing ---- */
+
+struct pgd_conf *pgd_conf_create(void)
+{
+	struct pgd_conf *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->src = calloc(1, sizeof(*c->src));
+	if (!c->src || set_defaults(c)) {
+		pgd_conf_free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void pgd_conf_free(struct pgd_conf *c)
+{
+	if (!c)
+		return;
+	free_strings(c);
+	if (c->src) {
+		for (int i = 0; i < c->src->n_ov; i++)
+			free(c->src->ov[i].value);
+		free(c->src->ov);
+		free(c->src->path);
+		free(c->src);
+	}
+	free(c);
+}
+
+struct pgd_conf *pgd_conf_reread(const struct pgd_conf *c,
+				 pgd_conf_report_fn report, void *ctx,
+				 int *n_errors)
+{
+	struct pgd_conf *fresh = pgd_conf_create();
+	int n = -1;
+
+	for (int i = 0; fresh && i < c->src->n_ov; i++)
+		if (add_override(fresh, c->src->ov[i].key, c->src->ov[i].value)) {
+			pgd_conf_free(fresh);
+			fresh = NULL;
+		}
+	if (fresh)
+		n = pgd_conf_load(fresh, c->src->path, c->src->required, report, ctx);
+	*n_errors = n;
+	if (n) {
+		pgd_conf_free(fresh);
+		return NULL;
+	}
+	return fresh;
+}
+
+#define VALUE_MAX 4096
+
+int pgd_conf_apply(struct pgd_conf *running, const struct pgd_conf *fresh,
+		   pgd_conf_change_fn changed, void *ctx)
+{
+	struct pgd_conf *staged = pgd_conf_create();
+	char was[VALUE_MAX], now[VALUE_MAX];
+	unsigned char differs[N_KEYS];
+	int n = 0;
+
+	if (!staged)
+		return -1;
+	/* copy first, so that running is unchanged when memory runs out */
+	for (int i = 0; i < N_KEYS; i++) {
+		format_value(running, &keys[i], was, sizeof(was));
+		format_value(fresh, &keys[i], now, sizeof(now));
+		differs[i] = strcmp(was, now) != 0;
+		if (differs[i] && (keys[i].flags & F_RELOAD) &&
+		    copy_value(staged, fresh, &keys[i])) {
+			pgd_conf_free(staged);
+			return -1;
+		}
+	}
+	for (int i = 0; i < N_KEYS; i++) {
+		int applied = (keys[i].flags & F_RELOAD) != 0;
+
+		if (!differs[i])
+			continue;
+		format_value(running, &keys[i], was, sizeof(was));
+		format_value(fresh, &keys[i], now, sizeof(now));
+		if (applied) {
+			move_value(running, staged, &keys[i]);
+			n++;
+		}
+		changed(ctx, keys[i].name, was, now, applied);
+	}
+	pgd_conf_free(staged);
+	return n;
+}
+
+void pgd_conf_print(const struct pgd_conf *c, FILE *out)
+{
+	char buf[VALUE_MAX];
+	const char *sec = NULL;
+
+	fprintf(out, "# pagodad's effective configuration: %s%s, then the command line\n",
+		c->src->path ? c->src->path : "no file",
+		c->src->path && !c->src->found ? " (absent)" : "");
+	for (int i = 0; i < N_KEYS; i++) {
+		const struct key *k = &keys[i];
+
+		if (!sec || strcmp(sec, k->section))
+			fprintf(out, "\n[%s]\n", k->section);
+		sec = k->section;
+		if (k->off == C(ctx_size) && (c->kv_bytes || c->kv_fraction > 0)) {
+			fprintf(out, "# ctx_size is not used: %s gives the pool's size\n",
+				c->kv_bytes ? "kv_size" : "kv_fraction");
+			continue;
+		}
+		if (is_unset(c, k) && k->type != T_MODEL) {
+			fprintf(out, "# %s is not set: %s\n", k->name, k->unset);
+			continue;
+		}
+		format_value(c, k, buf, sizeof(buf));
+		fprintf(out, "%s = %s\n", k->name, buf);
+	}
+}
+
+const char *pgd_conf_path(const struct pgd_conf *c)
+{
+	return c->src->path;
+}
+
+int pgd_conf_parallel_given(const struct pgd_conf *c)
+{
+	return c->devices || c->pp || c->tp || c->cp || c->autoplan;
+}
+
+const char *pgd_conf_model_path(const struct pgd_conf *c, char *buf,
+				size_t len)
+{
+	return c->model ? c->model : pg_model_default_path(buf, len);
+}
+
+void pgd_conf_plan_request(const struct pgd_conf *c,
+			   const struct pg_model_facts *f,
+			   struct pg_plan_request *req)
+{
+	int elem = c->kv_type == PG_F32 ? 4 : 2;
+	uint64_t token_bytes = 2ull * (uint64_t)f->n_kv_heads *
+			       (uint64_t)f->head_dim * (uint64_t)elem *
+			       (uint64_t)f->n_blocks;
+
+	memset(req, 0, sizeof(*req));
+	req->devices = c->devices;
+	req->pipeline_parallel = c->pp;
+	req->tensor_parallel = c->tp;
+	req->context_parallel = c->cp;
+	req->autoplan = c->autoplan;
+	req->n_threads = c->threads >= 0 ? c->threads :
+			 pgd_conf_parallel_given(c) ? 0 : 2;
+	req->ctx_tokens = c->ctx_size;
+	if (c->kv_bytes && token_bytes) {
+		uint64_t n = c->kv_bytes / token_bytes;
+
+		req->ctx_tokens = n < 1 ? 1 : n > (1 << 24) ? 1 << 24 : (int)n;
+	}
+	req->batch_seqs = 1;
+	req->kv_bytes_per_elem = elem;
+	req->page_tokens = c->page_tokens;
+}

@@ -1,0 +1,125 @@
+/*
+ * reload.c - SIGHUP: read pagodad.conf again (with the same command-line
+ * options over it) and apply what can change while the daemon runs: the
+ * client limits, the access rules, the log level and the spin time.  Each
+ * change is logged; a key that changed but needs a restart (the model,
+ * devices, plan, KV pool, sockets, ...) is logged as such and left as it
+ * runs.  A file with errors changes nothing: every error is logged.
+ *
+ * Runs on the loop thread between two iterations, like everything that
+ * touches struct pgd.  Which keys reload is config.c's table; how the
+ * limits are enforced is server.c's and request.c's.
+ */
+#include <stdlib.h>
+
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+
+static void log_error(void *ctx, const char *msg)
+{
+	(void)ctx;
+	pgd_log(PGD_LOG_ERROR, "%s", msg);
+}
+
+static void log_change(void *ctx, const char *key, const char *was,
+		       const char *now, int applied)
+{
+	(void)ctx;
+	if (applied)
+		pgd_log(PGD_LOG_INFO, "%s changed: %s -> %s", key,
+			*was ? was : "(not set)", *now ? now : "(not set)");
+	else
+		pgd_log(PGD_LOG_WARN, "%s changed: restart pagodad to apply it", key);
+}
+
+/* The prompt scratch must hold max_prompt ids; keep the old limit if not. */
+static void grow_ids(struct pgd *d)
+{
+	int32_t *ids;
+
+	if (d->max_prompt <= d->ids_cap)
+		return;
+	ids = realloc(d->ids, sizeof(*ids) * (size_t)d->max_prompt);
+	if (!ids) {
+		pgd_log(PGD_LOG_ERROR, "SIGHUP: out of memory for prompts of %d tokens: max_prompt stays %d",
+			d->max_prompt, d->ids_cap);
+		d->max_prompt = d->ids_cap;
+		return;
+	}
+	d->ids = ids;
+	d->ids_cap = d->max_prompt;
+}
+
+/*
+ * Connected clients read their limits from their segment's header
+ * (libpagoda checks a request against them before sending it).
+ */
+static void update_headers(struct pgd *d)
+{
+	for (int i = 0; i < d->n_live; i++) {
+		struct pg_seg_header *h = d->live[i]->hdr;
+
+		__atomic_store_n(&h->max_inflight, (uint32_t)d->cfg->max_inflight,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&h->max_prompt, (uint32_t)d->max_prompt, __ATOMIC_RELAXED);
+		__atomic_store_n(&h->max_tokens, (uint32_t)d->max_tokens, __ATOMIC_RELAXED);
+		__atomic_store_n(&h->max_payload, d->max_payload, __ATOMIC_RELAXED);
+	}
+}
+
+/* Apply fresh (checked, its access rules resolved) to the running daemon. */
+static void apply(struct pgd *d, struct pgd_conf *fresh,
+		  struct pgd_access *access)
+{
+	struct pgd_conf *conf = d->cfg->conf;
+	int n, level = conf->log_level > fresh->log_level ? conf->log_level
+							   : fresh->log_level;
+
+	/* the changes are logged at the more verbose of both levels */
+	pgd_log_set_level((enum pgd_log_level)level);
+	n = pgd_conf_apply(conf, fresh, log_change, NULL);
+	pgd_log_set_level((enum pgd_log_level)conf->log_level);
+	if (n < 0) {
+		pgd_log(PGD_LOG_ERROR, "SIGHUP: out of memory applying %s: nothing changed",
+			pgd_conf_path(conf));
+		pgd_access_free(access);
+		return;
+	}
+	pgd_access_free(&d->access);
+	d->access = *access;
+	pgd_limits_resolve(d);
+	grow_ids(d);
+	update_headers(d);
+	pgd_log(PGD_LOG_INFO, "SIGHUP: %s read again: %d change%s applied",
+		pgd_conf_path(conf), n, n == 1 ? "" : "s");
+}
+
+void pgd_reload(struct pgd *d)
+{
+	struct pgd_conf *conf = d->cfg->conf, *fresh;
+	struct pgd_access access;
+	char err[512];
+	int n_errors;
+
+	if (!conf) {
+		pgd_log(PGD_LOG_INFO, "SIGHUP: this pagodad has no configuration to read again");
+		return;
+	}
+	fresh = pgd_conf_reread(conf, log_error, NULL, &n_errors);
+	if (!fresh) {
+		if (n_errors < 0)
+			pgd_log(PGD_LOG_ERROR, "SIGHUP: out of memory reading %s: nothing changed",
+				pgd_conf_path(conf));
+		else
+			pgd_log(PGD_LOG_ERROR, "SIGHUP: %d error%s in %s: nothing changed; correct it (pagodad --check-config) and send SIGHUP again",
+				n_errors, n_errors == 1 ? "" : "s", pgd_conf_path(conf));
+		return;
+	}
+	if (pgd_access_init(&access, fresh->daemon.allow_users,
+			    fresh->daemon.allow_groups, err, sizeof(err)))
+		pgd_log(PGD_LOG_ERROR, "SIGHUP: %s: nothing changed", err);
+	else
+		apply(d, fresh, &access);
+	pgd_conf_free(fresh);
+}
