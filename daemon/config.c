@@ -1016,8 +1016,9 @@ static void check_access(struct load *l, const char *name, int groups)
 	if (!list)
 		return;
 	if (pgd_access_init(&a, groups ? NULL : list, groups ? list : NULL,
-			    err, sizeof(err)))
-		fail(l, origin(l, key_index(name), loc, sizeof(loc)), "%s", err);
+			    err, sizeof(err)))	/* err: "--allow-users: ..." */
+		fail(l, origin(l, key_index(name), loc, sizeof(loc)), "%s: %s", name,
+		     strncmp(err, "--allow-", 8) || !strchr(err, ' ') ? err : strchr(err, ' ') + 1);
 	else
 		pgd_access_free(&a);
 }

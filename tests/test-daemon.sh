@@ -136,10 +136,11 @@ check "a bad --socket-mode is a usage error" test $rc -eq 2
 $bin $model --max-tokens 0 2>/dev/null; rc=$?
 check "--max-tokens 0 for the daemon is a usage error" test $rc -eq 2
 
-# signals: SIGHUP is logged, SIGTERM stops cleanly
+# signals: SIGHUP reads the configuration again (tests/test-config.sh
+# tests what it changes), SIGTERM stops cleanly
 kill -HUP $small
-n=0; while [ $n -lt 50 ] && ! grep -q "reload not supported yet" "$tmp/small.log"; do sleep 0.1; n=$((n + 1)); done
-check "SIGHUP: reload not supported yet" grep -q "reload not supported yet" "$tmp/small.log"
+n=0; while [ $n -lt 50 ] && ! grep -q "SIGHUP: .* read again" "$tmp/small.log"; do sleep 0.1; n=$((n + 1)); done
+check "SIGHUP: the configuration is read again" grep -q "SIGHUP: .* read again: 0 changes applied" "$tmp/small.log"
 stop_daemon $small TERM
 check "SIGTERM: exit status 0" test $status -eq 0
 check "SIGTERM: the socket is removed" test ! -e "$tmp/small.sock"
