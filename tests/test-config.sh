@@ -1,6 +1,7 @@
 #!/bin/sh
 # test-config.sh - pagodad.conf end to end on a generated tiny model: a
-# good file with every section, each kind of error reported with its line
+# good file with every section, the shipped example (valid, every key at
+# its default), each kind of error reported with its line
 # (all of them in one run), options over the file, --print-config read
 # back by --check-config, the host's checks, and SIGHUP on a running
 # daemon: limits and log level change (seen through `pagoda info` and the
@@ -97,6 +98,17 @@ $bin --config "$tmp/p1" --print-config >"$tmp/p2"
 tail -n +2 "$tmp/p1" >"$tmp/p1.body"
 tail -n +2 "$tmp/p2" >"$tmp/p2.body"
 check "--print-config round trip: the same configuration" cmp -s "$tmp/p1.body" "$tmp/p2.body"
+
+# the shipped example: valid, every key in it, each at its default
+ex=${top_srcdir:-.}/systemd/pagodad.conf.example
+$bin --config "$ex" --model "$tmp/tiny.gguf" --check-config >/dev/null 2>"$tmp/e"; rc=$?
+check "the example passes --check-config" test $rc -eq 0
+$bin --config "$ex" --model "$tmp/tiny.gguf" --print-config | tail -n +2 >"$tmp/ex.p"
+$bin --config /dev/null --model "$tmp/tiny.gguf" --print-config | tail -n +2 >"$tmp/def.p"
+check "the example sets every key to its default" cmp -s "$tmp/ex.p" "$tmp/def.p"
+for k in $(sed -n 's/^\(# \)\{0,1\}\([a-z_]*\) \(=\|is not\).*/\2/p' "$tmp/def.p"); do
+	check "the example has key $k" grep -q "^#\{0,1\}$k = " "$ex"
+done
 
 # ---- every kind of error, each with its line, all in one run ----
 cat >"$tmp/bad.conf" <<EOF
