@@ -23,6 +23,8 @@
 struct pg_engine;
 struct pg_forward;
 struct pg_model;
+struct pgd_admin;
+struct pgd_stats;
 
 /* Connections between accept() and their hello; more wait in the kernel. */
 #define PGD_MAX_HANDSHAKES 32
@@ -57,6 +59,7 @@ struct pgd_req {
 	struct pgd_client *c;		/* NULL once the client is gone: its
 					   events are dropped until the last */
 	int text;			/* send text with the ids */
+	double t_tok[PGD_MAX_SAMPLES];	/* stats: each sample's last token */
 };
 
 /* A client: its socket, doorbells, segment and requests. */
@@ -70,6 +73,7 @@ struct pgd_client {
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
+	double since;			/* monotonic seconds at connection */
 	/* the segment: the header and regions as laid out at creation (the
 	   daemon never reads geometry back from shared memory) */
 	uint8_t *seg;
@@ -153,6 +157,9 @@ struct pgd {
 	int stop_signal;		/* SIGTERM or SIGINT received */
 	double now;			/* monotonic seconds, once per iteration */
 	int step_errors;		/* forward failures, for the log */
+	struct pgd_stats *stats;	/* stats.c; NULL: none published */
+	struct pgd_admin *admin;	/* admin.c; NULL: no admin socket */
+	int draining;			/* admin: GENERATE is refused */
 };
 
 /* ---- session.c: segments, completions, closing ---- */

@@ -34,6 +34,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "log.h"
+#include "stats.h"
 
 /* ---- the tables ---- */
 
@@ -450,6 +451,12 @@ static void op_generate(struct pgd *d, struct pgd_client *c,
 	struct pgd_req *r;
 	int n, rc;
 
+	if (d->draining) {
+		pgd_stats_refused(d->stats);
+		pgd_reply_error(d, c, e->req_id, PG_EBUSY, 1,
+				"the daemon is draining: retry later");
+		return;
+	}
 	if (len < sizeof(g)) {
 		BAD(d, c, e, "a GENERATE payload starts with struct pg_gen_wire (%zu bytes); this one has %u bytes",
 		    sizeof(g), len);
@@ -500,6 +507,7 @@ static void op_generate(struct pgd *d, struct pgd_client *c,
 	r->req_id = e->req_id;
 	r->text = !!(g.flags & PG_GEN_TEXT);
 	req_insert(d, c, r);
+	pgd_stats_submitted(d->stats, c, n);
 }
 
 /* ---- the other operations ---- */
@@ -799,6 +807,7 @@ void pgd_on_event(void *ctx, const struct pg_engine_event *ev)
 
 	if (!r)
 		return;
+	pgd_stats_event(d->stats, r, ev);
 	if (r->c && !r->c->dead) {
 		if (ev->type == PG_ENGINE_EV_TOKEN)
 			send_token(d, r, ev);

@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "daemon.h"
 #include "engine/chat.h"
 #include "engine/engine.h"
@@ -51,6 +52,7 @@
 #include "engine/plan.h"
 #include "engine/tokenizer.h"
 #include "log.h"
+#include "stats.h"
 
 /* Seconds a new connection has to send its hello. */
 #define PGD_HELLO_TIMEOUT_S 1
@@ -631,6 +633,10 @@ static void on_cqe(struct pgd *d, uint64_t ud, int res)
 	uint64_t serial = (ud >> 16) & SERIAL_MASK;
 	struct pgd_client *c;
 
+	if ((ud >> 56) == PGD_OP_ADMIN) {
+		pgd_admin_on_cqe(d, ud, res);
+		return;
+	}
 	switch (k) {
 	case OP_ACCEPT:
 		on_accept(d, res);
@@ -779,8 +785,11 @@ static void publish_step(struct pgd *d)
 
 static void engine_step(struct pgd *d)
 {
-	int rc = pg_engine_step(d->engine);
+	int rc;
 
+	pgd_stats_step_begin(d->stats);
+	rc = pg_engine_step(d->engine);
+	pgd_stats_step_end(d, rc);	/* before the clients see the step */
 	if (rc < 0 && d->step_errors++ < 100)
 		pgd_log(PGD_LOG_ERROR, "%s", pg_engine_last_error(d->engine));
 	publish_step(d);
@@ -832,6 +841,8 @@ static void run_loop(struct pgd *d)
 		}
 		if (d->n_dead)
 			close_dead(d);
+		pgd_admin_tick(d);
+		pgd_stats_tick(d, 0);
 		arm_accept(d);
 		if (io_uring_sq_ready(&d->ring))
 			io_uring_submit(&d->ring);
@@ -840,6 +851,7 @@ static void run_loop(struct pgd *d)
 		} else if (d->now - idle_since < d->cfg->spin_us * 1e-6) {	/* SIGHUP may change it */
 			cpu_relax();
 		} else {
+			pgd_stats_tick(d, 1);	/* an idle daemon's figures are final */
 			sleep_until_woken(d);
 			idle_since = now_s();
 		}
@@ -963,7 +975,8 @@ static int daemon_start(struct pgd *d, char *err, size_t err_len)
 		return -1;
 	}
 	if (start_engine(d, err, err_len) || start_ring(d, err, err_len) ||
-	    listen_socket(d, err, err_len))
+	    listen_socket(d, err, err_len) || pgd_admin_open(d, err, err_len) ||
+	    pgd_stats_open(d, err, err_len))
 		return -1;
 	arm_signal(d);
 	arm_accept(d);
@@ -1015,6 +1028,8 @@ static void daemon_stop(struct pgd *d)
 			close(d->hs[i].fd);
 	if (d->ring_ready)
 		io_uring_queue_exit(&d->ring);
+	pgd_admin_close(d);	/* after the io_uring: it wrote into them */
+	pgd_stats_close(d);
 	if (d->listen_fd >= 0) {
 		unlink_socket(d);
 		close(d->listen_fd);

@@ -116,6 +116,7 @@ struct pgd_client *pgd_session_create(struct pgd *d, int slot, int fd,
 	c->pid = pid;
 	c->uid = uid;
 	c->gid = gid;
+	c->since = d->now;
 	c->reqs = calloc(n_buckets, sizeof(*c->reqs));
 	c->reqs_mask = n_buckets - 1;
 	if (!c->reqs) {

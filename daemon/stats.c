@@ -1,0 +1,771 @@
+/*
+ * stats.c - the daemon's statistics (stats.h): accumulators kept on the
+ * loop thread, and their publication into the statistics segment
+ * (shm/stats.h), a file in the runtime directory mapped shared.
+ *
+ * Publication gathers everything first (engine figures, the KV pool's
+ * written slots, the devices' times) and only then opens the seqlock, so
+ * the window in which readers retry lasts a few memcpy's.  It happens at
+ * most every interval_ms while the engine is busy, at once when a step
+ * leaves the engine idle (before the step's completions reach their
+ * clients, so a client that saw its last DONE also sees it counted), and
+ * before the loop sleeps.  It is not the admin socket (admin.c) and never
+ * reads anything a reader wrote.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "admin.h"
+#include "daemon.h"
+#include "engine/engine.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/plan.h"
+#include "log.h"
+#include "shm/stats.h"
+#include "stats.h"
+
+/* Forward-pass failures remembered for health's window. */
+#define ERR_RING 64
+
+/* One client slot's figures, for the client that holds it now. */
+struct client_acc {
+	uint64_t serial;	/* the client these are of (0: none yet) */
+	char comm[16];
+	uint64_t requests, done, prompt_tokens, generated_tokens;
+};
+
+struct pgd_stats {
+	char path[PATH_MAX];
+	int fd;
+	dev_t dev;
+	ino_t ino;			/* to remove only our own file */
+	uint8_t *seg;			/* (seg_bytes) the mapping */
+	size_t seg_bytes;
+	struct pg_stats_header *h;
+	struct pg_stats_device *dev_tab;	/* (n_devices) in the segment */
+	struct pg_stats_client *cli_tab;	/* (n_slots) in the segment */
+	struct pg_stats_hist *hist_tab;		/* (PG_STATS_N_HIST) there */
+	uint64_t seq;			/* the seqlock's value, even */
+	/* accumulators since start or the last reset */
+	struct pg_stats_hist hist[PG_STATS_N_HIST];
+	struct client_acc *clients;	/* (n_slots) */
+	int n_slots;
+	uint64_t submitted, refused, evicted, admin_commands, step_errors;
+	/* baselines of the last reset */
+	struct pg_engine_stats base;
+	struct pg_forward_dev_stats *dev_base;	/* (n_devices) */
+	struct pg_stats_device *dev_now;	/* (n_devices) gathered */
+	int n_devices;
+	double err_t[ERR_RING];		/* monotonic times of failed steps */
+	uint64_t n_err;			/* ever, for the ring */
+	/* time, in monotonic seconds */
+	double t_start, t_reset, t_published, interval_s;
+	int64_t unix_at_start_ns;	/* CLOCK_REALTIME - CLOCK_MONOTONIC */
+	double step_t0;
+	double ev_time;			/* this step's events' time (0: unread) */
+	/* what the last publication saw */
+	int dirty;
+	uint64_t seen_serial;
+	int seen_live;
+};
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int64_t unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t to_ns(double s)
+{
+	return s > 0 ? (uint64_t)(s * 1e9 + 0.5) : 0;
+}
+
+/* ---- histograms ---- */
+
+/* Upper bounds: 10 us × 10^(i/4), i = 0 .. 28, then +Inf. */
+static void bucket_bounds(uint64_t *le)
+{
+	static const double quarter[4] = { 1.0, 1.7782794100389228,
+					   3.1622776601683795, 5.6234132519034912 };
+	double decade = 1e4;	/* ns */
+
+	for (int i = 0; i < PG_STATS_N_BUCKETS - 1; i++) {
+		le[i] = (uint64_t)(decade * quarter[i % 4] + 0.5);
+		if (i % 4 == 3)
+			decade *= 10;
+	}
+	le[PG_STATS_N_BUCKETS - 1] = UINT64_MAX;
+}
+
+static void observe(struct pgd_stats *s, enum pg_stats_hist_id id, double sec)
+{
+	struct pg_stats_hist *hh = &s->hist[id];
+	const uint64_t *le = s->h->bucket_le_ns;
+	uint64_t ns = to_ns(sec);
+	int lo = 0, hi = PG_STATS_N_BUCKETS - 1;
+
+	while (lo < hi) {	/* the first bucket whose bound is >= ns */
+		int mid = (lo + hi) / 2;
+
+		if (ns <= le[mid])
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	hh->bucket[lo]++;
+	hh->count++;
+	hh->sum_ns += ns;
+	s->dirty = 1;
+}
+
+/* ---- clients ---- */
+
+static void read_comm(pid_t pid, char *out, size_t len)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	out[0] = '\0';
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, out, len - 1);
+	close(fd);
+	if (n < 0)
+		n = 0;
+	out[n] = '\0';
+	out[strcspn(out, "\n")] = '\0';
+}
+
+/* c's figures, started afresh when c is new in its slot. */
+static struct client_acc *client_acc(struct pgd_stats *s, const struct pgd_client *c)
+{
+	struct client_acc *a = &s->clients[c->id - 1];
+
+	if (a->serial != c->serial) {
+		memset(a, 0, sizeof(*a));
+		a->serial = c->serial;
+		read_comm(c->pid, a->comm, sizeof(a->comm));
+	}
+	return a;
+}
+
+void pgd_stats_submitted(struct pgd_stats *s, const struct pgd_client *c,
+			 int n_prompt)
+{
+	struct client_acc *a;
+
+	if (!s)
+		return;
+	a = client_acc(s, c);
+	a->requests++;
+	a->prompt_tokens += (uint64_t)n_prompt;
+	s->submitted++;
+	s->dirty = 1;
+}
+
+void pgd_stats_client(struct pgd_stats *s, const struct pgd_client *c,
+		      uint64_t *requests, uint64_t *tokens)
+{
+	const struct client_acc *a = s ? client_acc(s, c) : NULL;
+
+	*requests = a ? a->requests : 0;
+	*tokens = a ? a->generated_tokens : 0;
+}
+
+void pgd_stats_refused(struct pgd_stats *s)
+{
+	if (s) {
+		s->refused++;
+		s->dirty = 1;
+	}
+}
+
+void pgd_stats_evicted(struct pgd_stats *s, int n)
+{
+	if (s && n > 0) {
+		s->evicted += (uint64_t)n;
+		s->dirty = 1;
+	}
+}
+
+void pgd_stats_admin_command(struct pgd_stats *s)
+{
+	if (s) {
+		s->admin_commands++;
+		s->dirty = 1;
+	}
+}
+
+/* ---- engine events and steps ---- */
+
+/* The time of this step's events: read once per step. */
+static double event_time(struct pgd_stats *s)
+{
+	if (!s->ev_time)
+		s->ev_time = mono_s();
+	return s->ev_time;
+}
+
+static void on_token(struct pgd_stats *s, struct pgd_req *r,
+		     const struct pg_engine_event *ev)
+{
+	double now = event_time(s);
+	int k = ev->sample;
+
+	if (r->c)
+		client_acc(s, r->c)->generated_tokens++;
+	if (k < 0 || k >= PGD_MAX_SAMPLES)
+		return;
+	if (r->t_tok[k] > 0)
+		observe(s, PG_STATS_H_ITL, now - r->t_tok[k]);
+	r->t_tok[k] = now;
+}
+
+void pgd_stats_event(struct pgd_stats *s, struct pgd_req *r,
+		     const struct pg_engine_event *ev)
+{
+	const struct pg_request_figures *f = ev->fig;
+
+	if (!s)
+		return;
+	s->dirty = 1;
+	if (ev->type == PG_ENGINE_EV_TOKEN) {
+		on_token(s, r, ev);
+		return;
+	}
+	if (f && f->n_gen > 0) {
+		observe(s, PG_STATS_H_TTFT, f->ttft_s);
+		observe(s, PG_STATS_H_LATENCY, f->ttft_s + f->itl_s * (f->n_gen - 1));
+	}
+	if (!ev->last)
+		return;
+	if (f)
+		observe(s, PG_STATS_H_QUEUE, f->queue_s);
+	if (r->c)
+		client_acc(s, r->c)->done++;
+}
+
+void pgd_stats_step_begin(struct pgd_stats *s)
+{
+	if (s) {
+		s->step_t0 = mono_s();
+		s->ev_time = 0;
+	}
+}
+
+static void publish(struct pgd *d);
+
+void pgd_stats_step_end(struct pgd *d, int rc)
+{
+	struct pgd_stats *s = d->stats;
+	double t1;
+
+	if (!s)
+		return;
+	t1 = mono_s();
+	s->ev_time = 0;		/* events outside a step read the clock */
+	if (rc)
+		observe(s, PG_STATS_H_STEP, t1 - s->step_t0);
+	if (rc < 0) {
+		s->err_t[s->n_err++ % ERR_RING] = t1;
+		s->step_errors++;
+	}
+	if (pg_engine_idle(d->engine)) {
+		publish(d);
+		s->t_published = t1;
+	}
+}
+
+int pgd_stats_engine_errors(const struct pgd_stats *s, double window_s,
+			    double *since_last)
+{
+	double now = mono_s();
+	int n = 0;
+
+	*since_last = -1;
+	if (!s || !s->n_err)
+		return 0;
+	*since_last = now - s->err_t[(s->n_err - 1) % ERR_RING];
+	for (uint64_t i = 0; i < s->n_err && i < ERR_RING; i++)
+		n += now - s->err_t[(s->n_err - 1 - i) % ERR_RING] <= window_s;
+	return n;
+}
+
+/* ---- gathering ---- */
+
+/* Written slots of the used pages: a scan of the pool's page states. */
+static void kv_slots(const struct pgd *d, uint64_t *used, uint64_t *waste)
+{
+	const struct pg_kvc *kvc = pg_engine_kvc(d->engine);
+	int n = pg_forward_n_pages(d->fw), pt = pg_forward_page_tokens(d->fw);
+	const int32_t *tokens;
+
+	*used = *waste = 0;
+	for (int p = 0; p < n; p++) {
+		int k;
+
+		if (pg_kvc_page_refs(kvc, p) <= 0)
+			continue;
+		k = pg_kvc_page_tokens(kvc, p, &tokens);
+		if (k < 0)
+			k = 0;
+		*used += (uint64_t)k;
+		*waste += (uint64_t)(pt - k);
+	}
+}
+
+static uint64_t since(uint64_t now, uint64_t base)
+{
+	return now >= base ? now - base : 0;
+}
+
+static void gather_counters(const struct pgd *d, struct pg_stats_counters *c)
+{
+	const struct pgd_stats *s = d->stats;
+	const struct pg_engine_stats *b = &s->base;
+	struct pg_engine_stats st;
+
+	memset(c, 0, sizeof(*c));
+	pg_engine_stats(d->engine, &st);
+	for (int i = 0; i < d->n_live; i++)
+		c->requests_inflight += (uint64_t)d->live[i]->n_inflight;
+	c->seqs_running = (uint64_t)st.n_running;
+	c->seqs_waiting = (uint64_t)st.n_waiting;
+	c->requests_submitted = s->submitted;
+	c->requests_done = since(st.n_done, b->n_done);
+	c->requests_failed = since(st.n_failed, b->n_failed);
+	c->requests_cancelled = since(st.n_cancelled, b->n_cancelled);
+	c->requests_refused = s->refused;
+	c->prompt_tokens = since(st.prompt_tokens, b->prompt_tokens);
+	c->cached_tokens = since(st.cached_tokens, b->cached_tokens);
+	c->generated_tokens = since(st.generated_tokens, b->generated_tokens);
+	c->forward_tokens = since(st.forward_tokens, b->forward_tokens);
+	c->steps = since(st.steps, b->steps);
+	c->step_errors = s->step_errors;
+	c->preemptions = since(st.preemptions, b->preemptions);
+	c->kv_pages = (uint64_t)st.kv.n_pages;
+	c->kv_free = (uint64_t)st.kv.n_free;
+	c->kv_used = (uint64_t)st.kv.n_used;
+	c->kv_cached = (uint64_t)st.kv.n_cached;
+	kv_slots(d, &c->kv_slots_used, &c->kv_slots_waste);
+	c->prefix_queries = since(st.kv.queries, b->kv.queries);
+	c->prefix_query_tokens = since(st.kv.query_tokens, b->kv.query_tokens);
+	c->prefix_hit_pages = since(st.kv.hit_pages, b->kv.hit_pages);
+	c->prefix_hit_tokens = since(st.kv.hit_tokens, b->kv.hit_tokens);
+	c->prefix_evictions = since(st.kv.evictions, b->kv.evictions);
+	c->admin_evicted_pages = s->evicted;
+	c->cow_copies = since(st.kv.cow_copies, b->kv.cow_copies);
+	c->clients_connected = (uint64_t)d->n_live;
+	c->admin_commands = s->admin_commands;
+}
+
+static void gather_device(const struct pgd *d, int i, struct pg_stats_device *o)
+{
+	const struct pg_forward_dev_stats *b = &d->stats->dev_base[i];
+	struct pg_forward_dev_stats f;
+
+	pg_forward_device_stats(d->fw, i, &f);
+	memset(o, 0, sizeof(*o));
+	snprintf(o->name, sizeof(o->name), "%s", f.name);
+	o->stage = f.stage;
+	o->tp_rank = f.tp_rank;
+	o->cp_rank = f.cp_rank;
+	o->first_block = f.first_block;
+	o->n_blocks = f.n_blocks;
+	o->steps = since(f.steps, b->steps);
+	o->busy_ns = since(f.busy_ns, b->busy_ns);
+	o->comm_ns = since(f.comm_ns, b->comm_ns);
+	o->compute_ns = since(o->busy_ns, o->comm_ns);
+	o->bytes_sent = since(f.bytes, b->bytes);
+	o->n_all_reduce = since(f.n_all_reduce, b->n_all_reduce);
+	o->n_all_gather = since(f.n_all_gather, b->n_all_gather);
+	o->n_send = since(f.n_send, b->n_send);
+	o->n_recv = since(f.n_recv, b->n_recv);
+}
+
+static void write_client(struct pgd_stats *s, const struct pgd_client *c,
+			 struct pg_stats_client *o)
+{
+	const struct client_acc *a = client_acc(s, c);
+
+	memset(o, 0, sizeof(*o));
+	o->id = c->id;
+	o->pid = (int32_t)c->pid;
+	o->uid = (uint32_t)c->uid;
+	o->gid = (uint32_t)c->gid;
+	memcpy(o->comm, a->comm, sizeof(o->comm));
+	o->connected_unix_ns = s->unix_at_start_ns + (int64_t)to_ns(c->since);
+	o->inflight = (uint64_t)c->n_inflight;
+	o->requests = a->requests;
+	o->done = a->done;
+	o->prompt_tokens = a->prompt_tokens;
+	o->generated_tokens = a->generated_tokens;
+}
+
+/* ---- publication ---- */
+
+static void publish(struct pgd *d)
+{
+	struct pgd_stats *s = d->stats;
+	struct pg_stats_header *h = s->h;
+	struct pg_stats_counters c;
+	double now;
+
+	gather_counters(d, &c);
+	for (int i = 0; i < s->n_devices; i++)
+		gather_device(d, i, &s->dev_now[i]);
+	now = mono_s();
+	atomic_store_explicit(&h->seq, s->seq + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	h->c = c;
+	memcpy(s->dev_tab, s->dev_now, sizeof(*s->dev_tab) * (size_t)s->n_devices);
+	for (int i = 0; i < s->n_slots; i++) {
+		const struct pgd_client *cl = d->slots[i];
+
+		if (cl)
+			write_client(s, cl, &s->cli_tab[i]);
+		else if (s->cli_tab[i].id)
+			memset(&s->cli_tab[i], 0, sizeof(s->cli_tab[i]));
+	}
+	memcpy(s->hist_tab, s->hist, sizeof(s->hist));
+	h->state = d->draining ? PG_STATS_DRAINING : PG_STATS_SERVING;
+	h->updated_unix_ns = unix_ns();
+	h->uptime_ns = to_ns(now - s->t_start);
+	h->reset_uptime_ns = s->t_reset > 0 ? to_ns(s->t_reset - s->t_start) : 0;
+	h->n_updates++;
+	s->seq += 2;
+	atomic_store_explicit(&h->seq, s->seq, memory_order_release);
+	s->dirty = 0;
+	s->seen_live = d->n_live;
+	s->seen_serial = d->next_serial;
+}
+
+void pgd_stats_tick(struct pgd *d, int force)
+{
+	struct pgd_stats *s = d->stats;
+
+	if (!s)
+		return;
+	if (!s->dirty && s->seen_live == d->n_live && s->seen_serial == d->next_serial)
+		return;
+	if (!force && d->now - s->t_published < s->interval_s)
+		return;
+	publish(d);
+	s->t_published = d->now;
+}
+
+void pgd_stats_reset(struct pgd *d)
+{
+	struct pgd_stats *s = d->stats;
+
+	if (!s)
+		return;
+	pg_engine_stats(d->engine, &s->base);
+	for (int i = 0; i < s->n_devices; i++)
+		pg_forward_device_stats(d->fw, i, &s->dev_base[i]);
+	memset(s->hist, 0, sizeof(s->hist));
+	for (int i = 0; i < s->n_slots; i++) {
+		struct client_acc *a = &s->clients[i];
+
+		a->requests = a->done = a->prompt_tokens = a->generated_tokens = 0;
+	}
+	s->submitted = s->refused = s->evicted = s->admin_commands = 0;
+	s->step_errors = 0;
+	s->t_reset = mono_s();
+	publish(d);
+	s->t_published = d->now;
+}
+
+/* ---- the segment ---- */
+
+/*
+ * The path: cfg->stats_path, else beside the client socket.  Returns 0,
+ * 1 for "none" (no statistics), -1 with a message.
+ */
+static int stats_path(const struct pgd_config *cfg, char *out, size_t len,
+		      char *err, size_t err_len)
+{
+	const char *p = cfg->stats_path;
+
+	if (p && !strcmp(p, "none"))
+		return 1;
+	if (p && (size_t)snprintf(out, len, "%s", p) < len)
+		return 0;
+	if (!p && !pg_stats_path_beside(cfg->socket_path, ".stats", out, len))
+		return 0;
+	snprintf(err, err_len, "--stats-path: the path is too long (at most %zu bytes)", len - 1);
+	return -1;
+}
+
+/* Whether another live daemon publishes at path (its pid in *pid). */
+static int other_daemon(const char *path, pid_t *pid)
+{
+	struct pg_stats_header h;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), live = 0;
+	uint64_t start;
+
+	if (fd < 0)
+		return 0;
+	if (pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+	    h.magic == PG_STATS_MAGIC && h.state != PG_STATS_STOPPED &&
+	    h.pid > 0 && h.pid != getpid() &&
+	    (!kill(h.pid, 0) || errno == EPERM)) {
+		start = pg_stats_pid_start(h.pid);
+		live = !start || !h.pid_start_ticks || start == h.pid_start_ticks;
+		*pid = h.pid;
+	}
+	close(fd);
+	return live;
+}
+
+/* Create the directory of path (the runtime directory) when it is missing. */
+static void make_dir(const char *path)
+{
+	char dir[PATH_MAX];
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return;
+	*slash = '\0';
+	if (!mkdir(dir, 0755))
+		pgd_log(PGD_LOG_INFO, "created %s", dir);
+}
+
+/*
+ * Readable by all (0644), or by the socket's group only (0640) when that
+ * group exists and the file can be given to it.  Never writable but by
+ * the daemon's user.
+ */
+static unsigned file_perms(const struct pgd_config *cfg, int fd)
+{
+	const char *name = cfg->socket_group ? cfg->socket_group : PGD_DEFAULT_GROUP;
+	struct group *g = getgrnam(name);
+	unsigned mode = 0644;
+
+	if (g && !fchown(fd, (uid_t)-1, g->gr_gid))
+		mode = 0640;
+	if (fchmod(fd, mode))
+		pgd_log(PGD_LOG_WARN, "statistics: cannot set the mode of the file: %s", strerror(errno));
+	return mode;
+}
+
+static void copy_str(char *dst, size_t len, const char *src)
+{
+	snprintf(dst, len, "%s", src ? src : "");
+}
+
+/* The facts that do not change while the daemon runs. */
+static void write_static(const struct pgd *d, struct pgd_stats *s)
+{
+	struct pg_stats_header *h = s->h;
+	const struct pg_hparams *hp = &d->m->hp;
+	const struct pg_plan *plan = pg_forward_plan(d->fw);
+	const struct pgd_config *cfg = d->cfg;
+
+	h->magic = PG_STATS_MAGIC;
+	h->version = PG_STATS_VERSION;
+	h->header_bytes = PG_STATS_HEADER_BYTES;
+	h->total_bytes = (uint32_t)s->seg_bytes;
+	h->generation = d->generation;
+	h->pid = (int32_t)getpid();
+	h->state = PG_STATS_STARTING;
+	h->pid_start_ticks = pg_stats_pid_start(getpid());
+	h->start_unix_ns = s->unix_at_start_ns + (int64_t)to_ns(s->t_start);
+	h->interval_ms = (uint32_t)(s->interval_s * 1000 + 0.5);
+	h->n_devices = (uint32_t)s->n_devices;
+	h->dev_off = PG_STATS_HEADER_BYTES;
+	h->n_client_slots = (uint32_t)s->n_slots;
+	h->client_off = h->dev_off + h->n_devices * (uint32_t)sizeof(struct pg_stats_device);
+	h->n_hist = PG_STATS_N_HIST;
+	h->hist_off = h->client_off + h->n_client_slots * (uint32_t)sizeof(struct pg_stats_client);
+	h->n_buckets = PG_STATS_N_BUCKETS;
+	bucket_bounds(h->bucket_le_ns);
+	copy_str(h->model, sizeof(h->model), d->m->name);
+	copy_str(h->arch, sizeof(h->arch), pg_arch_name(hp->arch));
+	copy_str(h->model_path, sizeof(h->model_path), d->m->path);
+	copy_str(h->plan, sizeof(h->plan), cfg->plan_desc);
+	copy_str(h->isa, sizeof(h->isa), pg_forward_isa_name(d->fw));
+	copy_str(h->socket, sizeof(h->socket), cfg->socket_path);
+	copy_str(h->admin_socket, sizeof(h->admin_socket), pgd_admin_path(d->admin));
+	copy_str(h->admin_group, sizeof(h->admin_group), pgd_admin_group(d->admin));
+	h->n_vocab = (uint32_t)hp->n_vocab;
+	h->n_ctx_train = (uint32_t)hp->n_ctx_train;
+	h->n_blocks = (uint32_t)hp->n_blocks;
+	h->n_embd = (uint32_t)hp->n_embd;
+	h->pp = (uint32_t)plan->pp;
+	h->tp = (uint32_t)plan->tp;
+	h->cp = (uint32_t)plan->cp;
+	h->n_threads = (uint32_t)pg_forward_threads(d->fw);
+	h->page_tokens = (uint32_t)pg_forward_page_tokens(d->fw);
+	h->max_clients = (uint32_t)cfg->max_clients;
+	h->max_inflight = (uint32_t)cfg->max_inflight;
+	h->max_prompt = (uint32_t)d->max_prompt;
+	h->max_tokens = (uint32_t)d->max_tokens;
+	s->dev_tab = (struct pg_stats_device *)(s->seg + h->dev_off);
+	s->cli_tab = (struct pg_stats_client *)(s->seg + h->client_off);
+	s->hist_tab = (struct pg_stats_hist *)(s->seg + h->hist_off);
+}
+
+/* Create path's file under a temporary name, map it, then rename it. */
+static int create_segment(const struct pgd *d, struct pgd_stats *s, char *err,
+			  size_t err_len)
+{
+	char tmp[PATH_MAX + 32];
+	struct stat st;
+	unsigned mode;
+
+	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", s->path, (int)getpid());
+	unlink(tmp);
+	s->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (s->fd < 0) {
+		snprintf(err, err_len, "cannot create the statistics file %s: %s (choose another --stats-path, or none)",
+			 tmp, strerror(errno));
+		return -1;
+	}
+	if (ftruncate(s->fd, (off_t)s->seg_bytes))
+		goto out_errno;
+	s->seg = mmap(NULL, s->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	if (s->seg == MAP_FAILED) {
+		s->seg = NULL;
+		goto out_errno;
+	}
+	s->h = (struct pg_stats_header *)s->seg;
+	write_static(d, s);
+	mode = file_perms(d->cfg, s->fd);
+	if (rename(tmp, s->path))
+		goto out_errno;
+	if (!fstat(s->fd, &st)) {
+		s->dev = st.st_dev;
+		s->ino = st.st_ino;
+	}
+	pgd_log(PGD_LOG_INFO, "statistics at %s (mode %04o, %zu bytes, published every %u ms while busy)",
+		s->path, mode, s->seg_bytes, s->h->interval_ms);
+	return 0;
+out_errno:
+	snprintf(err, err_len, "cannot set up the statistics file %s: %s", s->path, strerror(errno));
+	unlink(tmp);
+	return -1;
+}
+
+static int alloc_acc(const struct pgd *d, struct pgd_stats *s)
+{
+	s->n_slots = d->cfg->max_clients;
+	s->n_devices = pg_forward_n_devices(d->fw);
+	s->clients = calloc((size_t)s->n_slots, sizeof(*s->clients));
+	s->dev_base = calloc((size_t)s->n_devices, sizeof(*s->dev_base));
+	s->dev_now = calloc((size_t)s->n_devices, sizeof(*s->dev_now));
+	s->seg_bytes = (size_t)pg_stats_bytes((uint32_t)s->n_devices, (uint32_t)s->n_slots);
+	return s->clients && s->dev_base && s->dev_now ? 0 : -1;
+}
+
+static void stats_free(struct pgd_stats *s)
+{
+	if (s->seg)
+		munmap(s->seg, s->seg_bytes);
+	if (s->fd >= 0)
+		close(s->fd);
+	free(s->clients);
+	free(s->dev_base);
+	free(s->dev_now);
+	free(s);
+}
+
+static void start_clock(const struct pgd *d, struct pgd_stats *s)
+{
+	int ms = d->cfg->stats_interval_ms > 0 ? d->cfg->stats_interval_ms
+					       : PGD_STATS_INTERVAL_MS;
+
+	s->t_start = mono_s();
+	s->unix_at_start_ns = unix_ns() - (int64_t)to_ns(s->t_start);
+	s->interval_s = ms * 1e-3;
+}
+
+int pgd_stats_open(struct pgd *d, char *err, size_t err_len)
+{
+	struct pgd_stats *s = calloc(1, sizeof(*s));
+	pid_t other = 0;
+	int rc;
+
+	if (!s) {
+		snprintf(err, err_len, "out of memory for the statistics");
+		return -1;
+	}
+	s->fd = -1;
+	rc = stats_path(d->cfg, s->path, sizeof(s->path), err, err_len);
+	if (rc) {
+		free(s);
+		return rc < 0 ? -1 : 0;
+	}
+	if (other_daemon(s->path, &other)) {
+		snprintf(err, err_len, "another pagodad (pid %d) publishes its statistics at %s: stop it, or choose another --stats-path",
+			 (int)other, s->path);
+		goto out_free;
+	}
+	if (alloc_acc(d, s)) {
+		snprintf(err, err_len, "out of memory for the statistics");
+		goto out_free;
+	}
+	start_clock(d, s);
+	make_dir(s->path);
+	if (create_segment(d, s, err, err_len))
+		goto out_free;
+	pg_engine_stats(d->engine, &s->base);
+	for (int i = 0; i < s->n_devices; i++)
+		pg_forward_device_stats(d->fw, i, &s->dev_base[i]);
+	d->stats = s;
+	publish(d);
+	return 0;
+out_free:
+	stats_free(s);
+	return -1;
+}
+
+const char *pgd_stats_path(const struct pgd_stats *s)
+{
+	return s ? s->path : NULL;
+}
+
+void pgd_stats_close(struct pgd *d)
+{
+	struct pgd_stats *s = d->stats;
+	struct stat st;
+
+	if (!s)
+		return;
+	atomic_store_explicit(&s->h->seq, s->seq + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	s->h->state = PG_STATS_STOPPED;
+	s->h->updated_unix_ns = unix_ns();
+	atomic_store_explicit(&s->h->seq, s->seq + 2, memory_order_release);
+	if (s->ino && !stat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino)
+		unlink(s->path);
+	stats_free(s);
+	d->stats = NULL;
+}
