@@ -861,6 +861,10 @@ int pgd_conf_set_option(struct pgd_conf *c, const char *option,
 
 	if (i < 0)
 		return 1;
+	if (!*value) {
+		snprintf(err, err_len, "--%s: expected a value, not an empty one", option);
+		return -1;
+	}
 	rc = parse_value(c, &keys[i], value);
 	if (!rc)
 		rc = add_override(c, i, value) ? -ENOMEM : 0;
@@ -1023,13 +1027,17 @@ static void check_access(struct load *l, const char *name, int groups)
 		pgd_access_free(&a);
 }
 
-static void check_group(struct load *l, const char *name)
+/* A group name, or a number (the admin group's must exist, as admin.c wants). */
+static void check_group(struct load *l, const char *name, int must_exist)
 {
 	const char *group = *str_slot(l->c, &keys[key_index(name)]);
 	char loc[300];
 	long long id;
 
-	if (!group || getgrnam(group) || !parse_ll(group, 10, &id))
+	if (!group || getgrnam(group))
+		return;
+	if (!parse_ll(group, 10, &id) && id >= 0 && id < UINT_MAX &&
+	    (!must_exist || getgrgid((gid_t)id)))
 		return;
 	fail(l, origin(l, key_index(name), loc, sizeof(loc)),
 	     "%s: no group named '%s' on this host (create it, or give a group that exists)",
@@ -1045,8 +1053,8 @@ int pgd_conf_check_host(const struct pgd_conf *c, pgd_conf_report_fn report,
 	check_model_and_plan(&l);
 	check_access(&l, "allow_users", 0);
 	check_access(&l, "allow_groups", 1);
-	check_group(&l, "socket_group");
-	check_group(&l, "admin_group");
+	check_group(&l, "socket_group", 0);
+	check_group(&l, "admin_group", 1);
 	return l.oom ? -1 : l.n_errors;
 }
 

@@ -11,6 +11,7 @@
  * limits are enforced is server.c's and request.c's.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "daemon.h"
@@ -22,15 +23,37 @@ static void log_error(void *ctx, const char *msg)
 	pgd_log(PGD_LOG_ERROR, "%s", msg);
 }
 
+/* What a reload did, for its last log line. */
+struct outcome {
+	int n_applied;
+	int n_restart;
+	int level_changed;
+};
+
 static void log_change(void *ctx, const char *key, const char *was,
 		       const char *now, int applied)
 {
-	(void)ctx;
-	if (applied)
+	struct outcome *o = ctx;
+
+	if (applied) {
+		o->n_applied++;
+		o->level_changed |= !strcmp(key, "log_level");
 		pgd_log(PGD_LOG_INFO, "%s changed: %s -> %s", key,
 			*was ? was : "(not set)", *now ? now : "(not set)");
-	else
+	} else {
+		o->n_restart++;
 		pgd_log(PGD_LOG_WARN, "%s changed: restart pagodad to apply it", key);
+	}
+}
+
+/* The level lines are logged at now (pagodactl loglevel may have set it). */
+static enum pgd_log_level current_level(void)
+{
+	int l = PGD_LOG_DEBUG;
+
+	while (l > PGD_LOG_ERROR && !pgd_log_enabled((enum pgd_log_level)l))
+		l--;
+	return (enum pgd_log_level)l;
 }
 
 /* The prompt scratch must hold max_prompt ids; keep the old limit if not. */
@@ -68,31 +91,37 @@ static void update_headers(struct pgd *d)
 	}
 }
 
-/* Apply fresh (checked, its access rules resolved) to the running daemon. */
+/*
+ * Apply fresh (checked, its access rules resolved) to the running daemon.
+ * The log level changes only when the file's does: a level set at run
+ * time (pagodactl loglevel) survives a reload that leaves it alone.
+ */
 static void apply(struct pgd *d, struct pgd_conf *fresh,
 		  struct pgd_access *access)
 {
 	struct pgd_conf *conf = d->cfg->conf;
-	int n, level = conf->log_level > fresh->log_level ? conf->log_level
-							   : fresh->log_level;
+	struct outcome o = { 0 };
+	enum pgd_log_level level = current_level();
 
 	/* the changes are logged at the more verbose of both levels */
-	pgd_log_set_level((enum pgd_log_level)level);
-	n = pgd_conf_apply(conf, fresh, log_change, NULL);
-	pgd_log_set_level((enum pgd_log_level)conf->log_level);
-	if (n < 0) {
+	if ((int)level < fresh->log_level)
+		pgd_log_set_level((enum pgd_log_level)fresh->log_level);
+	if (pgd_conf_apply(conf, fresh, log_change, &o) < 0) {
+		pgd_log_set_level(level);
 		pgd_log(PGD_LOG_ERROR, "SIGHUP: out of memory applying %s: nothing changed",
 			pgd_conf_path(conf));
 		pgd_access_free(access);
 		return;
 	}
+	pgd_log_set_level(o.level_changed ? (enum pgd_log_level)conf->log_level : level);
 	pgd_access_free(&d->access);
 	d->access = *access;
 	pgd_limits_resolve(d);
 	grow_ids(d);
 	update_headers(d);
-	pgd_log(PGD_LOG_INFO, "SIGHUP: %s read again: %d change%s applied",
-		pgd_conf_path(conf), n, n == 1 ? "" : "s");
+	pgd_log(PGD_LOG_INFO, "SIGHUP: %s read again: %d change%s applied, %d to apply at the next start",
+		pgd_conf_path(conf), o.n_applied, o.n_applied == 1 ? "" : "s",
+		o.n_restart);
 }
 
 void pgd_reload(struct pgd *d)

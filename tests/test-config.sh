@@ -200,6 +200,9 @@ check "--max-tokens is the daemon's max_tokens when serving" has "$tmp/o" "max_t
 $bin --config "$tmp/o.conf" --max-inflight many --print-config >/dev/null 2>"$tmp/e"; rc=$?
 check "a bad option value is a usage error (2)" test $rc -eq 2
 check "... named as the option" has "$tmp/e" "--max-inflight 'many': expected an integer in 1..65536"
+$bin --config "$tmp/o.conf" --socket '' --print-config >/dev/null 2>"$tmp/e"; rc=$?
+check "an empty option value is a usage error (2)" test $rc -eq 2
+check "... that says so" has "$tmp/e" "--socket: expected a value"
 
 # ---- the host's checks: model, plan, users, groups ----
 cat >"$tmp/host.conf" <<EOF
@@ -259,7 +262,7 @@ check "at info level: no debug lines" test "$(grep -c 'debug:' "$tmp/live.log")"
 
 write_live 3 debug 5 "drain_timeout = 4"
 kill -HUP "$dpid"
-check "SIGHUP: the reload is logged" wait_log "read again: 3 changes applied"
+check "SIGHUP: the reload is logged" wait_log "read again: 3 changes applied, 1 to apply at the next start"
 check "SIGHUP: max_inflight's change logged" has "$tmp/live.log" "max_inflight changed: 8 -> 3"
 check "SIGHUP: log_level's change logged" has "$tmp/live.log" "log_level changed: info -> debug"
 check "SIGHUP: drain_timeout's change logged" has "$tmp/live.log" "drain_timeout changed: 10 -> 4"
