@@ -384,11 +384,12 @@ static int gen_params(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 				g->max_tokens, d->max_tokens);
 		return -1;
 	}
-	if (g->n_logprobs) {
-		BAD(d, c, e, "log-probabilities (n_logprobs %u) are not provided by this daemon yet: send 0",
-		    g->n_logprobs);
+	if (g->n_logprobs > PG_MAX_LOGPROBS) {
+		BAD(d, c, e, "n_logprobs %u: at most %d log-probabilities per token",
+		    g->n_logprobs, PG_MAX_LOGPROBS);
 		return -1;
 	}
+	sp->n_logprobs = (int)g->n_logprobs;
 	sp->temperature = g->temperature;
 	sp->top_k = g->top_k < 0 ? 0 : g->top_k;
 	sp->top_p = g->top_p > 1.0f ? 1.0f : g->top_p;
@@ -771,6 +772,18 @@ static void send_token(struct pgd *d, struct pgd_req *r,
 
 	cqe.ids[0] = ev->token;
 	pgd_emit(d, r->c, &cqe, ev->text, r->text ? (uint32_t)ev->text_len : 0);
+	if (ev->n_top > 0) {	/* the token's top log-probabilities */
+		struct pg_cqe lq = { .req_id = r->req_id, .type = PG_CQE_LOGPROBS,
+				     .sample = (uint8_t)ev->sample, .n_ids = 1 };
+		struct pg_logprob_wire w[PG_MAX_LOGPROBS];
+		int n = ev->n_top < PG_MAX_LOGPROBS ? ev->n_top : PG_MAX_LOGPROBS;
+
+		for (int i = 0; i < n; i++)
+			w[i] = (struct pg_logprob_wire){ .id = ev->top[i].id,
+							 .logprob = ev->top[i].logprob };
+		lq.ids[0] = ev->token;
+		pgd_emit(d, r->c, &lq, w, (uint32_t)(n * sizeof(w[0])));
+	}
 }
 
 static void send_done(struct pgd *d, struct pgd_req *r,

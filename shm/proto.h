@@ -230,8 +230,8 @@ struct pg_gen_wire {
 	float presence_penalty;
 	float frequency_penalty;
 	uint64_t seed;
-	uint32_t n_logprobs;	/* top log-probabilities per token: must be
-				   0 in this version (see PG_CQE_LOGPROBS) */
+	uint32_t n_logprobs;	/* top log-probabilities per token, 0 .. 20
+				   (see PG_CQE_LOGPROBS) */
 	uint32_t reserved[5];
 };
 static_assert(sizeof(struct pg_gen_wire) == 96, "pg_gen_wire");
@@ -252,9 +252,12 @@ enum pg_cqe_type {
 	PG_CQE_TOKENS_RESULT = 5,	/* TOKENIZE: payload int32_t ids */
 	PG_CQE_TEXT_RESULT = 6,	/* DETOKENIZE: payload UTF-8 */
 	PG_CQE_INFO = 7,	/* payload: struct pg_info_wire */
-	PG_CQE_LOGPROBS = 8,	/* reserved: log-probabilities are not sent
-				   yet (GENERATE with n_logprobs > 0 is
-				   refused with PG_EINVAL) */
+	PG_CQE_LOGPROBS = 8,	/* right after the TOKENS entry of one token
+				   (n_ids 1), when the request asked for
+				   n_logprobs: payload struct pg_logprob_wire
+				   × n_logprobs, the top tokens best first
+				   (after penalties, before truncation and
+				   temperature); ids[0] is the token */
 };
 
 enum pg_finish_wire {

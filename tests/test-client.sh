@@ -84,6 +84,16 @@ check "--json: tokens events" grep -q '^{"event":"tokens","id":[0-9]*,"sample":0
 check "--json: the last line is the done object" sh -c "tail -n 1 '$tmp/j' | grep -q '^{\"event\":\"done\".*\"last\":true,\"finish\":\"length\"'"
 check "--json: 12 tokens generated" grep -q '"n_gen":12,' "$tmp/j"
 check "--json: figures" grep -q '"ttft_s":[0-9.]*,"itl_s":[0-9.]*' "$tmp/j"
+
+# --logprobs: one logprobs event per token, 3 entries each, the greedy
+# token first with a log-probability <= 0
+$c --json generate --temperature 0 --max-tokens 6 --ignore-eos --logprobs 3 "hello there" >"$tmp/lp"
+check "--logprobs exits 0" test $? -eq 0
+check "--logprobs: one logprobs event per token" test "$(grep -c '"event":"logprobs"' "$tmp/lp")" -eq 6
+check "--logprobs: three per token, the chosen (greedy) token first" sh -c "
+	grep '\"event\":\"tokens\"' '$tmp/lp' | sed 's/.*\"ids\":\[\([0-9]*\)\].*/\1/' >'$tmp/lp.ids'
+	grep '\"event\":\"logprobs\"' '$tmp/lp' | sed 's/.*\"logprobs\":\[{\"id\":\([0-9]*\),\"logprob\":-\{0,1\}[0-9.e-]*}\(,{[^}]*}\)\{2\}\]}/\1/' >'$tmp/lp.top'
+	cmp -s '$tmp/lp.ids' '$tmp/lp.top'"
 check "--json: one event a line" test "$(grep -c '^{"event":' "$tmp/j")" -eq "$(wc -l <"$tmp/j")"
 
 # n samples
