@@ -18,15 +18,21 @@ static void help_type(FILE *f, const char *name, const char *type, const char *h
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Whole numbers print as such; other values with nine decimals. */
+/* A sample's value: whole numbers as such, others with nine decimals. */
+static void value(FILE *f, double v)
+{
+	if (v >= 0 && v < 9007199254740992.0 && v == (double)(uint64_t)v)
+		fprintf(f, " %llu\n", (unsigned long long)v);
+	else
+		fprintf(f, " %.9f\n", v);
+}
+
 static void metric(FILE *f, const char *name, const char *type, const char *help,
 		   double v)
 {
 	help_type(f, name, type, help);
-	if (v == (double)(uint64_t)v && v < 9007199254740992.0)
-		fprintf(f, "%s %llu\n", name, (unsigned long long)v);
-	else
-		fprintf(f, "%s %.9f\n", name, v);
+	fputs(name, f);
+	value(f, v);
 }
 
 static void label_value(FILE *f, const char *s, size_t max)
@@ -115,8 +121,9 @@ static void device_family(FILE *f, const struct ctl_snap *s, const char *name,
 		}
 		fprintf(f, "%s{device=\"", name);
 		label_value(f, d->name, sizeof(d->name));
-		fprintf(f, "\",stage=\"%d\",tp_rank=\"%d\",cp_rank=\"%d\"} %.9f\n",
-			d->stage, d->tp_rank, d->cp_rank, v);
+		fprintf(f, "\",stage=\"%d\",tp_rank=\"%d\",cp_rank=\"%d\"}",
+			d->stage, d->tp_rank, d->cp_rank);
+		value(f, v);
 	}
 }
 

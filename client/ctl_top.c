@@ -102,13 +102,17 @@ static void frame_latency(FILE *f, const struct ctl_snap *s, const struct ctl_sn
 {
 	int recent = same_daemon(prev, s);
 
-	fprintf(f, "Latency (%s):", recent ? "last interval" : "since start");
+	static const char *const short_names[PG_STATS_N_HIST] = {
+		"first token", "between tokens", "queue", "request", "step",
+	};
+
+	fprintf(f, "Latency:  p50/p99 %s:", recent ? "this interval" : "since start");
 	for (int i = 0; i < PG_STATS_N_HIST; i++) {
 		struct pg_stats_hist d;
 		char p50[24], p99[24];
 
 		hist_delta(&s->hist[i], recent ? &prev->hist[i] : NULL, &d);
-		fprintf(f, "%s %s p50 %s p99 %s", i ? "," : "", ctl_hist_names[i],
+		fprintf(f, "%s %s %s/%s", i == 3 ? "\n         " : i ? "," : "", short_names[i],
 			ctl_fmt_dur(ctl_hist_quantile(s->h, &d, 0.5), p50, sizeof(p50)),
 			ctl_fmt_dur(ctl_hist_quantile(s->h, &d, 0.99), p99, sizeof(p99)));
 	}

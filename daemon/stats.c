@@ -318,19 +318,24 @@ int pgd_stats_engine_errors(const struct pgd_stats *s, double window_s,
 
 /* ---- gathering ---- */
 
-/* Written slots of the used pages: a scan of the pool's page states. */
-static void kv_slots(const struct pgd *d, uint64_t *used, uint64_t *waste)
+/*
+ * Written slots of the n_used used pages: a scan of the pool's page
+ * states, which stops at the last used page (an idle engine uses none).
+ */
+static void kv_slots(const struct pgd *d, int n_used, uint64_t *used,
+		     uint64_t *waste)
 {
 	const struct pg_kvc *kvc = pg_engine_kvc(d->engine);
 	int n = pg_forward_n_pages(d->fw), pt = pg_forward_page_tokens(d->fw);
 	const int32_t *tokens;
 
 	*used = *waste = 0;
-	for (int p = 0; p < n; p++) {
+	for (int p = 0, seen = 0; p < n && seen < n_used; p++) {
 		int k;
 
 		if (pg_kvc_page_refs(kvc, p) <= 0)
 			continue;
+		seen++;
 		k = pg_kvc_page_tokens(kvc, p, &tokens);
 		if (k < 0)
 			k = 0;
@@ -372,7 +377,7 @@ static void gather_counters(const struct pgd *d, struct pg_stats_counters *c)
 	c->kv_free = (uint64_t)st.kv.n_free;
 	c->kv_used = (uint64_t)st.kv.n_used;
 	c->kv_cached = (uint64_t)st.kv.n_cached;
-	kv_slots(d, &c->kv_slots_used, &c->kv_slots_waste);
+	kv_slots(d, st.kv.n_used, &c->kv_slots_used, &c->kv_slots_waste);
 	c->prefix_queries = since(st.kv.queries, b->kv.queries);
 	c->prefix_query_tokens = since(st.kv.query_tokens, b->kv.query_tokens);
 	c->prefix_hit_pages = since(st.kv.hit_pages, b->kv.hit_pages);

@@ -275,6 +275,32 @@ else
 	echo "SKIP: the non-admin checks need root and setpriv"
 fi
 
+# ---- communication per device under a tensor-parallel plan ----
+tsock=$tmp/tp.sock
+$pagodad --model "$tmp/tiny.gguf" --socket "$tsock" --foreground \
+	--devices cpu:0,cpu:1 --tensor-parallel 2 2>>"$tmp/daemon.log" &
+tpid=$!
+for i in $(seq 1 100); do
+	$pagoda -s "$tsock" ping --count 1 >/dev/null 2>&1 && break
+	sleep 0.1
+done
+$pagoda -s "$tsock" generate --ignore-eos --max-tokens 8 "split in two" >/dev/null
+$ctl -s "$tsock" stats --json -i 0 >"$tmp/tp"
+check "TP 2: two devices" grep -q '"devices":\[{"name":"cpu:0".*},{"name":"cpu:1","stage":0,"tp_rank":1,' "$tmp/tp"
+check "TP 2: all-reduces counted" grep -q '"name":"cpu:1".*"all_reduce":[1-9][0-9]*,' "$tmp/tp"
+check "TP 2: bytes sent counted" grep -q '"name":"cpu:1".*"bytes_sent":[1-9][0-9]*,' "$tmp/tp"
+check "TP 2: communication time" grep -q '"name":"cpu:1".*"comm_s":0\.[0-9]*[1-9]' "$tmp/tp"
+$ctl -s "$tsock" stats -i 0 | grep -q "^ *cpu:1 *0 *1 *0 .*%"
+check "TP 2: the stats table's device line" test $? -eq 0
+$ctl -s "$tsock" metrics >"$tmp/tpm"
+check "TP 2: pagoda_allreduce_total per device" \
+	grep -q '^pagoda_allreduce_total{device="cpu:1",stage="0",tp_rank="1",cp_rank="0"} [1-9]' "$tmp/tpm"
+check "TP 2: pagoda_device_comm_seconds_total" \
+	grep -q '^pagoda_device_comm_seconds_total{device="cpu:0",.*} 0\.[0-9]*[1-9]' "$tmp/tpm"
+kill "$tpid"
+wait "$tpid"
+check "the TP daemon exits 0" test $? -eq 0
+
 # ---- a daemon that stopped, and one that died ----
 $ctl -s "$tmp/nothing.sock" stats 2>"$tmp/nd"
 check "no daemon: 3" test $? -eq 3
@@ -292,10 +318,14 @@ start_daemon
 $c stats -i 0 >/dev/null
 check "a new daemon takes over the files" test $? -eq 0
 kill "$dpid"
-wait "$dpid" 2>/dev/null
+wait "$dpid"
+check "pagodad exits 0 after SIGTERM" test $? -eq 0
 dpid=
 check "a clean stop removes the statistics file" test ! -e "$stats"
 check "... and the admin socket" test ! -e "$admin"
+
+check "no sanitizer report in the daemon's log" \
+	test -z "$(grep -E 'AddressSanitizer|LeakSanitizer|runtime error' "$tmp/daemon.log")"
 
 if [ $fail != 0 ]; then
 	echo "--- daemon log"
