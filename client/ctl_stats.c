@@ -198,6 +198,19 @@ static int daemon_alive(const struct pg_stats_header *h, const char *path,
 	return 1;
 }
 
+/* The header's strings end within their fields, whoever wrote the file. */
+static void terminate_strings(struct pg_stats_header *h)
+{
+	h->model[sizeof(h->model) - 1] = '\0';
+	h->arch[sizeof(h->arch) - 1] = '\0';
+	h->model_path[sizeof(h->model_path) - 1] = '\0';
+	h->plan[sizeof(h->plan) - 1] = '\0';
+	h->isa[sizeof(h->isa) - 1] = '\0';
+	h->socket[sizeof(h->socket) - 1] = '\0';
+	h->admin_socket[sizeof(h->admin_socket) - 1] = '\0';
+	h->admin_group[sizeof(h->admin_group) - 1] = '\0';
+}
+
 int ctl_seg_read(const struct ctl_seg *seg, struct ctl_snap *snap, char *err,
 		 size_t err_len)
 {
@@ -222,6 +235,7 @@ int ctl_seg_read(const struct ctl_seg *seg, struct ctl_snap *snap, char *err,
 		free(buf);
 		return CTL_DOWN;
 	}
+	terminate_strings((struct pg_stats_header *)buf);
 	ctl_snap_free(snap);
 	snap->buf = buf;
 	snap->bytes = seg->bytes;
