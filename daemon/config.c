@@ -224,10 +224,31 @@ static int set_defaults(struct pgd_conf *c)
 	for (int i = 0; i < N_KEYS; i++) {
 		const char **s = str_slot(c, &keys[i]);
 
-		if (is_str(&keys[i]) && *s && !(*s = strdup(*s)))
-			return -1;
+		if (!is_str(&keys[i]) || !*s || (*s = strdup(*s)))
+			continue;
+		while (++i < N_KEYS)	/* no literal may reach free() */
+			if (is_str(&keys[i]))
+				*str_slot(c, &keys[i]) = NULL;
+		return -1;
 	}
 	return 0;
+}
+
+/* The bytes of key k's value in struct pgd_conf. */
+static size_t value_bytes(const struct key *k)
+{
+	switch (k->type) {
+	case T_STR:
+	case T_MODEL: return sizeof(const char *);
+	case T_SIZE: return sizeof(size_t);
+	case T_SIZE32:
+	case T_SLOTS: return sizeof(uint32_t);
+	case T_FRACTION:
+	case T_SECONDS: return sizeof(double);
+	case T_MODE: return sizeof(unsigned);
+	case T_KV_TYPE: return sizeof(enum pg_dtype);
+	default: return sizeof(int);
+	}
 }
 
 /* Copy key k's value from src to dst.  Returns 0, or -1 out of memory. */
@@ -237,11 +258,7 @@ static int copy_value(struct pgd_conf *dst, const struct pgd_conf *src,
 	const char *s;
 
 	if (!is_str(k)) {
-		size_t n = k->type == T_SIZE ? sizeof(size_t) :
-			   k->type == T_FRACTION || k->type == T_SECONDS ?
-			   sizeof(double) : sizeof(int);
-
-		memcpy(slot(dst, k), slot(src, k), n);
+		memcpy(slot(dst, k), slot(src, k), value_bytes(k));
 		return 0;
 	}
 	s = *str_slot(src, k);
