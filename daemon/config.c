@@ -715,6 +715,7 @@ static int is_key_line(struct load *l, const char *p, int num)
 static char *read_line(char *str, int num, void *stream)
 {
 	struct load *l = stream;
+	char loc[300];
 	ssize_t n;
 	char *p;
 
@@ -728,10 +729,14 @@ static char *read_line(char *str, int num, void *stream)
 	p = l->buf;
 	while (n > 0 && (p[n - 1] == '\n' || p[n - 1] == '\r'))
 		p[--n] = '\0';
+	str[0] = '\0';
+	if (memchr(p, '\0', (size_t)n)) {
+		fail(l, here(l, loc, sizeof(loc)), "the line holds a NUL byte: pagodad.conf is text");
+		return str;
+	}
 	if (l->line == 1 && !strncmp(p, "\xef\xbb\xbf", 3))
 		p += 3;		/* a UTF-8 byte order mark */
 	p += strspn(p, " \t");
-	str[0] = '\0';
 	if (is_key_line(l, p, num))
 		memcpy(str, p, strlen(p) + 1);
 	return str;

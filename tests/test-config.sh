@@ -177,6 +177,9 @@ check "the error count: 22 errors" has "$tmp/e" "22 errors in the configuration"
 check "errors: nothing on standard output" test ! -s "$tmp/o"
 $bin --config "$tmp/bad.conf" --print-config >"$tmp/o" 2>/dev/null; rc=$?
 check "errors: --print-config exits 1 and prints nothing" test $rc -eq 1 -a ! -s "$tmp/o"
+printf '[limits]\nmax_inflight = 4\0junk\n' >"$tmp/nul.conf"
+$bin --config "$tmp/nul.conf" --check-config 2>"$tmp/e" >/dev/null; rc=$?
+check "a NUL byte is an error, not the end of the line" has "$tmp/e" "$tmp/nul.conf:2: the line holds a NUL byte"
 $bin --config "$tmp/none.conf" --check-config 2>"$tmp/e"; rc=$?
 check "a missing --config file exits 1" test $rc -eq 1
 check "a missing --config file is named" has "$tmp/e" "cannot open $tmp/none.conf"
