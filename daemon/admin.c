@@ -148,7 +148,7 @@ static int arm_linked(struct pgd *d, struct conn *k, enum sub_op op,
 		      void *buf, size_t len, struct __kernel_timespec *ts)
 {
 	uint32_t slot = (uint32_t)(k - d->admin->conn);
-	struct io_uring_sqe *sqe;
+	struct io_uring_sqe *sqe, *op_sqe;
 
 	if (io_uring_sq_space_left(&d->ring) < 2)
 		io_uring_submit(&d->ring);
@@ -161,7 +161,12 @@ static int arm_linked(struct pgd *d, struct conn *k, enum sub_op op,
 		io_uring_prep_send(sqe, k->fd, buf, len, MSG_NOSIGNAL);
 	sqe->user_data = tag(op, slot, k->serial);
 	sqe->flags |= IOSQE_IO_LINK;
+	op_sqe = sqe;
 	sqe = get_sqe(d);
+	if (!sqe) {	/* it goes without its timeout, linked to nothing */
+		op_sqe->flags &= (uint8_t)~IOSQE_IO_LINK;
+		return 0;
+	}
 	io_uring_prep_link_timeout(sqe, ts, 0);
 	sqe->user_data = tag(SUB_TIMEOUT, 0, 0);
 	return 0;
@@ -660,30 +665,46 @@ static int authorized(const struct pgd_admin *a, int fd, const struct ucred *cr)
 	return a->gid != (gid_t)-1 && peer_in_group(fd, cr, a->gid);
 }
 
-/* Refuse the peer on fd: a short answer now (it fits any socket buffer). */
-static void refuse(const struct pgd_admin *a, int fd, const struct ucred *cr)
+/*
+ * Answer the peer on fd at once, without reading its request, and close:
+ * a short answer fits any socket buffer.
+ */
+static void answer_now(int fd, pid_t pid, int status, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void answer_now(int fd, pid_t pid, int status, const char *fmt, ...)
 {
 	struct {
 		struct pg_admin_reply h;
 		char text[400];
 	} r = { .h = { .magic = PG_ADMIN_MAGIC, .version = PG_ADMIN_VERSION,
-		       .status = EACCES } };
+		       .status = status } };
+	va_list ap;
 	int n;
 
-	if (a->group[0])
-		n = snprintf(r.text, sizeof(r.text),
-			     "permission denied: pagodad's admin commands are for root and the group '%s'; uid %u is not in it (add the user to '%s', e.g. usermod -aG %s USER, then log in again)\n",
-			     a->group, (unsigned)cr->uid, a->group, a->group);
-	else
-		n = snprintf(r.text, sizeof(r.text),
-			     "permission denied: pagodad's admin commands are for root only (no admin group: create the group '%s', or start pagodad with --admin-group GROUP)\n",
-			     PGD_DEFAULT_ADMIN_GROUP);
+	va_start(ap, fmt);
+	n = vsnprintf(r.text, sizeof(r.text), fmt, ap);
+	va_end(ap);
+	if (n >= (int)sizeof(r.text))
+		n = (int)sizeof(r.text) - 1;
 	r.h.len = (uint32_t)n;
+	if (send(fd, &r, sizeof(r.h) + (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		pgd_log(PGD_LOG_DEBUG, "admin: cannot answer pid %d: %s", (int)pid, strerror(errno));
+	close(fd);
+}
+
+static void refuse(const struct pgd_admin *a, int fd, const struct ucred *cr)
+{
 	pgd_log(PGD_LOG_INFO, "admin: refused pid %d uid %u: not root nor in the admin group",
 		(int)cr->pid, (unsigned)cr->uid);
-	if (send(fd, &r, sizeof(r.h) + (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-		pgd_log(PGD_LOG_DEBUG, "admin: cannot tell pid %d: %s", (int)cr->pid, strerror(errno));
-	close(fd);
+	if (a->group[0])
+		answer_now(fd, cr->pid, EACCES,
+			   "permission denied: pagodad's admin commands are for root and the group '%s'; uid %u is not in it (add the user to '%s', e.g. usermod -aG %s USER, then log in again)\n",
+			   a->group, (unsigned)cr->uid, a->group, a->group);
+	else
+		answer_now(fd, cr->pid, EACCES,
+			   "permission denied: pagodad's admin commands are for root only (no admin group: create the group '%s', or start pagodad with --admin-group GROUP)\n",
+			   PGD_DEFAULT_ADMIN_GROUP);
 }
 
 static struct conn *free_conn(struct pgd_admin *a)
@@ -719,7 +740,8 @@ static void on_accept(struct pgd *d, int res)
 	k = free_conn(a);
 	if (!k) {
 		pgd_log(PGD_LOG_WARN, "admin: %d connections already: pid %d must retry", MAX_CONN, (int)cr.pid);
-		close(res);
+		answer_now(res, cr.pid, EBUSY, "pagodad is serving %d admin connections already: retry in a few seconds\n",
+			   MAX_CONN);
 		return;
 	}
 	memset(k, 0, sizeof(*k));
