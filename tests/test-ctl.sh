@@ -104,6 +104,14 @@ for i in 1 2 3; do
 	want_gen=$((want_gen + 20))
 	n_req=$((n_req + 1))
 done
+# snapshots taken while the daemon writes are whole: the pages add up
+torn=0
+for i in $(seq 1 10); do
+	$c stats --json -i 0 >"$tmp/snap"
+	[ $(( $(num "$tmp/snap" kv used) + $(num "$tmp/snap" kv cached) + $(num "$tmp/snap" kv free) )) = \
+	  "$(num "$tmp/snap" kv pages)" ] || torn=1
+done
+check "every snapshot under load adds up (used + cached + free = pages)" test $torn = 0
 for p in $pids; do wait "$p" || { echo "FAIL: a concurrent generate"; fail=1; }; done
 
 $c stats --json -i 0 >"$tmp/s1"
