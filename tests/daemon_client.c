@@ -1121,7 +1121,7 @@ static void mod_flags(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->flags = 0
 static void mod_nstop(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->n_stop = 1000; }
 static void mod_stop_unterminated(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->n_stop = 1; }
 static void mod_max_tokens(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->max_tokens = 1u << 30; }
-static void mod_logprobs(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->n_logprobs = 3; }
+static void mod_logprobs(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->n_logprobs = 21; }
 static void mod_odd_prompt(struct pg_gen_wire *w, uint8_t *b) { (void)b; w->prompt_bytes = 7; }
 
 static void garbage_crafted(struct conn *c)
@@ -1139,7 +1139,7 @@ static void garbage_crafted(struct conn *c)
 		{ mod_nstop, PG_EINVAL, "n_stop 1000" },
 		{ mod_stop_unterminated, PG_EINVAL, "a stop string without its NUL" },
 		{ mod_max_tokens, PG_ETOOBIG, "max_tokens over the limit" },
-		{ mod_logprobs, PG_EINVAL, "log-probabilities" },
+		{ mod_logprobs, PG_EINVAL, "21 log-probabilities per token" },
 		{ mod_odd_prompt, PG_EINVAL, "a token prompt of 7 bytes" },
 	};
 	struct pg_sqe e = { .op = PG_OP_GENERATE };
