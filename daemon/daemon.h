@@ -136,6 +136,8 @@ struct pgd {
 					   non-blocking eventfd with EAGAIN:
 					   poll doorbells instead */
 	struct __kernel_timespec hello_timeout;
+	struct __kernel_timespec watchdog_ts;	/* half of $WATCHDOG_USEC;
+						   zero: no pings */
 	struct signalfd_siginfo sig_buf;
 	struct pgd_handshake hs[PGD_MAX_HANDSHAKES];
 	int n_handshakes;

@@ -23,7 +23,10 @@ void pgd_log_set_level(enum pgd_log_level level);
 /* pgd_log_enabled - whether a line of this level would be written. */
 int pgd_log_enabled(enum pgd_log_level level);
 
-/* pgd_log - write "pagodad: LEVEL: message" to standard error. */
+/*
+ * pgd_log - write "pagodad: LEVEL: message" to standard error, or
+ * "<PRIORITY>message" when standard error is systemd's journal.
+ */
 void pgd_log(enum pgd_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

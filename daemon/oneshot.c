@@ -33,6 +33,7 @@
 #include "engine/plan.h"
 #include "engine/tokenizer.h"
 #include "log.h"
+#include "notify.h"
 #include "server.h"
 
 #define MAX_STOP 16
@@ -763,8 +764,11 @@ static int run_daemon(struct options *o, const struct pg_model *m)
 		fprintf(stderr, "pagodad: cannot block signals: %s\n", strerror(-rc));
 		return 1;
 	}
-	if (make_forward(o, m, &fw, &plan))
+	pgd_notify_status("placing %s on its devices and allocating the KV cache", m->name);
+	if (make_forward(o, m, &fw, &plan)) {
+		pgd_notify_status("cannot place the model: see the log");
 		return 1;
+	}
 	c->daemon.plan_desc = pgd_conf_parallel_given(c) ? plan->reason : "one CPU device, threads not pinned";
 	c->daemon.max_batch_tokens = c->max_batch_tokens;
 	c->daemon.max_batch_seqs = c->max_batch_seqs;
@@ -797,9 +801,13 @@ static int run_mode(struct options *o, double t0)
 	if (o->plan_only)
 		return run_plan(o, path);
 	vocab_only = (o->tokenize || o->tokenize_file) && !o->prompt && !o->prompt_file;
+	if (serve)
+		pgd_notify_status("loading model %s", path);
 	rc = pg_model_load(path, vocab_only, &m, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "pagodad: %s\n", err);
+		if (serve)
+			pgd_notify_status("cannot load %s: %s", path, err);
 		if (rc == -ENOENT && !o->conf->model)
 			fprintf(stderr, "pagodad: fetch the default model with scripts/fetch-model, or pass --model FILE\n");
 		return 1;

@@ -52,6 +52,7 @@
 #include "engine/plan.h"
 #include "engine/tokenizer.h"
 #include "log.h"
+#include "notify.h"
 #include "stats.h"
 
 /* Seconds a new connection has to send its hello. */
@@ -116,6 +117,7 @@ enum op_kind {
 	OP_SIGNAL,
 	OP_CANCEL,
 	OP_WAKE,		/* a write to a client's completion doorbell */
+	OP_WATCHDOG,		/* time for the service manager's ping */
 };
 
 #define SERIAL_MASK ((1ull << 40) - 1)
@@ -166,6 +168,23 @@ static void arm_signal(struct pgd *d)
 	if (sqe) {
 		io_uring_prep_read(sqe, d->sig_fd, &d->sig_buf, sizeof(d->sig_buf), 0);
 		sqe->user_data = tag(OP_SIGNAL, 0, 0);
+	}
+}
+
+/*
+ * The watchdog's timer: the ping goes out when the loop reaps it, so a
+ * loop that hangs stops pinging and systemd restarts the daemon.
+ */
+static void arm_watchdog(struct pgd *d)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!d->watchdog_ts.tv_sec && !d->watchdog_ts.tv_nsec)
+		return;
+	sqe = get_sqe(d, tag(OP_WATCHDOG, 0, 0));
+	if (sqe) {
+		io_uring_prep_timeout(sqe, &d->watchdog_ts, 0, 0);
+		sqe->user_data = tag(OP_WATCHDOG, 0, 0);
 	}
 }
 
@@ -592,9 +611,11 @@ static void on_signal(struct pgd *d, int res)
 		d->stop_signal = sig;
 		return;
 	}
-	if (sig == SIGHUP)
+	if (sig == SIGHUP) {
+		pgd_notify_reloading();
 		pgd_reload(d);
-	else if (res < 0)
+		pgd_notify("READY=1");
+	} else if (res < 0)
 		pgd_log(PGD_LOG_WARN, "reading signals: %s", strerror(-res));
 	arm_signal(d);
 }
@@ -648,6 +669,10 @@ static void on_cqe(struct pgd *d, uint64_t ud, int res)
 		return;
 	case OP_SIGNAL:
 		on_signal(d, res);
+		return;
+	case OP_WATCHDOG:
+		pgd_notify("WATCHDOG=1");
+		arm_watchdog(d);
 		return;
 	case OP_HUP:
 	case OP_BELL:
@@ -843,6 +868,7 @@ static void run_loop(struct pgd *d)
 			close_dead(d);
 		pgd_admin_tick(d);
 		pgd_stats_tick(d, 0);
+		pgd_notify_serving(d->n_live);
 		arm_accept(d);
 		if (io_uring_sq_ready(&d->ring))
 			io_uring_submit(&d->ring);
@@ -964,8 +990,12 @@ static int start_ring(struct pgd *d, char *err, size_t err_len)
 
 static int daemon_start(struct pgd *d, char *err, size_t err_len)
 {
+	uint64_t wd_ns = pgd_notify_watchdog_ns();
+
 	d->generation = new_generation();
 	d->listen_fd = d->sig_fd = -1;
+	d->watchdog_ts.tv_sec = (long long)(wd_ns / 1000000000u);
+	d->watchdog_ts.tv_nsec = (long long)(wd_ns % 1000000000u);
 	if (resolve_limits(d, err, err_len) ||
 	    pgd_access_init(&d->access, d->cfg->allow_users,
 			    d->cfg->allow_groups, err, err_len))
@@ -980,6 +1010,7 @@ static int daemon_start(struct pgd *d, char *err, size_t err_len)
 		return -1;
 	arm_signal(d);
 	arm_accept(d);
+	arm_watchdog(d);
 	io_uring_submit(&d->ring);
 	return 0;
 }
@@ -1063,10 +1094,14 @@ int pgd_serve(const struct pgd_config *cfg, const struct pg_model *m,
 	d->fw = fw;
 	if (daemon_start(d, err, sizeof(err))) {
 		pgd_log(PGD_LOG_ERROR, "%s", err);
+		pgd_notify_status("cannot start: %s", err);
 		status = 1;
 	} else {
 		log_start(d);
+		pgd_notify("READY=1");
 		run_loop(d);
+		pgd_notify("STOPPING=1\nSTATUS=stopping (%s)",
+			   d->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
 		stop_clients(d, d->stop_signal);
 	}
 	daemon_stop(d);
