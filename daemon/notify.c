@@ -164,13 +164,3 @@ uint64_t pgd_notify_watchdog_ns(void)
 	}
 	return v * 1000u / 2;
 }
-
-void pgd_notify_close(void)
-{
-	if (nt.fd >= 0)
-		close(nt.fd);
-	nt.fd = -1;
-	nt.state = 0;
-	nt.warned = 0;
-	nt.n_serving = -1;
-}

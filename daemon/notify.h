@@ -48,7 +48,4 @@ uint64_t pgd_notify_watchdog_ns(void);
  */
 void pgd_notify_reloading(void);
 
-/* pgd_notify_close - close the socket (the next call opens it again). */
-void pgd_notify_close(void);
-
 #endif
