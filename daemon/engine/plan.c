@@ -779,25 +779,45 @@ static int kv_replicated(const struct pg_model_facts *f, int tp)
 }
 
 /*
- * Fill p with pp x tp x cp of dev[] and the cut.  Blocks all cost
- * block_bytes (decode reads each weight once per step); the last stage
- * also reads the output head.
+ * Multiply-adds per token of one block and of the output head: what a
+ * stage of one-thread-per-core CPU devices spends its time on (8-bit dot
+ * products are compute-bound there), where a GPU's decode step is bound
+ * by the bytes it reads.
+ */
+static uint64_t block_macs(const struct pg_model_facts *f)
+{
+	uint64_t d = (uint64_t)f->n_embd;
+	uint64_t q = (uint64_t)f->n_heads * (uint64_t)f->head_dim;
+	uint64_t kv = (uint64_t)f->n_kv_heads * (uint64_t)f->head_dim;
+
+	return d * (q + 2 * kv) + q * d + 3 * d * (uint64_t)f->n_ff;
+}
+
+/*
+ * Fill p with pp x tp x cp of dev[] and the cut.  Blocks all cost the
+ * same; the last stage also pays for the output head.  The cost is
+ * multiply-adds for CPU devices and bytes for GPUs (decode reads each
+ * weight once per step): on SmolLM2 a Q8_0 output head weighs 14 Q4_1
+ * blocks in bytes but 8 in multiply-adds.
  */
 static int plan_build(struct pg_plan *p, const struct pg_device *dev, int pp,
 		      int tp, int cp, const struct pg_model_facts *f,
 		      const struct sizing *z, char *err, size_t err_len)
 {
 	uint64_t *cost;
-	int rc = check_counts(pp, tp, cp, f, z, err, err_len);
+	int cpu, rc = check_counts(pp, tp, cp, f, z, err, err_len);
 
 	if (rc)
 		return rc;
 	cost = malloc(sizeof(*cost) * (size_t)f->n_blocks);
 	if (!cost)
 		return -ENOMEM;
+	cpu = dev[0].kind == PG_DEV_CPU;
 	for (int i = 0; i < f->n_blocks; i++)
-		cost[i] = f->block_bytes;
-	rc = pg_plan_cut(cost, f->n_blocks, f->output_bytes, pp, p->first_block);
+		cost[i] = cpu ? block_macs(f) : f->block_bytes;
+	rc = pg_plan_cut(cost, f->n_blocks,
+			 cpu ? (uint64_t)f->n_vocab * (uint64_t)f->n_embd :
+			       f->output_bytes, pp, p->first_block);
 	free(cost);
 	if (rc)
 		return fail(err, err_len, "cannot cut %d blocks into %d stages", f->n_blocks, pp);
