@@ -22,7 +22,9 @@
  *  - CP rank c holds its share of every page's token slots; attention over
  *    it returns the softmax's log-sum-exp, the ranks all-gather their
  *    partial outputs and merge them exactly.  Matrix products are repeated
- *    on every CP rank (CP buys KV memory and attention time, not FLOPs).
+ *    on every CP rank (CP buys KV memory and attention time, not FLOPs),
+ *    except the output head, which CP ranks split by vocabulary when there
+ *    is no TP to split it.
  * Up to pp batches are in flight, so that stages overlap (micro-batches).
  */
 #include <errno.h>
@@ -267,6 +269,12 @@ static int localize_weights(struct device *d, int node)
 	return 0;
 }
 
+/* The ranks that share the output head by vocabulary: TP's, else CP's. */
+static int head_size(const struct pg_plan *pl)
+{
+	return pl->tp > 1 ? pl->tp : pl->cp;
+}
+
 static int alloc_scratch(struct pg_forward *fw, struct device *d)
 {
 	const struct pg_hparams *hp = &fw->m->hp;
@@ -460,8 +468,9 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	d->nq = h1 - d->h0;
 	d->nkv = k1 - d->k0;
 	d->nff = f1 - d->f0;
-	d->vpad = (hp->n_vocab + pl->tp - 1) / pl->tp;
-	d->v0 = d->t * d->vpad;
+	/* the output head is split over the TP ranks, else over the CP ranks */
+	d->vpad = (hp->n_vocab + head_size(pl) - 1) / head_size(pl);
+	d->v0 = (pl->tp > 1 ? d->t : d->c) * d->vpad;
 	d->nv = hp->n_vocab - d->v0 < d->vpad ? hp->n_vocab - d->v0 : d->vpad;
 	d->out_w = rows_of(&m->output, d->v0, d->nv);
 	d->w = calloc((size_t)d->n_blocks, sizeof(*d->w));
@@ -919,7 +928,7 @@ static int ffn_layer(struct device *d, const struct job *j,
 /* Room for rows logits rows of the local and gathered vocabulary slices. */
 static int grow_logits(struct device *d, size_t rows)
 {
-	size_t tp = (size_t)d->fw->plan.tp, vp = (size_t)d->vpad;
+	size_t tp = (size_t)head_size(&d->fw->plan), vp = (size_t)d->vpad;
 	float *a, *b;
 
 	if (rows <= d->s.lg_rows)
@@ -943,6 +952,7 @@ static int head(struct device *d, const struct job *j)
 	int dm = m->hp.n_embd, nv = m->hp.n_vocab, n_out = j->n_out, rc;
 	struct scratch *s = &d->s;
 	struct pg_backend *be = d->be;
+	struct pg_comm *hc = d->tp ? d->tp : d->cp;
 
 	for (int i = 0; i < n_out; i++)
 		if (j->out_rows[i] != i)
@@ -951,10 +961,8 @@ static int head(struct device *d, const struct job *j)
 			       sizeof(float) * (size_t)dm);
 	be->ops->rmsnorm(be, s->x, m->output_norm, n_out, dm, m->hp.rms_eps,
 			 s->xb);
-	if (!d->tp) {
-		if (d->c == 0)
-			be->ops->matmul(be, &m->output, s->xb, n_out, NULL,
-					j->logits);
+	if (!hc) {
+		be->ops->matmul(be, &m->output, s->xb, n_out, NULL, j->logits);
 		return 0;
 	}
 	if ((rc = grow_logits(d, (size_t)n_out)))
@@ -969,12 +977,12 @@ static int head(struct device *d, const struct job *j)
 			memset(s->lg + (size_t)i * d->vpad + d->nv, 0,
 			       sizeof(float) * (size_t)(d->vpad - d->nv));
 		}
-	rc = d->tp->ops->all_gather(d->tp, s->lg,
+	rc = hc->ops->all_gather(hc, s->lg,
 				    (size_t)n_out * d->vpad * sizeof(float),
 				    s->lg_all);
 	if (rc || d->c != 0 || d->t != 0)
 		return rc;
-	for (int r = 0; r < d->fw->plan.tp; r++) {
+	for (int r = 0; r < head_size(&d->fw->plan); r++) {
 		int v0 = r * d->vpad;
 		int cnt = nv - v0 < d->vpad ? nv - v0 : d->vpad;
 
