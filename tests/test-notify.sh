@@ -80,10 +80,12 @@ ready_ms=$(grep -m1 ' READY=1$' "$NT" | cut -d' ' -f1)
 
 sleep 1.2
 n=$(count "$NT" ' WATCHDOG=1$')
+# every 100 ms: about 12; a busy host (sanitizers, parallel tests) may
+# delay some, never double them
 check "WATCHDOG=1 about every 100 ms (WATCHDOG_USEC=200000): $n in 1.2 s" \
-	test "$n" -ge 6 -a "$n" -le 20
+	test "$n" -ge 4 -a "$n" -le 16
 first=$(grep -m1 ' WATCHDOG=1$' "$NT" | cut -d' ' -f1)
-check "the first WATCHDOG=1 within 300 ms of READY=1" test $((first - ready_ms)) -le 300
+check "the first WATCHDOG=1 within 600 ms of READY=1" test $((first - ready_ms)) -le 600
 
 $client "$tmp/path.sock" info >/dev/null
 check "a client: serving 1 client" wait_for "$NT" ' STATUS=serving 1 client$' 20
@@ -98,7 +100,10 @@ before=$(count "$NT" ' WATCHDOG=1$')
 sleep 0.8
 check "no WATCHDOG=1 while the daemon is stopped" test "$(count "$NT" ' WATCHDOG=1$')" -le $((before + 1))
 kill -CONT "$dpid"
-sleep 0.5
+n=0
+while [ $n -lt 30 ] && [ "$(count "$NT" ' WATCHDOG=1$')" -lt $((before + 3)) ]; do
+	sleep 0.1; n=$((n + 1))
+done
 check "WATCHDOG=1 again once it runs" test "$(count "$NT" ' WATCHDOG=1$')" -ge $((before + 3))
 
 kill -HUP "$dpid"
