@@ -51,7 +51,7 @@ for line in Type=notify NotifyAccess=main 'ExecReload=/bin/kill -HUP $MAINPID' \
 	ProtectKernelModules=yes ProtectKernelLogs=yes ProtectControlGroups=yes \
 	RestrictNamespaces=yes LockPersonality=yes RestrictRealtime=yes \
 	SystemCallArchitectures=native MemoryDenyWriteExecute=yes \
-	CapabilityBoundingSet= AmbientCapabilities=; do
+	CapabilityBoundingSet= AmbientCapabilities= SyslogLevel=err; do
 	check "the unit says $line" has "$line"
 done
 check "a watchdog" grep -q '^WatchdogSec=[1-9]' "$unit"
