@@ -119,14 +119,14 @@ chmod 755 "$tmp"
 # The test copy: its own name, runtime directory and socket; this build's
 # binary, which may live under /tmp or /home (hence PrivateTmp=no and
 # ProtectHome=read-only); the pagoda user only where it exists; a 2 s
-# watchdog.
+# watchdog (SIGABRT, then SIGKILL 5 s later; no core dump).
 user_lines='/^User=/d; /^Group=/d; /^SupplementaryGroups=/d'
 getent passwd pagoda >/dev/null && getent group pagoda-admin >/dev/null && user_lines=
 sed -e "s|^ExecStart=.*|ExecStart=$bin --foreground --model $tmp/tiny.gguf --socket /run/pagoda-test-$$/pagodad.sock|" \
 	-e "s|^RuntimeDirectory=.*|RuntimeDirectory=pagoda-test-$$|" \
 	-e "/^StateDirectory=/d; /^Documentation=/d; /^Environment=/d; $user_lines" \
 	-e "s|^PrivateTmp=.*|PrivateTmp=no|; s|^ProtectHome=.*|ProtectHome=read-only|" \
-	-e "s|^WatchdogSec=.*|WatchdogSec=2s|; s|^RestartSec=.*|RestartSec=1s|" \
+	-e "s|^WatchdogSec=.*|WatchdogSec=2s\nTimeoutAbortSec=5s\nLimitCORE=0|; s|^RestartSec=.*|RestartSec=1s|" \
 	"$unit" >"/run/systemd/system/$live"
 systemctl daemon-reload
 show() { systemctl show -p "$1" --value "$live"; }
