@@ -980,19 +980,6 @@ static int admin_path(const struct pgd_config *cfg, char *out, size_t len,
 	return -1;
 }
 
-static void make_dir(const char *path)
-{
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	char *slash;
-
-	snprintf(dir, sizeof(dir), "%s", path);
-	slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = '\0';
-		mkdir(dir, 0755);
-	}
-}
-
 int pgd_admin_open(struct pgd *d, char *err, size_t err_len)
 {
 	struct pgd_admin *a = calloc(1, sizeof(*a));
@@ -1012,7 +999,7 @@ int pgd_admin_open(struct pgd *d, char *err, size_t err_len)
 		free(a);
 		return rc < 0 ? -1 : 0;
 	}
-	make_dir(a->path);
+	pgd_make_parent_dir(a->path);
 	if (admin_gid(a, d->cfg->admin_group, err, err_len) ||
 	    admin_listen(d, a, err, err_len)) {
 		if (a->listen_fd >= 0)

@@ -214,6 +214,14 @@ void pgd_publish(struct pgd_client *c);
 int pgd_publish_quiet(struct pgd_client *c);
 
 /*
+ * pgd_make_parent_dir - create the directory that holds path (the runtime
+ * directory of the sockets and the statistics file, e.g. /run/pagoda)
+ * when it is missing, mode 0755; logs what it created or could not.
+ * (server.c)
+ */
+void pgd_make_parent_dir(const char *path);
+
+/*
  * pgd_mark_dead - c must go at the end of this iteration; code (unless
  * PG_OK) and the message go out as a last ERROR completion if the ring
  * has room.  The first reason given wins.

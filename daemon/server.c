@@ -232,10 +232,9 @@ static void cancel_op(struct pgd *d, uint64_t ud)
 
 /* ---- the socket ---- */
 
-/* Create the socket's directory (/run/pagoda) when it is missing. */
-static void make_socket_dir(const char *path)
+void pgd_make_parent_dir(const char *path)
 {
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char dir[PATH_MAX];
 	char *slash;
 
 	snprintf(dir, sizeof(dir), "%s", path);
@@ -373,7 +372,7 @@ static int listen_socket(struct pgd *d, char *err, size_t err_len)
 		return -1;
 	}
 	memcpy(addr.sun_path, path, strlen(path) + 1);
-	make_socket_dir(path);
+	pgd_make_parent_dir(path);
 	if (clear_stale_socket(&addr, err, err_len))
 		return -1;
 	d->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

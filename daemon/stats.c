@@ -548,21 +548,6 @@ static int other_daemon(const char *path, pid_t *pid)
 	return live;
 }
 
-/* Create the directory of path (the runtime directory) when it is missing. */
-static void make_dir(const char *path)
-{
-	char dir[PATH_MAX];
-	char *slash;
-
-	snprintf(dir, sizeof(dir), "%s", path);
-	slash = strrchr(dir, '/');
-	if (!slash || slash == dir)
-		return;
-	*slash = '\0';
-	if (!mkdir(dir, 0755))
-		pgd_log(PGD_LOG_INFO, "created %s", dir);
-}
-
 /*
  * Readable by all (0644), or by the socket's group only (0640) when that
  * group exists and the file can be given to it.  Never writable but by
@@ -738,7 +723,7 @@ int pgd_stats_open(struct pgd *d, char *err, size_t err_len)
 		goto out_free;
 	}
 	start_clock(d, s);
-	make_dir(s->path);
+	pgd_make_parent_dir(s->path);
 	if (create_segment(d, s, err, err_len))
 		goto out_free;
 	pg_engine_stats(d->engine, &s->base);

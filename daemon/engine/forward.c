@@ -333,22 +333,6 @@ static void free_job(struct job *j)
 	free(j->aseqs);
 }
 
-/* MemAvailable from /proc/meminfo, in bytes; 0 when unknown. */
-static size_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	unsigned long long kb = 0;
-	char line[128];
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (size_t)kb * 1024;
-}
-
 /*
  * How many pages the parameters ask for: n_pages, else kv_bytes, else
  * kv_fraction of the memory available, else room for 4 sequences of the
@@ -367,7 +351,7 @@ static int pages_wanted(const struct pg_model *m,
 	if (p->kv_bytes)
 		bytes = p->kv_bytes;
 	else if (p->kv_fraction > 0)
-		bytes = (size_t)((double)mem_available() * p->kv_fraction);
+		bytes = (size_t)((double)pg_mem_available() * p->kv_fraction);
 	else
 		return 4 * ((ctx + p->page_tokens - 1) / p->page_tokens);
 	bytes /= page_bytes;

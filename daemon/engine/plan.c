@@ -66,8 +66,7 @@ static const char *fmt_bytes(char *buf, size_t len, uint64_t b)
 	return buf;
 }
 
-/* MemAvailable from /proc/meminfo, in bytes; 0 when unknown. */
-static uint64_t mem_available(void)
+uint64_t pg_mem_available(void)
 {
 	FILE *f = fopen("/proc/meminfo", "r");
 	unsigned long long kb = 0;
@@ -283,7 +282,7 @@ static void resolve_cpus(const struct dev_name *names, int k, int n_threads,
 	int cpus[PG_DEVICE_MAX_CPUS], nodes[PG_PLAN_MAX_DEVICES];
 	int n_cpus = host_cpus(cpus, PG_DEVICE_MAX_CPUS);
 	int numa = k > 1 && numa_nodes_with_cpus(cpus, n_cpus, nodes, k) == k;
-	uint64_t mem = numa ? 0 : mem_available();
+	uint64_t mem = numa ? 0 : pg_mem_available();
 
 	for (int i = 0; i < k; i++) {
 		struct pg_device *d = &out[i];
@@ -1174,7 +1173,7 @@ void pg_plan_single(const struct pg_model_facts *f, int n_threads,
 	if (d->n_threads < 1)
 		d->n_threads = 1;
 	d->numa_node = -1;
-	d->mem_bytes = mem_available();
+	d->mem_bytes = pg_mem_available();
 	out->first_block[0] = 0;
 	out->first_block[1] = f->n_blocks;
 	out->kv_replicated = 0;
