@@ -94,15 +94,53 @@ enum pg_rope_mode {
 struct pg_backend;
 
 /*
- * The operations.  Every pointer is to memory of this backend.  Operations
- * do not fail: shapes are validated by the caller (the model checks them at
- * load), so a bad shape here is a programming error.
+ * The operations.
+ *
+ * Memory: weights (pg_matrix.data), the KV store (pg_kv_layout.base) and
+ * every float array are memory of this backend: allocated with alloc() and
+ * filled with upload() (on the CPU backend any host memory will do).  The
+ * small index arrays an op reads (get_rows' ids, rope's pos, kv_write's
+ * slots, attention's seqs and their page tables) are host memory: a device
+ * backend stages them itself, so the caller may reuse them when the op
+ * returns.
+ *
+ * Ordering: ops of one backend run in the order they are called.  A device
+ * backend may queue them and return early; download() and sync() wait for
+ * everything queued before them.  Operations do not fail: shapes are
+ * validated by the caller (the model checks them at load), so a bad shape
+ * here is a programming error; a device fault is reported by the next
+ * download() or sync().
  */
 struct pg_backend_ops {
 	const char *name;
 
-	/* Destroy the backend and everything it owns. */
+	/* Destroy the backend and everything it owns (alloc()'s memory too). */
 	void (*destroy)(struct pg_backend *be);
+
+	/*
+	 * alloc - bytes of this backend's memory, aligned to 256 bytes, or
+	 * NULL when it has not that much free (errno ENOMEM).  Contents are
+	 * undefined.  free(NULL) is a no-op.
+	 */
+	void *(*alloc)(struct pg_backend *be, size_t bytes);
+	void (*free)(struct pg_backend *be, void *p);
+
+	/*
+	 * upload - copy bytes from host memory src to this backend's memory
+	 * dst; download - the other way, waiting until the bytes are there.
+	 * src may be reused as soon as upload returns.  Both return 0, or a
+	 * negative errno with a message in err (a device fault: EIO).
+	 */
+	int (*upload)(struct pg_backend *be, void *dst, const void *src,
+		      size_t bytes, char *err, size_t err_len);
+	int (*download)(struct pg_backend *be, void *dst, const void *src,
+			size_t bytes, char *err, size_t err_len);
+
+	/*
+	 * sync - wait until every op called so far has finished.  0, or a
+	 * negative errno with a message in err naming the failed call.
+	 */
+	int (*sync)(struct pg_backend *be, char *err, size_t err_len);
 
 	/* out[i] = row ids[i] of m as floats.  out: (n, m->n_cols) */
 	void (*get_rows)(struct pg_backend *be, const struct pg_matrix *m,
@@ -170,6 +208,19 @@ struct pg_backend_ops {
 
 	/* x[i] += y[i] for n values. */
 	void (*add)(struct pg_backend *be, float *x, const float *y, int64_t n);
+
+	/*
+	 * step_begin / step_end - optional (NULL on a backend without them):
+	 * bracket the ops of one forward step of one device, so that a device
+	 * backend may record them and, when the same sequence of ops with the
+	 * same shapes and the same backend pointers comes again, replay it as
+	 * one graph (CUDA graphs, one per batch shape).  Only the host index
+	 * arrays (ids, pos, slots, seqs and page tables) may differ between
+	 * replays.  Between the two calls the caller makes no download(),
+	 * sync() or communicator call.  step_end returns like sync().
+	 */
+	void (*step_begin)(struct pg_backend *be);
+	int (*step_end)(struct pg_backend *be, char *err, size_t err_len);
 };
 
 /* The handle every backend's own struct starts with. */

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cpu_impl.h"
@@ -86,9 +87,47 @@ static void cpu_destroy(struct pg_backend *be)
 	free(cpu);
 }
 
+/* Memory of the CPU backend is host memory. */
+static void *cpu_alloc(struct pg_backend *be, size_t bytes)
+{
+	(void)be;
+	return aligned_alloc(256, (bytes + 255) / 256 * 256);
+}
+
+static void cpu_free(struct pg_backend *be, void *p)
+{
+	(void)be;
+	free(p);
+}
+
+static int cpu_copy(struct pg_backend *be, void *dst, const void *src,
+		    size_t bytes, char *err, size_t err_len)
+{
+	(void)be;
+	(void)err;
+	(void)err_len;
+	if (bytes)
+		memcpy(dst, src, bytes);
+	return 0;
+}
+
+/* Ops run synchronously on the caller's thread: nothing is ever queued. */
+static int cpu_sync(struct pg_backend *be, char *err, size_t err_len)
+{
+	(void)be;
+	(void)err;
+	(void)err_len;
+	return 0;
+}
+
 static const struct pg_backend_ops cpu_ops = {
 	.name = "cpu",
 	.destroy = cpu_destroy,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.upload = cpu_copy,
+	.download = cpu_copy,
+	.sync = cpu_sync,
 	.get_rows = pg_cpu_get_rows,
 	.rmsnorm = pg_cpu_rmsnorm,
 	.matmul = pg_cpu_matmul,
