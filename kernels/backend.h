@@ -114,6 +114,13 @@ struct pg_backend;
 struct pg_backend_ops {
 	const char *name;
 
+	/*
+	 * 1 when this backend's memory is host memory (the CPU backend):
+	 * callers may then hand it views of host memory, such as a mapped
+	 * model file, without alloc() and upload().
+	 */
+	int host_memory;
+
 	/* Destroy the backend and everything it owns (alloc()'s memory too). */
 	void (*destroy)(struct pg_backend *be);
 

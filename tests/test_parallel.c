@@ -268,6 +268,67 @@ static void check_numa_weights(const struct pg_model *m, struct rig *one,
 	printf("pp2 and pp2 x tp2 with weight slices copied to NUMA node 0: bit-identical to views of the file\n");
 }
 
+/*
+ * The path a GPU takes (weights uploaded through alloc/upload, KV and
+ * activations in the backend's memory, logits downloaded, a split output
+ * head padded to whole rows), run by CPU devices: bit-identical to the
+ * same plan on views of the file.
+ */
+static void check_device_path(const struct pg_model *m, struct rig *one,
+			      int32_t prompts[][64], int n, const char *what)
+{
+	static const struct shape shs[] = {
+		{ 1, 1, 1 }, { 2, 1, 1 }, { 1, 2, 1 }, { 1, 1, 2 },
+	};
+
+	for (size_t k = 0; k < sizeof(shs) / sizeof(shs[0]); k++) {
+		struct pg_forward_params p = pg_forward_params_default();
+		struct pg_plan plan;
+		struct rig r = { 0 }, views;
+		int single = shs[k].pp * shs[k].tp * shs[k].cp == 1;
+		char err[256];
+		float *a, *b;
+		int32_t ga[16], gb[16];
+
+		if (single)
+			views = *one;
+		else if (make_rig(&views, m, &shs[k], 64))
+			continue;
+		p.n_threads = 1;
+		p.page_tokens = PT;
+		p.n_pages = N_PAGES;
+		p.max_batch_tokens = 64;
+		p.device_path = 1;
+		if (!single) {
+			make_plan(&shs[k], m->hp.n_blocks, &plan);
+			p.plan = &plan;
+		}
+		if (pg_forward_create(m, &p, &r.fw, err, sizeof(err))) {
+			CHECK(0, "device path: %s", err);
+			continue;
+		}
+		r.kvc = pg_kvc_for_forward(r.fw, m);
+		a = prefill(&views, m, prompts[0], n);
+		b = prefill(&r, m, prompts[0], n);
+		CHECK(!memcmp(a, b, sizeof(float) * (size_t)n * m->hp.n_vocab),
+		      "%s pp%d tp%d cp%d: the device path gives other logits than views of the file",
+		      what, shs[k].pp, shs[k].tp, shs[k].cp);
+		/* decode steps: only the last row's logits, gathered */
+		greedy(&views, m, prompts[1], n, 16, ga);
+		greedy(&r, m, prompts[1], n, 16, gb);
+		CHECK(!memcmp(ga, gb, sizeof(ga)),
+		      "%s pp%d tp%d cp%d: the device path generates other tokens",
+		      what, shs[k].pp, shs[k].tp, shs[k].cp);
+		free(a);
+		free(b);
+		free_rig(&r);
+		if (!single)
+			free_rig(&views);
+	}
+	printf("%s: the device path (uploaded weights, device KV and activations, downloaded logits) is bit-identical on 1 device, pp2, tp2 and cp2\n",
+	       what);
+}
+
 /* Several batches in flight give each its own result (PP micro-batches). */
 static void check_inflight(const struct pg_model *m, struct rig *one,
 			   int32_t prompts[][64], int n)
@@ -435,6 +496,8 @@ static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
 			compare_plan(m, &one, &shapes[i], prompts, 3, 40, 16,
 				     shapes[i].tp == 1 && shapes[i].cp == 1 ? 0 : logit_tol,
 				     tie_tol, what);
+		if (type == PG_Q8_0 || type == PG_Q4_1)
+			check_device_path(m, &one, prompts, 40, what);
 		if (type == PG_Q8_0 && arch == GGUFGEN_LLAMA) {
 			check_inflight(m, &one, prompts, 40);
 			check_numa_weights(m, &one, prompts, 40);

@@ -26,7 +26,17 @@
  *    except the output head, which CP ranks split by vocabulary when there
  *    is no TP to split it.
  * Up to pp batches are in flight, so that stages overlap (micro-batches).
+ *
+ * A device whose backend has memory of its own (a GPU: ops->host_memory
+ * is 0) gets its weight slices, norms, biases and token embedding
+ * uploaded once into that memory, its KV pages and activations allocated
+ * there, and its logits downloaded; on such a device one step's ops are
+ * bracketed by step_begin/step_end so that the backend can replay them
+ * as a graph.  The host index arrays (positions, slots, page tables) stay
+ * in host memory, as backend.h asks.
  */
+#include "config.h"
+
 #include <errno.h>
 #include <math.h>
 #include <numa.h>
@@ -41,6 +51,9 @@
 
 #include "../../kernels/comm.h"
 #include "../../kernels/cpu/comm_shm.h"
+#ifdef HAVE_CUDA_BACKEND
+#include "../../kernels/cuda/backend_cuda.h"
+#endif
 #include "forward.h"
 #include "kv.h"
 
@@ -58,10 +71,13 @@ struct scratch {
 	float *parts;		/* (cp, B, nq * head_dim + nq) gathered */
 	float *hb;		/* (B, nff) gate, then silu(gate) * up */
 	float *hb2;		/* (B, nff) up */
-	int32_t *slots;		/* (B) this device's KV slots, -1 elsewhere */
+	int32_t *slots;		/* (B) this device's KV slots, -1 elsewhere
+				   (host memory, like every index array) */
 	float *lg;		/* (B, vpad) local logits, grown on demand */
 	float *lg_all;		/* (tp, B, vpad) gathered logits */
 	size_t lg_rows;		/* rows lg and lg_all have room for */
+	float *lg_host;		/* device memory: lg_all (or the unsplit
+				   head's logits) downloaded, (tp, B, vpad) */
 };
 
 /* One batch: what the caller gave, checked and laid out once. */
@@ -93,6 +109,13 @@ struct device {
 	struct pg_matrix out_w;		/* last stage: vocabulary [v0, v1) */
 	void *local;			/* slices copied to the device's node */
 	size_t local_bytes;
+	int devmem;			/* the backend has memory of its own */
+	void *wmem;			/* devmem: the uploaded weights */
+	struct pg_matrix tok_embd;	/* stage 0: the token embedding */
+	const float *output_norm;	/* last stage: the final norm */
+	int graphs;			/* bracket steps with step_begin/end */
+	int sticky_rc;			/* a failed page copy: fail next batch */
+	char err[256];			/* devmem: the device's last error */
 	int h0, nq, k0, nkv, f0, nff, v0, nv, vpad;
 	struct pg_comm *world, *tp, *cp;
 	struct scratch s;
@@ -269,6 +292,161 @@ static int localize_weights(struct device *d, int node)
 	return 0;
 }
 
+/* ---- devices with memory of their own ---- */
+
+#define UPLOAD_STAGE_BYTES (8u << 20)
+
+/* Uploading a device's weights: a dry run counts, the real one copies. */
+struct uploader {
+	struct device *d;
+	uint8_t *base;			/* NULL: count only */
+	size_t off;
+	uint8_t *stage;			/* host staging, UPLOAD_STAGE_BYTES */
+	int rc;
+};
+
+static size_t align256(size_t b)
+{
+	return (b + 255) / 256 * 256;
+}
+
+/*
+ * Place matrix m (packed, then pad zero rows) in the device's memory and
+ * point m there.  A slice by columns is packed through the staging buffer;
+ * a contiguous one goes straight from the mapping.
+ */
+static void up_matrix(struct uploader *u, struct pg_matrix *m, int64_t pad)
+{
+	struct pg_backend *be = u->d->be;
+	size_t rb = pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
+	size_t bytes = rb * (size_t)(m->n_rows + pad);
+	uint8_t *dst = u->base + u->off;
+	int64_t per = (int64_t)(UPLOAD_STAGE_BYTES / rb);
+	char *err = u->d->err;
+
+	u->off += align256(bytes);
+	if (!u->base || u->rc)
+		return;
+	if (per < 1)
+		per = 1;
+	if (m->row_bytes == rb) {
+		u->rc = be->ops->upload(be, dst, m->data, rb * (size_t)m->n_rows,
+					err, sizeof(u->d->err));
+	} else {
+		for (int64_t r = 0; r < m->n_rows && !u->rc; r += per) {
+			int64_t n = m->n_rows - r < per ? m->n_rows - r : per;
+
+			for (int64_t i = 0; i < n; i++)
+				memcpy(u->stage + (size_t)i * rb,
+				       (const uint8_t *)m->data +
+				       (size_t)(r + i) * m->row_bytes, rb);
+			u->rc = be->ops->upload(be, dst + (size_t)r * rb,
+						u->stage, (size_t)n * rb, err,
+						sizeof(u->d->err));
+		}
+	}
+	if (pad > 0 && !u->rc) {
+		/* zero rows are zero values in every type */
+		memset(u->stage, 0, UPLOAD_STAGE_BYTES);
+		for (size_t o = 0; o < rb * (size_t)pad && !u->rc;
+		     o += UPLOAD_STAGE_BYTES) {
+			size_t n = rb * (size_t)pad - o;
+
+			u->rc = be->ops->upload(be, dst + rb * (size_t)m->n_rows + o,
+						u->stage, n < UPLOAD_STAGE_BYTES ?
+						n : UPLOAD_STAGE_BYTES,
+						err, sizeof(u->d->err));
+		}
+	}
+	m->data = dst;
+	m->row_bytes = rb;
+	m->n_rows += pad;
+}
+
+/* Place n floats (a norm or a bias; NULL stays NULL) in device memory. */
+static void up_floats(struct uploader *u, const float **v, int64_t n)
+{
+	uint8_t *dst = u->base + u->off;
+
+	if (!*v)
+		return;
+	u->off += align256((size_t)n * sizeof(float));
+	if (!u->base || u->rc)
+		return;
+	u->rc = u->d->be->ops->upload(u->d->be, dst, *v,
+				      (size_t)n * sizeof(float), u->d->err,
+				      sizeof(u->d->err));
+	*v = (const float *)dst;
+}
+
+/* Every weight device d reads, in one walk (counting or copying). */
+static void up_all(struct uploader *u, int head_split)
+{
+	struct device *d = u->d;
+	const struct pg_hparams *hp = &d->fw->m->hp;
+	int64_t hd = hp->head_dim;
+
+	if (d->stage == 0)
+		up_matrix(u, &d->tok_embd, 0);
+	for (int b = 0; b < d->n_blocks; b++) {
+		struct pg_block_weights *w = &d->w[b];
+
+		up_floats(u, &w->attn_norm, hp->n_embd);
+		up_floats(u, &w->ffn_norm, hp->n_embd);
+		up_floats(u, &w->bq, d->nq * hd);
+		up_floats(u, &w->bk, d->nkv * hd);
+		up_floats(u, &w->bv, d->nkv * hd);
+		up_matrix(u, &w->wq, 0);
+		up_matrix(u, &w->wk, 0);
+		up_matrix(u, &w->wv, 0);
+		up_matrix(u, &w->wo, 0);
+		up_matrix(u, &w->w_gate, 0);
+		up_matrix(u, &w->w_up, 0);
+		up_matrix(u, &w->w_down, 0);
+	}
+	if (d->stage == d->fw->plan.pp - 1) {
+		up_floats(u, &d->output_norm, hp->n_embd);
+		/* a split head's slices are padded to vpad rows, so that every
+		 * rank's logits are rows of vpad floats, as all-gather wants */
+		up_matrix(u, &d->out_w, head_split ? d->vpad - d->nv : 0);
+	}
+}
+
+/*
+ * Upload device d's weights into its backend's memory: one allocation,
+ * whose size is said when it cannot be had.
+ */
+static int upload_weights(struct device *d, int head_split, char *err,
+			  size_t err_len)
+{
+	struct uploader u = { .d = d };
+	const char *name = d->info ? d->info->name : "cpu:0";
+
+	up_all(&u, head_split);
+	d->wmem = d->be->ops->alloc(d->be, u.off);
+	if (!d->wmem) {
+		char have[64] = "";
+
+		if (d->info && d->info->mem_bytes)
+			snprintf(have, sizeof(have), " (it has %.2f GiB)",
+				 (double)d->info->mem_bytes / (1 << 30));
+		snprintf(err, err_len, "device %s: its weights need %.2f GiB of its memory, more than it has free%s; spread the model over more devices (--pipeline-parallel, --tensor-parallel) or use a smaller or more quantised model",
+			 name, (double)u.off / (1 << 30), have);
+		return -ENOMEM;
+	}
+	u.stage = malloc(UPLOAD_STAGE_BYTES);
+	if (!u.stage)
+		return -ENOMEM;
+	u.base = d->wmem;
+	u.off = 0;
+	up_all(&u, head_split);
+	free(u.stage);
+	if (u.rc)
+		snprintf(err, err_len, "device %s: cannot upload its weights: %s",
+			 name, d->err);
+	return u.rc;
+}
+
 /* The ranks that share the output head by vocabulary: TP's, else CP's. */
 static int head_size(const struct pg_plan *pl)
 {
@@ -285,15 +463,21 @@ static int alloc_scratch(struct pg_forward *fw, struct device *d)
 	size_t floats = B * (3 * (size_t)hp->n_embd + q_dim + 2 * kv_dim +
 			     2 * (size_t)d->nff) + att +
 			(cp > 1 ? (size_t)cp * att : 0);
-	size_t bytes = floats * sizeof(float) + B * sizeof(int32_t) + 64 * 16;
+	size_t bytes = floats * sizeof(float) + 256 * 16;
 	struct scratch *s = &d->s;
 	char *a;
 
-	d->arena = aligned_alloc(64, (bytes + 63) / 64 * 64);
+	s->slots = malloc(B * sizeof(*s->slots));
+	if (!s->slots)
+		return -ENOMEM;
+	if (d->devmem)
+		d->arena = d->be->ops->alloc(d->be, bytes);
+	else
+		d->arena = aligned_alloc(64, (bytes + 63) / 64 * 64);
 	if (!d->arena)
 		return -ENOMEM;
 	a = d->arena;
-#define TAKE(ptr, n) do { (ptr) = (void *)a; a += ((n) * sizeof(*(ptr)) + 63) / 64 * 64; } while (0)
+#define TAKE(ptr, n) do { (ptr) = (void *)a; a += ((n) * sizeof(*(ptr)) + 255) / 256 * 256; } while (0)
 	TAKE(s->x, B * hp->n_embd);
 	TAKE(s->xb, B * hp->n_embd);
 	TAKE(s->xb2, B * hp->n_embd);
@@ -305,7 +489,6 @@ static int alloc_scratch(struct pg_forward *fw, struct device *d)
 		TAKE(s->parts, (size_t)cp * att);
 	TAKE(s->hb, B * (size_t)d->nff);
 	TAKE(s->hb2, B * (size_t)d->nff);
-	TAKE(s->slots, B);
 #undef TAKE
 	return 0;
 }
@@ -400,8 +583,8 @@ static int plan_ok(const struct pg_forward *fw, char *err, size_t err_len)
 			return -EINVAL;
 		}
 	for (int i = 0; i < pl->n_devices; i++)
-		if (pl->dev[i].kind != PG_DEV_CPU) {
-			snprintf(err, err_len, "device %s: only CPU devices can run the forward pass in this build",
+		if (pl->dev[i].kind != PG_DEV_CPU && pl->n_devices > 1) {
+			snprintf(err, err_len, "device %s: a plan of several CUDA devices needs NCCL communicators between the forward pass's device threads, which are not wired yet; run on one CUDA device (--devices cuda:0) or on CPU devices",
 				 pl->dev[i].name);
 			return -ENOTSUP;
 		}
@@ -433,6 +616,67 @@ static int plan_ok(const struct pg_forward *fw, char *err, size_t err_len)
 	return 0;
 }
 
+/*
+ * The rest of setting up a device whose backend d->be has memory of its
+ * own: weights, KV pages and activations there.
+ */
+static int setup_devmem(struct pg_forward *fw, struct device *d, char *err,
+			size_t err_len)
+{
+	const struct pg_hparams *hp = &fw->m->hp;
+	const struct pg_plan *pl = &fw->plan;
+	const char *name = d->info ? d->info->name : "cpu:0";
+	size_t page_bytes;
+	int rc;
+
+	d->devmem = 1;
+	d->graphs = d->be->ops->step_begin && d->be->ops->step_end &&
+		    pl->tp == 1 && pl->cp == 1;
+	rc = upload_weights(d, head_size(pl) > 1, err, err_len);
+	if (rc)
+		return rc;
+	rc = pg_kv_store_create_on(d->be, fw->p.n_pages,
+				   fw->p.page_tokens / pl->cp, d->n_blocks,
+				   d->nkv, hp->head_dim, fw->p.kv_type, &d->kv);
+	if (rc) {
+		page_bytes = pg_kv_page_bytes_for(fw->p.page_tokens / pl->cp,
+						  d->n_blocks, d->nkv,
+						  hp->head_dim, fw->p.kv_type);
+		snprintf(err, err_len, "device %s: cannot allocate its KV cache (%d pages of %zu bytes, %.2f GiB) after its weights: %s; give the KV cache less memory (--kv-size or --ctx-size) or spread the model over more devices",
+			 name, fw->p.n_pages, page_bytes,
+			 (double)page_bytes * fw->p.n_pages / (1 << 30),
+			 strerror(-rc));
+		return rc;
+	}
+	pg_kv_store_set_cp(d->kv, pl->cp, d->c);
+	rc = alloc_scratch(fw, d);
+	if (rc)
+		snprintf(err, err_len, "device %s: cannot allocate the activations of a %d-token batch: %s; lower max_batch_tokens",
+			 name, fw->p.max_batch_tokens, strerror(-rc));
+	return rc;
+}
+
+/* A CUDA device: its backend, then as any device with memory of its own. */
+static int setup_gpu(struct pg_forward *fw, struct device *d, char *err,
+		     size_t err_len)
+{
+#ifdef HAVE_CUDA_BACKEND
+	char why[256];
+
+	d->be = pg_cuda_backend_create(d->info->index, why, sizeof(why));
+	if (!d->be) {
+		snprintf(err, err_len, "device %s: %s", d->info->name, why);
+		return -ENODEV;
+	}
+	return setup_devmem(fw, d, err, err_len);
+#else
+	(void)fw;
+	snprintf(err, err_len, "device %s: this pagodad was built without CUDA; rebuild with ./configure --with-cuda",
+		 d->info->name);
+	return -ENOTSUP;
+#endif
+}
+
 static int setup_device(struct pg_forward *fw, struct device *d,
 			size_t full_page_bytes, char *err, size_t err_len)
 {
@@ -457,12 +701,16 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	d->v0 = (pl->tp > 1 ? d->t : d->c) * d->vpad;
 	d->nv = hp->n_vocab - d->v0 < d->vpad ? hp->n_vocab - d->v0 : d->vpad;
 	d->out_w = rows_of(&m->output, d->v0, d->nv);
+	d->tok_embd = m->tok_embd;
+	d->output_norm = m->output_norm;
 	d->w = calloc((size_t)d->n_blocks, sizeof(*d->w));
 	if (!d->w)
 		return -ENOMEM;
 	for (int b = 0; b < d->n_blocks; b++)
 		slice_block(hp, d, &m->blocks[d->first_block + b], &d->w[b]);
 
+	if (d->info && d->info->kind == PG_DEV_CUDA)
+		return setup_gpu(fw, d, err, err_len);
 	if (d->info && d->info->numa_node >= 0 &&
 	    (rc = localize_weights(d, d->info->numa_node))) {
 		snprintf(err, err_len, "device %s: cannot place its weights on NUMA node %d: %s",
@@ -481,6 +729,8 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	}
 	if (d->info && d->info->n_cpus > 0)
 		pg_cpu_backend_pin(d->be, d->info->cpus, d->info->n_cpus);
+	if (fw->p.device_path)
+		return setup_devmem(fw, d, err, err_len);
 	if (d->info && d->info->numa_node >= 0)
 		mem.numa_node = d->info->numa_node;
 	rc = pg_kv_store_create(fw->p.n_pages, fw->p.page_tokens / pl->cp,
@@ -513,8 +763,7 @@ static int64_t comm_spin_ns(const struct pg_forward *fw)
 	if (sched_getaffinity(0, sizeof(set), &set))
 		return 20000;
 	cpus = CPU_COUNT(&set);
-	for (int i = 0; i < fw->n_dev; i++)
-		threads += pg_cpu_backend_threads(fw->dev[i].be);
+	threads = pg_forward_threads(fw);
 	return threads <= cpus ? 1000000 : 20000;
 }
 
@@ -680,6 +929,13 @@ void pg_forward_destroy(struct pg_forward *fw)
 		if (d->started)
 			pthread_join(d->thread, NULL);
 		pg_kv_store_destroy(d->kv);
+		if (d->devmem) {
+			d->be->ops->free(d->be, d->arena);
+			d->be->ops->free(d->be, d->wmem);
+			d->be->ops->free(d->be, d->s.lg);
+			d->be->ops->free(d->be, d->s.lg_all);
+			d->arena = d->s.lg = d->s.lg_all = NULL;
+		}
 		if (d->be)
 			d->be->ops->destroy(d->be);
 		if (d->world)
@@ -694,6 +950,8 @@ void pg_forward_destroy(struct pg_forward *fw)
 		free(d->arena);
 		free(d->s.lg);
 		free(d->s.lg_all);
+		free(d->s.lg_host);
+		free(d->s.slots);
 	}
 	for (int i = 0; fw->g_tp && i < fw->n_g_tp; i++)
 		pg_comm_shm_group_destroy(fw->g_tp[i]);
@@ -722,8 +980,15 @@ int pg_forward_page_tokens(const struct pg_forward *fw)
 
 void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst)
 {
-	for (int i = 0; i < fw->n_dev; i++)
-		pg_kv_store_copy(fw->dev[i].kv, src, dst);
+	for (int i = 0; i < fw->n_dev; i++) {
+		struct device *d = &fw->dev[i];
+		int rc = pg_kv_store_copy(d->kv, src, dst, d->err,
+					  sizeof(d->err));
+
+		/* a device that failed fails the next batch, which says so */
+		if (rc && !d->sticky_rc)
+			d->sticky_rc = rc;
+	}
 }
 
 int pg_forward_max_batch(const struct pg_forward *fw)
@@ -736,12 +1001,15 @@ int pg_forward_threads(const struct pg_forward *fw)
 	int n = 0;
 
 	for (int i = 0; i < fw->n_dev; i++)
-		n += pg_cpu_backend_threads(fw->dev[i].be);
+		if (fw->dev[i].be->ops->host_memory)
+			n += pg_cpu_backend_threads(fw->dev[i].be);
 	return n;
 }
 
 const char *pg_forward_isa_name(const struct pg_forward *fw)
 {
+	if (!fw->dev[0].be->ops->host_memory)
+		return fw->dev[0].be->ops->name;
 	return pg_cpu_isa_name(pg_cpu_backend_isa(fw->dev[0].be));
 }
 
@@ -913,10 +1181,26 @@ static int ffn_layer(struct device *d, const struct job *j,
 static int grow_logits(struct device *d, size_t rows)
 {
 	size_t tp = (size_t)head_size(&d->fw->plan), vp = (size_t)d->vpad;
+	struct pg_backend *be = d->be;
 	float *a, *b;
 
 	if (rows <= d->s.lg_rows)
 		return 0;
+	if (d->devmem) {
+		/* the device's logits, and the host's copy of them */
+		be->ops->free(be, d->s.lg);
+		be->ops->free(be, d->s.lg_all);
+		free(d->s.lg_host);
+		d->s.lg_rows = 0;
+		d->s.lg = be->ops->alloc(be, rows * vp * sizeof(float));
+		d->s.lg_all = tp > 1 ? be->ops->alloc(be, tp * rows * vp *
+						      sizeof(float)) : NULL;
+		d->s.lg_host = malloc(tp * rows * vp * sizeof(float));
+		if (!d->s.lg || (tp > 1 && !d->s.lg_all) || !d->s.lg_host)
+			return -ENOMEM;
+		d->s.lg_rows = rows;
+		return 0;
+	}
 	a = realloc(d->s.lg, rows * vp * sizeof(float));
 	if (a)
 		d->s.lg = a;
@@ -929,31 +1213,70 @@ static int grow_logits(struct device *d, size_t rows)
 	return 0;
 }
 
-/* Final norm and output projection of the rows whose logits are wanted. */
-static int head(struct device *d, const struct job *j)
+/*
+ * End a step that step_begin opened (before the device's memory is read
+ * or a communicator called): 0, or the device's error.
+ */
+static int close_step(struct device *d, int *open)
 {
-	const struct pg_model *m = d->fw->m;
-	int dm = m->hp.n_embd, nv = m->hp.n_vocab, n_out = j->n_out, rc;
+	int rc;
+
+	if (!*open)
+		return 0;
+	*open = 0;
+	rc = d->be->ops->step_end(d->be, d->err, sizeof(d->err));
+	return rc;
+}
+
+/* Copy n bytes of the device's memory at src to the host, at dst. */
+static int fetch(struct device *d, void *dst, const void *src, size_t n)
+{
+	return d->be->ops->download(d->be, dst, src, n, d->err,
+				    sizeof(d->err));
+}
+
+/* Final norm and output projection of the rows whose logits are wanted. */
+static int head(struct device *d, const struct job *j, int *open)
+{
+	int dm = d->fw->m->hp.n_embd, nv = d->fw->m->hp.n_vocab;
+	int n_out = j->n_out, rc;
 	struct scratch *s = &d->s;
 	struct pg_backend *be = d->be;
 	struct pg_comm *hc = d->tp ? d->tp : d->cp;
+	const float *in = s->x;
+	const float *lg;
 
 	for (int i = 0; i < n_out; i++)
-		if (j->out_rows[i] != i)
-			memcpy(s->x + (size_t)i * dm,
-			       s->x + (size_t)j->out_rows[i] * dm,
-			       sizeof(float) * (size_t)dm);
-	be->ops->rmsnorm(be, s->x, m->output_norm, n_out, dm, m->hp.rms_eps,
-			 s->xb);
-	if (!hc) {
-		be->ops->matmul(be, &m->output, s->xb, n_out, NULL, j->logits);
+		if (j->out_rows[i] != i) {
+			/* gather the wanted rows, as a lookup in x */
+			struct pg_matrix xm = {
+				.type = PG_F32, .n_rows = j->n_tokens,
+				.n_cols = dm, .row_bytes = (size_t)dm * 4,
+				.data = s->x,
+			};
+
+			be->ops->get_rows(be, &xm, j->out_rows, n_out, s->xb);
+			in = s->xb;
+			break;
+		}
+	be->ops->rmsnorm(be, in, d->output_norm, n_out, dm,
+			 d->fw->m->hp.rms_eps, s->xb);
+	if (!hc && !d->devmem) {
+		be->ops->matmul(be, &d->out_w, s->xb, n_out, NULL, j->logits);
 		return 0;
 	}
-	if ((rc = grow_logits(d, (size_t)n_out)))
+	if ((rc = grow_logits(d, (size_t)n_out))) {
+		close_step(d, open);
 		return rc;
+	}
 	/* rows of vpad floats: this rank's slice, zero-padded */
 	be->ops->matmul(be, &d->out_w, s->xb, n_out, NULL, s->lg);
-	if (d->nv < d->vpad)
+	if ((rc = close_step(d, open)))
+		return rc;
+	if (!hc)	/* a device's memory, one rank: vpad == n_vocab */
+		return fetch(d, j->logits, s->lg,
+			     (size_t)n_out * nv * sizeof(float));
+	if (d->nv < d->vpad && !d->devmem)	/* a device's slice is padded */
 		for (int i = n_out - 1; i >= 0; i--) {
 			memmove(s->lg + (size_t)i * d->vpad,
 				s->lg + (size_t)i * d->nv,
@@ -966,13 +1289,21 @@ static int head(struct device *d, const struct job *j)
 				    s->lg_all);
 	if (rc || d->c != 0 || d->t != 0)
 		return rc;
+	lg = s->lg_all;
+	if (d->devmem) {
+		rc = fetch(d, s->lg_host, s->lg_all, (size_t)head_size(&d->fw->plan) *
+			   n_out * d->vpad * sizeof(float));
+		if (rc)
+			return rc;
+		lg = s->lg_host;
+	}
 	for (int r = 0; r < head_size(&d->fw->plan); r++) {
 		int v0 = r * d->vpad;
 		int cnt = nv - v0 < d->vpad ? nv - v0 : d->vpad;
 
 		for (int i = 0; i < n_out; i++)
 			memcpy(j->logits + (size_t)i * nv + v0,
-			       s->lg_all + ((size_t)r * n_out + i) * d->vpad,
+			       lg + ((size_t)r * n_out + i) * d->vpad,
 			       sizeof(float) * (size_t)cnt);
 	}
 	return 0;
@@ -981,35 +1312,46 @@ static int head(struct device *d, const struct job *j)
 /* Everything device d does for one batch. */
 static int run_job(struct device *d, const struct job *j)
 {
-	const struct pg_model *m = d->fw->m;
 	const struct pg_plan *pl = &d->fw->plan;
-	size_t x_bytes = (size_t)j->n_tokens * m->hp.n_embd * sizeof(float);
-	int rc;
+	size_t x_bytes = (size_t)j->n_tokens * d->fw->m->hp.n_embd *
+			 sizeof(float);
+	int rc, open = 0;
 
-	if (d->stage == 0) {
-		d->be->ops->get_rows(d->be, &m->tok_embd, j->tokens,
-				     j->n_tokens, d->s.x);
-	} else {
+	if (d->sticky_rc)
+		return d->sticky_rc;
+	if (d->stage > 0) {
 		rc = d->world->ops->recv(d->world, d->index - pl->tp * pl->cp,
 					 d->s.x, x_bytes);
 		if (rc)
 			return rc;
 	}
+	if (d->graphs) {
+		d->be->ops->step_begin(d->be);
+		open = 1;
+	}
+	if (d->stage == 0)
+		d->be->ops->get_rows(d->be, &d->tok_embd, j->tokens,
+				     j->n_tokens, d->s.x);
 	device_slots(d, j);
 	for (int lb = 0; lb < d->n_blocks; lb++) {
 		if (d->fault_after > 0 && lb + 1 == d->fault_after) {
 			d->fault_after = 0;
+			close_step(d, &open);
 			return -EIO;
 		}
-		if ((rc = attention_layer(d, j, &d->w[lb], lb)))
+		if ((rc = attention_layer(d, j, &d->w[lb], lb)) ||
+		    (rc = ffn_layer(d, j, &d->w[lb]))) {
+			close_step(d, &open);
 			return rc;
-		if ((rc = ffn_layer(d, j, &d->w[lb])))
-			return rc;
+		}
 	}
-	if (d->stage < pl->pp - 1)
+	if (d->stage < pl->pp - 1) {
+		if ((rc = close_step(d, &open)))
+			return rc;
 		return d->world->ops->send(d->world, d->index + pl->tp * pl->cp,
 					   d->s.x, x_bytes);
-	return head(d, j);
+	}
+	return head(d, j, &open);
 }
 
 /* Clear an abort on every group of device d. */
@@ -1052,6 +1394,21 @@ static void job_done(struct pg_forward *fw, struct job *j, int rc)
 	}
 }
 
+/*
+ * A device with memory of its own failed (a device fault, which stays):
+ * say what failed once, on stderr, which pagodad sends to its log.
+ */
+static void report_fault(struct device *d, int rc)
+{
+	if (!rc || !d->devmem || !d->err[0])
+		return;
+	fprintf(stderr, "pagoda: device %s failed: %s\n",
+		d->info ? d->info->name : "cpu:0", d->err);
+	d->err[0] = 0;
+	if (!d->sticky_rc)
+		d->sticky_rc = rc;
+}
+
 static void *device_main(void *arg)
 {
 	struct device *d = arg;
@@ -1087,8 +1444,10 @@ static void *device_main(void *arg)
 		}
 		t0 = now_ns();
 		rc = run_job(d, j);
-		if (rc)
+		if (rc) {
+			report_fault(d, rc);
 			abort_device(d);
+		}
 		d->busy_ns += now_ns() - t0;
 		d->steps++;
 		job_done(fw, j, rc);
@@ -1105,6 +1464,7 @@ static void start_job(struct pg_forward *fw, struct job *j)
 		uint64_t t0 = now_ns();
 		int rc = run_job(&fw->dev[0], j);
 
+		report_fault(&fw->dev[0], rc);
 		fw->dev[0].busy_ns += now_ns() - t0;
 		fw->dev[0].steps++;
 		atomic_store(&j->rc, rc);

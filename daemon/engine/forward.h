@@ -37,6 +37,10 @@ struct pg_forward_params {
 	const struct pg_plan *plan;	/* devices and parallel plan (plan.h),
 					   or NULL: one CPU device of n_threads;
 					   the plan must outlive the result */
+	int device_path;		/* tests: run CPU devices as a GPU is
+					   run (weights uploaded, KV and
+					   activations in the backend's
+					   alloc(), logits downloaded) */
 };
 
 /* pg_forward_params_default - 2 threads, best ISA, 512 tokens, F16 KV. */

@@ -18,6 +18,8 @@
 
 struct pg_kv_store {
 	struct pg_kv_layout layout;
+	struct pg_backend *be;		/* NULL: host mapping; else its memory */
+	void *bounce;			/* a page of host memory, for copies */
 	size_t map_bytes;
 	int n_pages;
 	int hugetlb;
@@ -67,6 +69,57 @@ size_t pg_kv_page_bytes_for(int page_tokens, int n_blocks, int n_kv_heads,
 	       pg_dtype_block_bytes(type);
 }
 
+/* The layout of a store of these dimensions (base not set). */
+static int layout_for(struct pg_kv_layout *l, int n_pages, int page_tokens,
+		      int n_blocks, int n_kv_heads, int head_dim,
+		      enum pg_dtype type)
+{
+	if (n_pages < 1 || page_tokens < 1 || n_blocks < 1 ||
+	    n_kv_heads < 1 || head_dim < 1 ||
+	    (type != PG_F32 && type != PG_F16 && type != PG_BF16))
+		return -EINVAL;
+	*l = (struct pg_kv_layout){
+		.page_bytes = pg_kv_page_bytes_for(page_tokens, n_blocks,
+						   n_kv_heads, head_dim, type),
+		.page_tokens = page_tokens,
+		.n_blocks = n_blocks,
+		.n_kv_heads = n_kv_heads,
+		.head_dim = head_dim,
+		.type = type,
+	};
+	return 0;
+}
+
+int pg_kv_store_create_on(struct pg_backend *be, int n_pages,
+			  int page_tokens, int n_blocks, int n_kv_heads,
+			  int head_dim, enum pg_dtype type,
+			  struct pg_kv_store **out)
+{
+	struct pg_kv_store *s;
+	int rc;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	rc = layout_for(&s->layout, n_pages, page_tokens, n_blocks,
+			n_kv_heads, head_dim, type);
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	s->be = be;
+	s->n_pages = n_pages;
+	s->map_bytes = s->layout.page_bytes * (size_t)n_pages;
+	s->layout.base = be->ops->alloc(be, s->map_bytes);
+	s->bounce = malloc(s->layout.page_bytes);
+	if (!s->layout.base || !s->bounce) {
+		pg_kv_store_destroy(s);
+		return -ENOMEM;
+	}
+	*out = s;
+	return 0;
+}
+
 int pg_kv_store_create(int n_pages, int page_tokens, int n_blocks,
 		       int n_kv_heads, int head_dim, enum pg_dtype type,
 		       const struct pg_kv_mem *mem, struct pg_kv_store **out)
@@ -77,22 +130,15 @@ int pg_kv_store_create(int n_pages, int page_tokens, int n_blocks,
 
 	if (!mem)
 		mem = &defaults;
-	if (n_pages < 1 || page_tokens < 1 || n_blocks < 1 ||
-	    n_kv_heads < 1 || head_dim < 1 ||
-	    (type != PG_F32 && type != PG_F16 && type != PG_BF16))
-		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->layout = (struct pg_kv_layout){
-		.page_bytes = pg_kv_page_bytes_for(page_tokens, n_blocks,
-						   n_kv_heads, head_dim, type),
-		.page_tokens = page_tokens,
-		.n_blocks = n_blocks,
-		.n_kv_heads = n_kv_heads,
-		.head_dim = head_dim,
-		.type = type,
-	};
+	rc = layout_for(&s->layout, n_pages, page_tokens, n_blocks,
+			n_kv_heads, head_dim, type);
+	if (rc) {
+		free(s);
+		return rc;
+	}
 	s->n_pages = n_pages;
 	s->layout.base = map_pages(s, s->layout.page_bytes * (size_t)n_pages,
 				   mem->hugetlb);
@@ -118,7 +164,11 @@ void pg_kv_store_destroy(struct pg_kv_store *s)
 {
 	if (!s)
 		return;
-	munmap(s->layout.base, s->map_bytes);
+	if (s->be)
+		s->be->ops->free(s->be, s->layout.base);
+	else
+		munmap(s->layout.base, s->map_bytes);
+	free(s->bounce);
 	free(s);
 }
 
@@ -138,10 +188,22 @@ int pg_kv_store_n_pages(const struct pg_kv_store *s)
 	return s->n_pages;
 }
 
-void pg_kv_store_copy(struct pg_kv_store *s, int32_t src, int32_t dst)
+int pg_kv_store_copy(struct pg_kv_store *s, int32_t src, int32_t dst,
+		     char *err, size_t err_len)
 {
 	size_t pb = s->layout.page_bytes;
 	char *base = s->layout.base;
+	int rc;
 
-	memcpy(base + (size_t)dst * pb, base + (size_t)src * pb, pb);
+	if (!s->be) {
+		memcpy(base + (size_t)dst * pb, base + (size_t)src * pb, pb);
+		return 0;
+	}
+	/* copy-on-write copies are rare (a fork's partly filled page) */
+	rc = s->be->ops->download(s->be, s->bounce, base + (size_t)src * pb,
+				  pb, err, err_len);
+	if (!rc)
+		rc = s->be->ops->upload(s->be, base + (size_t)dst * pb,
+					s->bounce, pb, err, err_len);
+	return rc;
 }

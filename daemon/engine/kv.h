@@ -35,6 +35,17 @@ int pg_kv_store_create(int n_pages, int page_tokens, int n_blocks,
 		       int n_kv_heads, int head_dim, enum pg_dtype type,
 		       const struct pg_kv_mem *mem, struct pg_kv_store **out);
 
+/*
+ * pg_kv_store_create_on - the same store in the memory of backend be (a
+ * GPU's), allocated with its alloc(); the pages' contents start undefined
+ * (attention reads only slots that kv_write filled).  No NUMA, locking or
+ * huge pages: the device's memory is its own.  0, -EINVAL or -ENOMEM.
+ */
+int pg_kv_store_create_on(struct pg_backend *be, int n_pages,
+			  int page_tokens, int n_blocks, int n_kv_heads,
+			  int head_dim, enum pg_dtype type,
+			  struct pg_kv_store **out);
+
 /* pg_kv_store_hugetlb - whether the pages sit on explicit huge pages. */
 int pg_kv_store_hugetlb(const struct pg_kv_store *s);
 
@@ -54,8 +65,13 @@ void pg_kv_store_set_cp(struct pg_kv_store *s, int cp_size, int cp_rank);
 /* pg_kv_store_n_pages - pages in the store. */
 int pg_kv_store_n_pages(const struct pg_kv_store *s);
 
-/* pg_kv_store_copy - copy page src to page dst (both < n_pages). */
-void pg_kv_store_copy(struct pg_kv_store *s, int32_t src, int32_t dst);
+/*
+ * pg_kv_store_copy - copy page src to page dst (both < n_pages).  A store
+ * in a device's memory copies through the host.  0, or -errno when the
+ * device failed (its message in err).
+ */
+int pg_kv_store_copy(struct pg_kv_store *s, int32_t src, int32_t dst,
+		     char *err, size_t err_len);
 
 /* pg_kv_page_bytes_for - bytes of one page of such a store. */
 size_t pg_kv_page_bytes_for(int page_tokens, int n_blocks, int n_kv_heads,

@@ -122,6 +122,7 @@ static int cpu_sync(struct pg_backend *be, char *err, size_t err_len)
 
 static const struct pg_backend_ops cpu_ops = {
 	.name = "cpu",
+	.host_memory = 1,
 	.destroy = cpu_destroy,
 	.alloc = cpu_alloc,
 	.free = cpu_free,
