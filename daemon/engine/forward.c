@@ -523,6 +523,22 @@ static void free_job(struct job *j)
  * page_bytes is a page of the whole model: with a plan the bytes are the
  * budget of all devices together.
  */
+/*
+ * The memory the KV cache may take a fraction of: the host's available
+ * memory, or on GPUs what their free memory leaves after the weights.
+ */
+static uint64_t mem_for_kv(const struct pg_model *m,
+			   const struct pg_forward_params *p)
+{
+	uint64_t free_bytes = 0;
+
+	if (!p->plan || p->plan->dev[0].kind != PG_DEV_CUDA)
+		return pg_mem_available();
+	for (int i = 0; i < p->plan->n_devices; i++)
+		free_bytes += p->plan->dev[i].mem_bytes;
+	return free_bytes > m->weight_bytes ? free_bytes - m->weight_bytes : 0;
+}
+
 static int pages_wanted(const struct pg_model *m,
 			const struct pg_forward_params *p, size_t page_bytes)
 {
@@ -534,7 +550,7 @@ static int pages_wanted(const struct pg_model *m,
 	if (p->kv_bytes)
 		bytes = p->kv_bytes;
 	else if (p->kv_fraction > 0)
-		bytes = (size_t)((double)pg_mem_available() * p->kv_fraction);
+		bytes = (size_t)((double)mem_for_kv(m, p) * p->kv_fraction);
 	else
 		return 4 * ((ctx + p->page_tokens - 1) / p->page_tokens);
 	bytes /= page_bytes;

@@ -22,6 +22,9 @@
 #include "gguf.h"
 #include "model.h"
 #include "plan.h"
+#ifdef HAVE_CUDA_BACKEND
+#include "../../kernels/cuda/backend_cuda.h"
+#endif
 
 /*
  * What a device may fill with weights and KV: a CPU device this share of
@@ -199,10 +202,9 @@ static int check_kinds(const char *spec, const struct dev_name *names, int n,
 	if (cuda >= 0 && cpu >= 0)
 		return fail(err, err_len, "devices '%s': cpu:%d and cuda:%d in one plan: CPU and CUDA devices cannot be mixed; name only cpu:N or only cuda:N devices",
 			    spec, names[cpu].index, names[cuda].index);
-#ifdef HAVE_CUDA
+#ifdef HAVE_CUDA_BACKEND
 	if (cuda >= 0)
-		return fail(err, err_len, "cuda:%d: not yet supported: the CUDA backend is not built yet; use cpu:N devices",
-			    names[cuda].index);
+		return 0;
 #else
 	if (cuda >= 0)
 		return fail(err, err_len, "cuda:%d: this pagodad was built without CUDA; rebuild with ./configure --with-cuda",
@@ -299,6 +301,51 @@ static void resolve_cpus(const struct dev_name *names, int k, int n_threads,
 	}
 }
 
+/*
+ * cuda:N devices: each present once, with the memory it has free now
+ * (the planner's budget).  Peer links are not probed (fast_links 0).
+ */
+static int resolve_cuda(const struct dev_name *names, int k,
+			struct pg_device *out, char *err, size_t err_len)
+{
+#ifdef HAVE_CUDA_BACKEND
+	int count = pg_cuda_device_count();
+
+	for (int i = 0; i < k; i++) {
+		struct pg_cuda_device_info info;
+		struct pg_device *d = &out[i];
+		char why[256];
+
+		for (int j = 0; j < i; j++)
+			if (names[j].index == names[i].index)
+				return fail(err, err_len, "cuda:%d is named twice; name each device once",
+					    names[i].index);
+		if (count == 0)
+			return fail(err, err_len, "cuda:%d: no CUDA device is visible (no NVIDIA driver, no GPU, or CUDA_VISIBLE_DEVICES hides them; see nvidia-smi); use cpu:N devices",
+				    names[i].index);
+		if (names[i].index >= count)
+			return fail(err, err_len, "cuda:%d: this host has %d CUDA device%s (cuda:0 .. cuda:%d)",
+				    names[i].index, count, count == 1 ? "" : "s",
+				    count - 1);
+		if (pg_cuda_device_info(names[i].index, &info, why, sizeof(why)))
+			return fail(err, err_len, "cuda:%d: %s", names[i].index,
+				    why);
+		memset(d, 0, sizeof(*d));
+		d->kind = PG_DEV_CUDA;
+		d->index = names[i].index;
+		snprintf(d->name, sizeof(d->name), "cuda:%d", d->index);
+		d->numa_node = -1;
+		d->mem_bytes = info.free_bytes;
+	}
+	return k;
+#else
+	(void)names;
+	(void)k;
+	(void)out;
+	return fail(err, err_len, "this pagodad was built without CUDA; rebuild with ./configure --with-cuda");
+#endif
+}
+
 int pg_devices_parse(const char *spec, int n_threads, struct pg_device *out,
 		     int max, char *err, size_t err_len)
 {
@@ -314,6 +361,8 @@ int pg_devices_parse(const char *spec, int n_threads, struct pg_device *out,
 		return n;
 	if ((rc = check_kinds(spec, names, n, err, err_len)))
 		return rc;
+	if (names[0].kind == PG_DEV_CUDA)
+		return resolve_cuda(names, n, out, err, err_len);
 	resolve_cpus(names, n, n_threads, out);
 	return n;
 }

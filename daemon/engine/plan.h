@@ -97,10 +97,11 @@ struct pg_plan {
  * otherwise the CPUs are cut into k equal contiguous groups (k = 1: all of
  * them), numa_node = -1 and mem_bytes is MemAvailable, shared.  With more devices than CPUs the groups share
  * CPUs round-robin, one each.  n_threads > 0 sets every CPU device's
- * threads, else each gets one per CPU.  cuda:N is refused for now (without
- * CUDA built: say how to build it; with it: the backend is not there yet),
- * and so is a list mixing CPU and CUDA devices.  Returns the count, or
- * -EINVAL with a message that names the bad entry.
+ * threads, else each gets one per CPU.  cuda:N must be a visible GPU,
+ * named once; its mem_bytes is its free memory now (without CUDA built,
+ * cuda:N is refused with how to build it).  A list mixing CPU and CUDA
+ * devices is refused.  Returns the count, or -EINVAL with a message that
+ * names the bad entry.
  */
 int pg_devices_parse(const char *spec, int n_threads, struct pg_device *out,
 		     int max, char *err, size_t err_len);
