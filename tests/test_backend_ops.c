@@ -49,8 +49,6 @@
  * target.  Exit status: 1 when any comparison fails; 77 when no GPU is
  * present (the CPU SIMD part passed, the CUDA part was skipped); else 0.
  */
-#include <config.h>
-
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -60,7 +58,7 @@
 #include <time.h>
 
 #include "kernels/cpu/cpu.h"
-#ifdef HAVE_CUDA
+#ifdef HAVE_CUDA_BACKEND
 #include "kernels/cuda/backend_cuda.h"
 #endif
 
@@ -1190,7 +1188,7 @@ static struct pg_backend *cpu_backend(enum pg_cpu_isa isa)
 	return be;
 }
 
-#ifdef HAVE_CUDA
+#ifdef HAVE_CUDA_BACKEND
 static void add_cuda_target(const char *name, int graphs)
 {
 	struct target *t = &targets[n_targets];
@@ -1213,7 +1211,7 @@ static void add_cuda_target(const char *name, int graphs)
 /* CUDA device 0, plainly and with graphs; returns 1 when there is one. */
 static int open_cuda(void)
 {
-#ifdef HAVE_CUDA
+#ifdef HAVE_CUDA_BACKEND
 	struct pg_cuda_device_info info;
 	char err[512];
 
