@@ -54,6 +54,9 @@
 #ifdef HAVE_CUDA_BACKEND
 #include "../../kernels/cuda/backend_cuda.h"
 #endif
+#ifdef HAVE_NCCL_COMM
+#include "../../kernels/cuda/comm_nccl.h"
+#endif
 #include "forward.h"
 #include "kv.h"
 
@@ -148,6 +151,13 @@ struct pg_forward {
 	int stop;
 	struct job *queue[PG_FW_MAX_INFLIGHT + 1];	/* by queued % size */
 	uint64_t created_ns, stats_ns;
+	/* GPUs: NCCL groups, which the device threads create together */
+	int gpus;			/* the plan's devices are CUDA devices */
+	uint8_t *nccl_ids;		/* world, then TP groups, then CP
+					   groups: PG_COMM_NCCL_ID_BYTES each */
+	int setup_pending;		/* device threads still creating them */
+	int setup_rc;			/* the first one's failure */
+	char setup_err[384];
 };
 
 static uint64_t now_ns(void)
@@ -598,12 +608,14 @@ static int plan_ok(const struct pg_forward *fw, char *err, size_t err_len)
 			snprintf(err, err_len, "pipeline stage %d has no block", s);
 			return -EINVAL;
 		}
+#ifndef HAVE_NCCL_COMM
 	for (int i = 0; i < pl->n_devices; i++)
 		if (pl->dev[i].kind != PG_DEV_CPU && pl->n_devices > 1) {
-			snprintf(err, err_len, "device %s: a plan of several CUDA devices needs NCCL communicators between the forward pass's device threads, which are not wired yet; run on one CUDA device (--devices cuda:0) or on CPU devices",
+			snprintf(err, err_len, "device %s: a plan of several CUDA devices needs NCCL, which this pagodad was built without; install NCCL and rebuild, or run on one CUDA device",
 				 pl->dev[i].name);
 			return -ENOTSUP;
 		}
+#endif
 	if (pl->cp > 1 && fw->p.page_tokens % pl->cp) {
 		snprintf(err, err_len, "context parallelism %d must divide the KV page size (%d tokens)",
 			 pl->cp, fw->p.page_tokens);
@@ -783,6 +795,71 @@ static int64_t comm_spin_ns(const struct pg_forward *fw)
 	return threads <= cpus ? 1000000 : 20000;
 }
 
+/*
+ * GPUs: one NCCL unique id per group (world, each TP group, each CP group),
+ * made here; the device threads then create their handles together, since
+ * an NCCL group's creation returns only when all its ranks have joined.
+ */
+static int make_nccl_ids(struct pg_forward *fw, char *err, size_t err_len)
+{
+#ifdef HAVE_NCCL_COMM
+	const struct pg_plan *pl = &fw->plan;
+	int n = 1 + pl->pp * pl->cp + pl->pp * pl->tp;
+	char why[256];
+
+	fw->nccl_ids = calloc((size_t)n, PG_COMM_NCCL_ID_BYTES);
+	if (!fw->nccl_ids)
+		return -ENOMEM;
+	for (int i = 0; i < n; i++)
+		if (pg_comm_nccl_unique_id(fw->nccl_ids +
+					   (size_t)i * PG_COMM_NCCL_ID_BYTES,
+					   PG_COMM_NCCL_ID_BYTES, why,
+					   sizeof(why))) {
+			snprintf(err, err_len, "cannot make the GPUs' NCCL groups: %s",
+				 why);
+			return -EIO;
+		}
+	return 0;
+#else
+	snprintf(err, err_len, "a plan of several CUDA devices needs NCCL, which this pagodad was built without; install NCCL and rebuild");
+	return -ENOTSUP;
+#endif
+}
+
+/*
+ * In device d's thread: create its NCCL handles, world then TP then CP,
+ * in the same order on every device.  0, or -errno with a message.
+ */
+static int join_nccl(struct device *d, char *err, size_t err_len)
+{
+#if defined(HAVE_NCCL_COMM) && defined(HAVE_CUDA_BACKEND)
+	const struct pg_plan *pl = &d->fw->plan;
+	const uint8_t *ids = d->fw->nccl_ids;
+	void *stream = pg_cuda_backend_stream(d->be);
+	int dev = d->info->index, g, rc;
+	size_t B = PG_COMM_NCCL_ID_BYTES;
+
+	rc = pg_comm_nccl_create(d->fw->n_dev, d->index, ids, dev, stream,
+				 &d->world, err, err_len);
+	if (!rc && pl->tp > 1) {
+		g = d->stage * pl->cp + d->c;
+		rc = pg_comm_nccl_create(pl->tp, d->t, ids + (size_t)(1 + g) * B,
+					 dev, stream, &d->tp, err, err_len);
+	}
+	if (!rc && pl->cp > 1) {
+		g = d->stage * pl->tp + d->t;
+		rc = pg_comm_nccl_create(pl->cp, d->c,
+					 ids + (size_t)(1 + pl->pp * pl->cp + g) * B,
+					 dev, stream, &d->cp, err, err_len);
+	}
+	return rc;
+#else
+	(void)d;
+	snprintf(err, err_len, "built without NCCL");
+	return -ENOTSUP;
+#endif
+}
+
 /* The communicator groups: one world, a TP group per (stage, c), a CP
  * group per (stage, t). */
 static int setup_comms(struct pg_forward *fw, char *err, size_t err_len)
@@ -791,6 +868,8 @@ static int setup_comms(struct pg_forward *fw, char *err, size_t err_len)
 	int64_t spin;
 	int rc;
 
+	if (fw->gpus)
+		return make_nccl_ids(fw, err, err_len);
 	rc = pg_comm_shm_group_create(fw->n_dev, &fw->g_world);
 	fw->n_g_tp = pl->pp * pl->cp;
 	fw->n_g_cp = pl->pp * pl->tp;
@@ -836,6 +915,27 @@ fail:
 
 static void *device_main(void *arg);
 
+/*
+ * Wait until the device threads have created their NCCL handles (GPUs).
+ * NCCL offers no way to stop a creation whose peers never come: a thread
+ * that cannot start, or a rank that fails before it joins, leaves its
+ * peers waiting inside NCCL.  Both happen before any weight is used and
+ * only on a broken host (no threads, a GPU lost at start).
+ */
+static int wait_setup(struct pg_forward *fw, char *err, size_t err_len)
+{
+	int rc;
+
+	pthread_mutex_lock(&fw->lock);
+	while (fw->setup_pending > 0)
+		pthread_cond_wait(&fw->cond, &fw->lock);
+	rc = fw->setup_rc;
+	if (rc)
+		snprintf(err, err_len, "%s", fw->setup_err);
+	pthread_mutex_unlock(&fw->lock);
+	return rc;
+}
+
 int pg_forward_create(const struct pg_model *m,
 		      const struct pg_forward_params *p,
 		      struct pg_forward **out, char *err, size_t err_len)
@@ -880,6 +980,7 @@ int pg_forward_create(const struct pg_model *m,
 		goto out_free;
 	fw->n_dev = fw->plan.n_devices;
 	fw->threaded = fw->n_dev > 1;
+	fw->gpus = fw->plan.dev[0].kind == PG_DEV_CUDA && p->plan;
 	fw->n_slots = fw->threaded ? fw->plan.pp : 1;
 	if (fw->n_slots > PG_FW_MAX_INFLIGHT)
 		fw->n_slots = PG_FW_MAX_INFLIGHT;
@@ -907,6 +1008,7 @@ int pg_forward_create(const struct pg_model *m,
 		rc = setup_comms(fw, err, err_len);
 		if (rc)
 			goto out_free;
+		fw->setup_pending = fw->gpus ? fw->n_dev : 0;
 		for (int i = 0; i < fw->n_dev; i++) {
 			rc = -pthread_create(&fw->dev[i].thread, NULL,
 					     device_main, &fw->dev[i]);
@@ -917,6 +1019,8 @@ int pg_forward_create(const struct pg_model *m,
 			}
 			fw->dev[i].started = 1;
 		}
+		if ((rc = wait_setup(fw, err, err_len)))
+			goto out_free;
 	}
 	fw->created_ns = fw->stats_ns = now_ns();
 	*out = fw;
@@ -976,6 +1080,7 @@ void pg_forward_destroy(struct pg_forward *fw)
 	pg_comm_shm_group_destroy(fw->g_world);
 	free(fw->g_tp);
 	free(fw->g_cp);
+	free(fw->nccl_ids);
 	for (int i = 0; i < PG_FW_MAX_INFLIGHT; i++)
 		free_job(&fw->jobs[i]);
 	free(fw->dev);
@@ -1437,6 +1542,21 @@ static void *device_main(void *arg)
 		CPU_ZERO(&set);
 		CPU_SET(d->info->cpus[0], &set);
 		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	if (fw->gpus) {
+		char why[256] = "";
+		int rc = join_nccl(d, why, sizeof(why));
+
+		pthread_mutex_lock(&fw->lock);
+		if (rc && !fw->setup_rc) {
+			fw->setup_rc = rc;
+			snprintf(fw->setup_err, sizeof(fw->setup_err),
+				 "device %s: cannot join its NCCL groups: %s",
+				 d->info->name, why);
+		}
+		fw->setup_pending--;
+		pthread_cond_broadcast(&fw->cond);
+		pthread_mutex_unlock(&fw->lock);
 	}
 	for (;;) {
 		struct job *j;
