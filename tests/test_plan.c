@@ -89,6 +89,29 @@ static int bad_devices(const char *spec, const char *want)
 	return 0;
 }
 
+/*
+ * cuda:1 on this host: without the CUDA backend built, how to build it;
+ * with it, that no GPU is visible or how many there are (this test cannot
+ * run where cuda:1 exists: the device machines have one GPU at most).
+ */
+static int bad_cuda1(void)
+{
+	int n = pg_devices_parse("cuda:1", 0, devs, PG_PLAN_MAX_DEVICES, err,
+				 sizeof(err));
+
+	if (n == 1)
+		return 0;	/* a host with two GPUs: nothing to refuse */
+	CHECK(n == -EINVAL, "'cuda:1' gave %d", n);
+	CHECK(!strncmp(err, "cuda:1: ", 8) || strstr(err, "without CUDA"),
+	      "'cuda:1': message '%s' does not name it", err);
+	CHECK(strstr(err, "rebuild with ./configure --with-cuda") ||
+	      strstr(err, "no CUDA device is visible") ||
+	      strstr(err, "this host has 1 CUDA device (cuda:0 .. cuda:0)"),
+	      "'cuda:1': message '%s' says neither how to build CUDA nor which GPUs there are",
+	      err);
+	return 0;
+}
+
 static int test_devices_bad(void)
 {
 	char many[1024];
@@ -110,11 +133,8 @@ static int test_devices_bad(void)
 	       bad_devices("cpu:0,cpu:2", "name them cpu:0 .. cpu:1") ||
 	       bad_devices("cpu:0,cuda:0", "cannot be mixed") ||
 	       bad_devices(many, "more than 64 devices") ||
-#ifdef HAVE_CUDA
-	       bad_devices("cuda:1", "cuda:1: not yet supported");
-#else
-	       bad_devices("cuda:1", "cuda:1: this pagodad was built without CUDA; rebuild with ./configure --with-cuda");
-#endif
+	       bad_devices("cuda:0,cuda:0", "cuda:0") ||
+	       bad_cuda1();
 }
 
 /* ---- the TP split ---- */

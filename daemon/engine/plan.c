@@ -333,7 +333,9 @@ static int resolve_cuda(const struct dev_name *names, int k,
 		memset(d, 0, sizeof(*d));
 		d->kind = PG_DEV_CUDA;
 		d->index = names[i].index;
-		snprintf(d->name, sizeof(d->name), "cuda:%d", d->index);
+		/* parse_names keeps N in 0 .. 1023 */
+		snprintf(d->name, sizeof(d->name), "cuda:%u",
+			 (unsigned int)d->index & 1023u);
 		d->numa_node = -1;
 		d->mem_bytes = info.free_bytes;
 	}
