@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -41,6 +42,7 @@ struct opts {
 	int clients;		/* streaming clients */
 	int tokens;		/* each one's max_tokens */
 	const char *dump;	/* the streams' arrival times go there */
+	int daemon_pid;		/* to check that it sleeps; 0: unchecked */
 };
 
 static void die(const char *fmt, ...)
@@ -73,6 +75,13 @@ static void pin(int cpu)
 	CPU_SET(cpu, &set);
 	if (sched_setaffinity(0, sizeof(set), &set) < 0)
 		die("cannot pin to CPU %d: %s", cpu, strerror(errno));
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
 }
 
 static void sleep_us(int us)
@@ -125,23 +134,53 @@ static pagoda_t *connect_or_die(const char *path)
 }
 
 /*
- * N pings, gap_us apart (0: back to back), the client spinning for its
- * answer (spin_us) so that only the daemon's side varies.
+ * Whether the daemon sleeps in io_uring_enter(2) now: its main thread (the
+ * loop) is blocked (state S) in system call 426.  -1: cannot tell.
  */
-static void ping_series(pagoda_t *p, int n, int gap_us, uint64_t *ns)
+static int daemon_asleep(int pid)
 {
+	char path[64], buf[256];
+	int fd, state = -1;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n > 0) {
+		buf[n] = 0;
+		state = !strncmp(buf, "426 ", 4);
+	}
+	return state;
+}
+
+/*
+ * N pings, gap_us apart (0: back to back); the client's spin is set by
+ * the caller.  With daemon_pid, counts the pings before which the daemon
+ * was seen asleep in io_uring_enter (looked at before the clock starts).
+ */
+static int ping_series(pagoda_t *p, int n, int gap_us, int daemon_pid,
+		       uint64_t *ns)
+{
+	int asleep = 0;
+
 	for (int i = 0; i < n; i++) {
 		uint64_t t0, rtt;
 		int rc;
 
 		if (gap_us)
 			sleep_us(gap_us);
+		if (daemon_pid)
+			asleep += daemon_asleep(daemon_pid) == 1;
 		t0 = now_ns();
 		rc = pagoda_ping(p, &rtt);
 		ns[i] = now_ns() - t0;
 		if (rc < 0)
 			die("ping %d: %s", i, pagoda_last_error(p));
 	}
+	return asleep;
 }
 
 
@@ -305,10 +344,108 @@ static void floor_stop(struct floor_link *l)
 	munmap(l->s, sizeof(*l->s));
 }
 
-/* ---- the four round trips, interleaved ---- */
+/* ---- the wake-up floor: an eventfd ping-pong with a sleeping peer ---- */
+
+/*
+ * What one wake-up costs on this machine, whatever pagoda does: the peer
+ * sleeps in read(2) on an eventfd (as the daemon sleeps on its doorbell),
+ * this side rings it after the same gap as the asleep pings and waits for
+ * the answer either spinning on shared memory (one wake-up: the peer's)
+ * or asleep on a second eventfd (two: the peer's, then ours).
+ */
+struct wake_seg {
+	_Alignas(64) _Atomic uint64_t req;	/* 0: stop */
+	_Alignas(64) _Atomic uint64_t ans;
+	_Alignas(64) _Atomic int bell;		/* ring ans_fd too */
+};
+
+struct wake_link {
+	struct wake_seg *s;
+	int req_fd, ans_fd;	/* eventfds: to the peer, back */
+	uint64_t seq;
+	pid_t child;
+};
+
+static void wake_child(struct wake_link *l, int cpu)
+{
+	uint64_t v;
+
+	pin(cpu);
+	for (;;) {
+		if (read(l->req_fd, &v, sizeof(v)) != sizeof(v))
+			_exit(1);
+		v = atomic_load(&l->s->req);
+		if (!v)
+			_exit(0);
+		atomic_store(&l->s->ans, v);
+		if (atomic_load(&l->s->bell) && write(l->ans_fd, &v, sizeof(v)) != sizeof(v))
+			_exit(1);
+	}
+}
+
+static void wake_start(const struct opts *o, struct wake_link *l)
+{
+	l->s = mmap(NULL, sizeof(*l->s), PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	l->req_fd = eventfd(0, EFD_CLOEXEC);
+	l->ans_fd = eventfd(0, EFD_CLOEXEC);
+	if (l->s == MAP_FAILED || l->req_fd < 0 || l->ans_fd < 0)
+		die("cannot set up the eventfd floor: %s", strerror(errno));
+	fflush(NULL);
+	l->child = fork();
+	if (l->child < 0)
+		die("fork: %s", strerror(errno));
+	if (l->child == 0)
+		wake_child(l, o->peer_cpu);
+	l->seq = 1;
+}
+
+/* One round trip; bell: wait asleep on the answer's eventfd. */
+static void wake_ping(struct wake_link *l, int bell)
+{
+	uint64_t v = 1, seq = l->seq++;
+
+	atomic_store(&l->s->bell, bell);
+	atomic_store(&l->s->req, seq);
+	if (write(l->req_fd, &v, sizeof(v)) != sizeof(v))
+		die("eventfd: %s", strerror(errno));
+	if (bell && read(l->ans_fd, &v, sizeof(v)) != sizeof(v))
+		die("eventfd: %s", strerror(errno));
+	while (atomic_load(&l->s->ans) != seq)
+		cpu_relax();
+}
+
+static void wake_series(struct wake_link *l, int n, int gap_us, int bell,
+			uint64_t *ns)
+{
+	for (int i = 0; i < n; i++) {
+		uint64_t t0;
+
+		sleep_us(gap_us);
+		t0 = now_ns();
+		wake_ping(l, bell);
+		ns[i] = now_ns() - t0;
+	}
+}
+
+static void wake_stop(struct wake_link *l)
+{
+	uint64_t v = 1;
+
+	atomic_store(&l->s->req, 0);
+	if (write(l->req_fd, &v, sizeof(v)) != sizeof(v))
+		die("eventfd: %s", strerror(errno));
+	peer_wait(l->child, "eventfd peer");
+	close(l->req_fd);
+	close(l->ans_fd);
+	munmap(l->s, sizeof(*l->s));
+}
+
+/* ---- the round trips, interleaved ---- */
 
 struct rtt {
 	double ring50, ring99, sleep50, sleep99, uds50, uds99, fl50, fl99;
+	double wake1_50, wake1_99, wake2_50, wake2_99;
 };
 
 #define ROUNDS 5
@@ -316,32 +453,41 @@ struct rtt {
 /*
  * ROUNDS rounds of: bare rings, socket, ring with the daemon polling
  * (pings back to back), ring with the daemon asleep (pings gap_us apart,
- * a quarter as many); a noisy moment then hurts every side alike.
+ * a quarter as many), and the eventfd floors with the same gap; a noisy
+ * moment then hurts every side alike.
  */
 static void bench_rtt(const struct opts *o, struct rtt *r)
 {
-	int k = o->pings, ks = k / 4;
-	uint64_t *fl = calloc(4 * (size_t)k, sizeof(*fl));
+	int k = o->pings, ks = k / 4, warm = k < 1000 ? k : 1000;
+	uint64_t *fl = calloc(3 * (size_t)k + 3 * (size_t)ks, sizeof(*fl));
 	uint64_t *uds = fl + k, *ring = uds + k, *slp = ring + k;
+	uint64_t *w1 = slp + ks, *w2 = w1 + ks;
 	struct floor_link l;
+	struct wake_link wl;
 	pagoda_t *p;
 	pid_t echo;
-	int fd;
+	int fd, asleep = 0;
 
 	if (!fl)
 		die("out of memory");
 	floor_start(o, &l);
+	wake_start(o, &wl);
 	fd = uds_start(o, &echo);
 	p = connect_or_die(o->socket);	/* after the forks: the peers hold no handle */
 	pagoda_set_spin_us(p, 100000);
-	floor_series(&l, 1000, fl);	/* validation and warm-up */
-	uds_series(fd, 1000, uds);
-	ping_series(p, 1000, 0, ring);
+	floor_series(&l, warm, fl);	/* validation and warm-up */
+	wake_series(&wl, 10, 0, 1, w1);
+	uds_series(fd, warm, uds);
+	ping_series(p, warm, 0, 0, ring);
 	for (int i = 0; i < ROUNDS; i++) {
-		floor_series(&l, k / ROUNDS, fl + i * (k / ROUNDS));
-		uds_series(fd, k / ROUNDS, uds + i * (k / ROUNDS));
-		ping_series(p, k / ROUNDS, 0, ring + i * (k / ROUNDS));
-		ping_series(p, ks / ROUNDS, o->gap_us, slp + i * (ks / ROUNDS));
+		int n = k / ROUNDS, ns = ks / ROUNDS;
+
+		floor_series(&l, n, fl + i * n);
+		uds_series(fd, n, uds + i * n);
+		ping_series(p, n, 0, 0, ring + i * n);
+		asleep += ping_series(p, ns, o->gap_us, o->daemon_pid, slp + i * ns);
+		wake_series(&wl, ns, o->gap_us, 0, w1 + i * ns);
+		wake_series(&wl, ns, o->gap_us, 1, w2 + i * ns);
 	}
 	k = k / ROUNDS * ROUNDS;
 	ks = ks / ROUNDS * ROUNDS;
@@ -349,9 +495,15 @@ static void bench_rtt(const struct opts *o, struct rtt *r)
 	report("unix stream socket", uds, k, &r->uds50, &r->uds99);
 	report("ring, daemon polling", ring, k, &r->ring50, &r->ring99);
 	report("ring, daemon asleep", slp, ks, &r->sleep50, &r->sleep99);
+	if (o->daemon_pid)
+		printf("  the daemon was asleep in io_uring_enter before %d of these %d pings\n",
+		       asleep, ks);
+	report("eventfd, peer asleep, we spin", w1, ks, &r->wake1_50, &r->wake1_99);
+	report("eventfd, both asleep", w2, ks, &r->wake2_50, &r->wake2_99);
 	pagoda_close(p);
 	close(fd);
 	peer_wait(echo, "echo");
+	wake_stop(&wl);
 	floor_stop(&l);
 	free(fl);
 }
@@ -576,9 +728,10 @@ int main(int argc, char **argv)
 		{ "clients", required_argument, NULL, 'k' },
 		{ "tokens", required_argument, NULL, 't' },
 		{ "dump", required_argument, NULL, 'd' },
+		{ "daemon-pid", required_argument, NULL, 'D' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct opts o = { NULL, 20000, 2000, -1, -1, 64, 64, NULL };
+	struct opts o = { NULL, 20000, 2000, -1, -1, 64, 64, NULL, 0 };
 	struct rtt r;
 	double dl50 = 0, dl99 = 0, ds50 = 0, ds99 = 0;
 	int c;
@@ -593,10 +746,11 @@ int main(int argc, char **argv)
 		case 'k': o.clients = atoi(optarg); break;
 		case 't': o.tokens = atoi(optarg); break;
 		case 'd': o.dump = optarg; break;
+		case 'D': o.daemon_pid = atoi(optarg); break;
 		default:
 			fprintf(stderr, "usage: ipc-pagoda --socket PATH [--pings N] "
 				"[--gap-us US] [--cpu C] [--peer-cpu C] "
-				"[--clients N] [--tokens N]\n");
+				"[--clients N] [--tokens N] [--daemon-pid PID]\n");
 			return 2;
 		}
 	}
@@ -612,9 +766,10 @@ int main(int argc, char **argv)
 	}
 	printf("ipc-pagoda: ring_p50_us=%.2f ring_p99_us=%.2f sleep_p50_us=%.2f "
 	       "sleep_p99_us=%.2f uds_p50_us=%.2f uds_p99_us=%.2f speedup=%.1f "
-	       "floor_p50_us=%.2f deliver_p50_us=%.1f deliver_p99_us=%.1f "
+	       "floor_p50_us=%.2f wake1_p50_us=%.2f wake2_p50_us=%.2f "
+	       "deliver_p50_us=%.1f deliver_p99_us=%.1f "
 	       "deliver_nospin_p50_us=%.1f deliver_nospin_p99_us=%.1f\n",
 	       r.ring50, r.ring99, r.sleep50, r.sleep99, r.uds50, r.uds99,
-	       r.uds50 / r.ring50, r.fl50, dl50, dl99, ds50, ds99);
+	       r.uds50 / r.ring50, r.fl50, r.wake1_50, r.wake2_50, dl50, dl99, ds50, ds99);
 	return 0;
 }

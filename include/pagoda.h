@@ -105,9 +105,12 @@ const char *pagoda_last_error(pagoda_t *p);
  * pagoda_set_spin_us - how long a waiting call spins on the ring before
  * it sleeps on its doorbell (default 20 µs; 0: sleep at once).  Spinning
  * answers in about a microsecond when the daemon is polling, at the price
- * of a core while it lasts.  No call spins while the daemon sleeps (its
- * wake-up outlasts any spin), and waits for tokens spin only while
- * spinning has lately caught them.
+ * of a core while it lasts.  A call whose submission woke a sleeping
+ * daemon spins up to five times as long when it waits for an answer
+ * without engine work (ping, tokenize, detokenize, model info), yielding
+ * the processor between looks, so that it pays the daemon's wake-up but
+ * not a wake-up of its own; other waits on a sleeping daemon sleep at
+ * once.  Waits for tokens spin only while spinning has lately caught them.
  */
 void pagoda_set_spin_us(pagoda_t *p, unsigned us);
 
