@@ -15,7 +15,9 @@
  * garbage, not for precision; test_backend_ops holds the ops to theirs),
  * and the attention op against the scalar CPU backend on two sequences.
  *
- * Not a test.  Without the CUDA backend or a GPU it says so and exits 77.
+ * Not a test.  Without the CUDA backend or a GPU it says so and exits 77
+ * (--probe: only that, and the device's name, so that bench/gpu generates
+ * no model for nothing).
  * The last line is "gpu-pagoda: KEY=VALUE ..." (bench/README, bench/gpu).
  */
 #include <errno.h>

@@ -15,7 +15,7 @@
  * reference's.  Bounds, CPU SIMD | CUDA, and why:
  *   get_rows            0     | 0      dequantising is exact in float
  *   add                 0     | 0      one rounding either way
- *   kv_write            0     | 0      (differing bytes of the store) F16
+ *   kv_write            0     | 0      (bytes of the store that differ) F16
  *                                      and BF16 round to nearest even
  *   rmsnorm             1e-10 | 1e-10  summation order, rsqrt's last bits
  *   silu_mul            1e-10 | 1e-9   the device's exp
@@ -157,7 +157,7 @@ static void record(struct family *f, int t, double e)
 			f->worst[t] = e;
 	f->ran[t] = 1;
 	if (isnan(e) || e > bound) {
-		fprintf(stderr, "FAIL %s on %s: %s: nmse %.3g > %.3g%s\n",
+		fprintf(stderr, "FAIL %s on %s: %s: error %.3g > %.3g%s\n",
 			f->name, targets[t].name, current, e, bound,
 			isnan(e) ? " (NaN: reads unwritten KV slots?)" : "");
 		failures++;
