@@ -3,13 +3,16 @@
  * through the shared-memory rings (client submits, daemon sees, daemon
  * completes, client sees) with the daemon busy-polling and with it
  * asleep, against the same ping-pong over a Unix stream socket; the bare
- * rings between two processes (the floor); and how late streamed tokens
- * reach 64 clients at once.  bench/ipc starts the daemon and drives this.
+ * rings between two processes (the floor), and what one or two wake-ups
+ * through an eventfd cost (the floor of the asleep case); and how long
+ * streamed tokens take from the engine to each of 64 clients at once.
+ * bench/ipc starts the daemon and drives this.
  *
  * Every figure is validated before it is timed: pings must come back (the
  * library checks the echoed argument), socket echoes must return what was
- * sent, bare-ring answers must carry their sequence number, and every
- * stream must deliver exactly the tokens it asked for.
+ * sent, bare-ring and eventfd answers must carry their sequence number,
+ * and every stream must deliver exactly the tokens it asked for, each
+ * stamped no later than it was read.
  *
  * Not a test, and not a model benchmark (bench/decode, bench/serve).
  */
@@ -470,19 +473,24 @@ static void bench_rtt(const struct opts *o, struct rtt *r)
 
 	if (!fl)
 		die("out of memory");
-	floor_start(o, &l);
 	wake_start(o, &wl);
 	fd = uds_start(o, &echo);
-	p = connect_or_die(o->socket);	/* after the forks: the peers hold no handle */
+	p = connect_or_die(o->socket);	/* after these forks; the floor's peers,
+					   forked later, never touch it */
 	pagoda_set_spin_us(p, 100000);
+	floor_start(o, &l);
 	floor_series(&l, warm, fl);	/* validation and warm-up */
+	floor_stop(&l);
 	wake_series(&wl, 10, 0, 1, w1);
 	uds_series(fd, warm, uds);
 	ping_series(p, warm, 0, 0, ring);
 	for (int i = 0; i < ROUNDS; i++) {
 		int n = k / ROUNDS, ns = ks / ROUNDS;
 
+		/* its peer spins all along: only while it is measured */
+		floor_start(o, &l);
 		floor_series(&l, n, fl + i * n);
+		floor_stop(&l);
 		uds_series(fd, n, uds + i * n);
 		ping_series(p, n, 0, 0, ring + i * n);
 		asleep += ping_series(p, ns, o->gap_us, o->daemon_pid, slp + i * ns);
@@ -504,24 +512,25 @@ static void bench_rtt(const struct opts *o, struct rtt *r)
 	close(fd);
 	peer_wait(echo, "echo");
 	wake_stop(&wl);
-	floor_stop(&l);
 	free(fl);
 }
 
 /* ---- token delivery to many streaming clients ---- */
 
 /*
- * The daemon stamps nothing on a token, so delivery is measured from the
- * clients' side: every token's arrival time (CLOCK_MONOTONIC, one clock
- * for all processes) in each client.  An engine step emits one token for
- * every running sequence and the daemon publishes them all right after
- * the step, so arrivals come in bursts, one per step; a token's delivery
- * lag is its arrival less the first arrival of its burst.
+ * The daemon stamps every token with the time its engine emitted it
+ * (pagoda_event.emitted_ns, CLOCK_MONOTONIC: one clock for all processes
+ * of the host); each client notes when pagoda_next_event() handed it the
+ * token.  A token's delivery time is the difference: the daemon's work
+ * after the engine (completions, publication, doorbells) and the client's
+ * (spin or wake-up, reading the ring).
  */
 struct stream_log {
 	int status;		/* 0 ok, else the client's error */
 	int n;			/* tokens received */
-	uint64_t at[];		/* (tokens) arrival times, ns */
+	struct {
+		uint64_t emitted, read;	/* ns */
+	} tok[];		/* (tokens) */
 };
 
 static struct stream_log *log_of(void *base, size_t stride, int c)
@@ -555,9 +564,14 @@ static void stream_child(const struct opts *o, struct stream_log *lg,
 	while ((rc = pagoda_next_event(p, &ev, -1)) == 1) {
 		uint64_t t = now_ns();
 
-		if (ev.type == PAGODA_EVENT_TOKENS)
-			for (size_t i = 0; i < ev.n_ids && lg->n < o->tokens; i++)
-				lg->at[lg->n++] = t;
+		if (ev.type == PAGODA_EVENT_TOKENS) {
+			if (!ev.emitted_ns || ev.emitted_ns > t)
+				_exit(7);	/* a stamp from the future */
+			for (size_t i = 0; i < ev.n_ids && lg->n < o->tokens; i++) {
+				lg->tok[lg->n].emitted = ev.emitted_ns;
+				lg->tok[lg->n++].read = t;
+			}
+		}
 		if (ev.type == PAGODA_EVENT_ERROR)
 			_exit(5);
 		if (ev.last) {
@@ -568,44 +582,6 @@ static void stream_child(const struct opts *o, struct stream_log *lg,
 	}
 	pagoda_close(p);
 	_exit(lg->status);
-}
-
-struct arrival {
-	uint64_t t;
-	int client;
-};
-
-static int cmp_arrival(const void *a, const void *b)
-{
-	const struct arrival *x = a, *y = b;
-
-	return (x->t > y->t) - (x->t < y->t);
-}
-
-/*
- * Bursts: a new one starts after a silence of gap_ns, or when a client
- * shows up a second time (the last steps, with few sequences left, are
- * short).  Each token's lag behind its burst's first goes to lag[].
- */
-static void burst_lags(const struct arrival *a, size_t n, uint64_t gap_ns,
-		       int clients, uint64_t *lag, size_t *n_bursts)
-{
-	unsigned char *seen = calloc(clients, 1);
-	uint64_t first = 0;
-
-	if (!seen)
-		die("out of memory");
-	*n_bursts = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (i == 0 || a[i].t - a[i - 1].t >= gap_ns || seen[a[i].client]) {
-			memset(seen, 0, clients);
-			first = a[i].t;
-			++*n_bursts;
-		}
-		seen[a[i].client] = 1;
-		lag[i] = a[i].t - first;
-	}
-	free(seen);
 }
 
 /* The median gap between a client's successive tokens: the step time. */
@@ -620,8 +596,7 @@ static uint64_t median_step_ns(void *base, size_t stride, const struct opts *o)
 		struct stream_log *lg = log_of(base, stride, c);
 
 		for (int i = 1; i < lg->n; i++)
-			if (lg->at[i] != lg->at[i - 1])
-				d[n++] = lg->at[i] - lg->at[i - 1];
+			d[n++] = lg->tok[i].emitted - lg->tok[i - 1].emitted;
 	}
 	if (!n)
 		die("no token intervals to measure");
@@ -631,7 +606,7 @@ static uint64_t median_step_ns(void *base, size_t stride, const struct opts *o)
 	return med;
 }
 
-/* One line per token: client, token index, arrival (ns). */
+/* One line per token: client, token index, emitted and read (ns). */
 static void deliver_dump(void *base, size_t stride, const struct opts *o)
 {
 	FILE *f = fopen(o->dump, "w");
@@ -642,7 +617,8 @@ static void deliver_dump(void *base, size_t stride, const struct opts *o)
 		struct stream_log *lg = log_of(base, stride, c);
 
 		for (int i = 0; i < lg->n; i++)
-			fprintf(f, "%d %d %" PRIu64 "\n", c, i, lg->at[i]);
+			fprintf(f, "%d %d %" PRIu64 " %" PRIu64 "\n", c, i,
+				lg->tok[i].emitted, lg->tok[i].read);
 	}
 	if (fclose(f))
 		die("%s: %s", o->dump, strerror(errno));
@@ -651,29 +627,22 @@ static void deliver_dump(void *base, size_t stride, const struct opts *o)
 static void deliver_analyse(void *base, size_t stride, const struct opts *o,
 			    int spin_us, double *p50, double *p99)
 {
-	size_t n = 0, cap = (size_t)o->clients * o->tokens, bursts;
-	struct arrival *a = malloc(cap * sizeof(*a));
+	size_t n = 0, cap = (size_t)o->clients * o->tokens;
 	uint64_t *lag = malloc(cap * sizeof(*lag));
 	uint64_t step = median_step_ns(base, stride, o);
 
-	if (!a || !lag)
+	if (!lag)
 		die("out of memory");
 	for (int c = 0; c < o->clients; c++) {
 		struct stream_log *lg = log_of(base, stride, c);
 
 		for (int i = 0; i < lg->n; i++)
-			a[n++] = (struct arrival){ lg->at[i], c };
+			lag[n++] = lg->tok[i].read - lg->tok[i].emitted;
 	}
-	qsort(a, n, sizeof(*a), cmp_arrival);
-	burst_lags(a, n, step / 4, o->clients, lag, &bursts);
 	printf("streaming: %d clients x %d tokens, client spin %d us, engine "
-	       "step %.1f ms (median), %zu bursts\n", o->clients, o->tokens,
-	       spin_us, step / 1e6, bursts);
-	report("token delivery lag in its burst", lag, n, p50, p99);
-	if (*p99 * 1000 > step / 4)
-		printf("warning: delivery lags reach a quarter of the engine "
-		       "step: bursts may be mixed up; use a larger model\n");
-	free(a);
+	       "step %.1f ms (median)\n", o->clients, o->tokens, spin_us,
+	       step / 1e6);
+	report("token delivery: emitted to read", lag, n, p50, p99);
 	free(lag);
 }
 
@@ -684,7 +653,8 @@ static void deliver_analyse(void *base, size_t stride, const struct opts *o,
 static void bench_deliver(const struct opts *o, int spin_us, double *p50,
 			  double *p99)
 {
-	size_t stride = (sizeof(struct stream_log) + o->tokens * sizeof(uint64_t)
+	size_t stride = (sizeof(struct stream_log) +
+			 o->tokens * sizeof(((struct stream_log *)0)->tok[0])
 			 + 63) / 64 * 64;
 	void *base = mmap(NULL, stride * o->clients, PROT_READ | PROT_WRITE,
 			  MAP_SHARED | MAP_ANONYMOUS, -1, 0);

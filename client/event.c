@@ -67,9 +67,11 @@ static int to_event(struct pagoda *p, struct pagoda_event *ev)
 		ev->n_ids = c->n_ids;
 		ev->text = text;
 		ev->text_len = rx->len;
+		ev->emitted_ns = c->t_ns;
 		return 1;
 	case PG_CQE_LOGPROBS:
 		ev->type = PAGODA_EVENT_LOGPROBS;
+		ev->emitted_ns = c->t_ns;
 		ev->logprobs = (const struct pagoda_logprob *)rx->data;
 		ev->n_logprobs = rx->len / sizeof(struct pagoda_logprob);
 		return 1;

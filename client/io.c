@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,12 +389,8 @@ int pgc_alive(struct pagoda *p)
 
 /* ---- waiting ---- */
 
-/*
- * spin - let go of the handle and watch the ring until `until` (ns).
- * yield: give the processor away between looks, so that a daemon woken
- * onto this CPU runs at once instead of waiting for the spin to end.
- */
-static void spin(struct pagoda *p, uint64_t until, int yield)
+/* spin - let go of the handle and watch the ring until `until` (ns). */
+static void spin(struct pagoda *p, uint64_t until)
 {
 	uint32_t seen = p->cq.local;
 	uint64_t q = atomic_load_explicit(&p->q_gen, memory_order_acquire);
@@ -409,10 +404,7 @@ static void spin(struct pagoda *p, uint64_t until, int yield)
 			break;
 		if (!(i % 64) && pgc_now_ns() >= until)
 			break;
-		if (yield && !(i % 16))
-			sched_yield();
-		else
-			cpu_relax();
+		cpu_relax();
 	}
 	pthread_mutex_lock(&p->lock);
 }
@@ -475,29 +467,33 @@ static int sleep_once(struct pagoda *p, int ms, uint64_t deadline)
 
 #define PGC_SPIN_SCORE 8	/* misses before tokens waits stop spinning */
 #define PGC_SPIN_PROBE 32	/* then one wait in this many spins anyway */
-#define PGC_WAKE_SPIN 5		/* × spin_ns: a quick answer from a daemon
-				   that had to be woken */
+#define PGC_WAKE_SPIN 5		/* × spin_ns, up to PGC_WAKE_SPIN_MAX_NS: */
+#define PGC_WAKE_SPIN_MAX_NS 200000	/* a quick answer from a daemon that
+					   had to be woken */
 
 /*
- * spin_budget - how long to spin, and whether to yield while spinning.
- * A daemon that sleeps (it says so in the submission ring's control
- * words) was rung by our submission and answers after its wake-up (tens
- * of microseconds on a virtual machine): a wait for an answer without
- * engine work spins through that wake-up, so that only the daemon's is
- * paid, not ours too; it yields between looks, since the scheduler may
- * wake the daemon on this CPU (measured: without yielding, the round trip
- * grew by the whole spin time).  Any other wait on a sleeping daemon
- * sleeps at once: the engine's work outlasts a spin.  Waits for tokens
- * spin only while spinning has paid off lately: an engine step takes far
- * longer than a spin, and many streaming clients spinning for nothing
- * take the CPUs the daemon needs.
+ * spin_budget - how long to spin.  A daemon that sleeps (it says so in
+ * the submission ring's control words) was rung by our submission and
+ * answers after its wake-up, tens of microseconds on a virtual machine:
+ * a wait for an answer without engine work spins through that wake-up,
+ * so that only the daemon's is paid and not ours too.  The bound keeps
+ * the cost small where the scheduler wakes the daemon on this CPU and
+ * lets the spin finish first.  (Yielding between looks avoids that, but
+ * on a loaded machine hands the CPU to other work for a whole time slice:
+ * measured, a 2 ms median round trip.)  Any other wait on a sleeping
+ * daemon sleeps at once: the engine's work outlasts a spin.  Waits for
+ * tokens spin only while spinning has paid off lately: an engine step
+ * takes far longer than a spin, and many streaming clients spinning for
+ * nothing take the CPUs the daemon needs.
  */
-static uint64_t spin_budget(struct pagoda *p, enum pgc_pace pace, int *yield)
+static uint64_t spin_budget(struct pagoda *p, enum pgc_pace pace)
 {
-	*yield = 0;
+	uint64_t wake = PGC_WAKE_SPIN * p->spin_ns;
+
 	if (atomic_load_explicit(&p->hdr->sq.sleeping, memory_order_relaxed)) {
-		*yield = 1;
-		return pace == PGC_QUICK ? PGC_WAKE_SPIN * p->spin_ns : 0;
+		if (pace != PGC_QUICK)
+			return 0;
+		return wake < PGC_WAKE_SPIN_MAX_NS ? wake : PGC_WAKE_SPIN_MAX_NS;
 	}
 	if (pace == PGC_TOKENS && p->spin_score <= 0 &&
 	    ++p->spin_probe % PGC_SPIN_PROBE)
@@ -517,8 +513,7 @@ static void spin_learn(struct pagoda *p, int hit)
 int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
 	     struct pgc_rx *rx, int timeout_ms, enum pgc_pace pace)
 {
-	int yield;
-	uint64_t start = pgc_now_ns(), spin_end = start + spin_budget(p, pace, &yield);
+	uint64_t start = pgc_now_ns(), spin_end = start + spin_budget(p, pace);
 	uint64_t deadline = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
 	int rc, spun = 0, slept = 0;
 
@@ -539,7 +534,7 @@ int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
 			break;
 		t = pgc_now_ns();
 		if (t < spin_end) {
-			spin(p, spin_end, yield);
+			spin(p, spin_end);
 			spun = 1;
 			continue;
 		}

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "daemon.h"
 #include "engine/chat.h"
@@ -764,17 +765,28 @@ static int32_t finish_code(enum pg_engine_finish f)
 	return PG_FINISH_WIRE_ERROR;
 }
 
+/* CLOCK_MONOTONIC in ns: the time stamp of tokens (proto.h, t_ns). */
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void send_token(struct pgd *d, struct pgd_req *r,
 		       const struct pg_engine_event *ev)
 {
 	struct pg_cqe cqe = { .req_id = r->req_id, .type = PG_CQE_TOKENS,
-			      .sample = (uint8_t)ev->sample, .n_ids = 1 };
+			      .sample = (uint8_t)ev->sample, .n_ids = 1,
+			      .t_ns = mono_ns() };
 
 	cqe.ids[0] = ev->token;
 	pgd_emit(d, r->c, &cqe, ev->text, r->text ? (uint32_t)ev->text_len : 0);
 	if (ev->n_top > 0) {	/* the token's top log-probabilities */
 		struct pg_cqe lq = { .req_id = r->req_id, .type = PG_CQE_LOGPROBS,
-				     .sample = (uint8_t)ev->sample, .n_ids = 1 };
+				     .sample = (uint8_t)ev->sample, .n_ids = 1,
+				     .t_ns = cqe.t_ns };
 		struct pg_logprob_wire w[PG_MAX_LOGPROBS];
 		int n = ev->n_top < PG_MAX_LOGPROBS ? ev->n_top : PG_MAX_LOGPROBS;
 
@@ -797,7 +809,8 @@ static void send_done(struct pgd *d, struct pgd_req *r,
 
 	if (r->text && ev->text_len) {	/* text the stop matcher held back */
 		struct pg_cqe held = { .req_id = r->req_id, .type = PG_CQE_TOKENS,
-				       .sample = (uint8_t)ev->sample };
+				       .sample = (uint8_t)ev->sample,
+				       .t_ns = mono_ns() };
 
 		pgd_emit(d, r->c, &held, ev->text, (uint32_t)ev->text_len);
 	}

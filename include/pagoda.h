@@ -106,11 +106,10 @@ const char *pagoda_last_error(pagoda_t *p);
  * it sleeps on its doorbell (default 20 µs; 0: sleep at once).  Spinning
  * answers in about a microsecond when the daemon is polling, at the price
  * of a core while it lasts.  A call whose submission woke a sleeping
- * daemon spins up to five times as long when it waits for an answer
- * without engine work (ping, tokenize, detokenize, model info), yielding
- * the processor between looks, so that it pays the daemon's wake-up but
- * not a wake-up of its own; other waits on a sleeping daemon sleep at
- * once.  Waits for tokens spin only while spinning has lately caught them.
+ * daemon spins up to five times as long (at most 200 µs) when it waits
+ * for an answer without engine work (ping, tokenize, detokenize, model
+ * info), so that it pays the daemon's wake-up but not a wake-up of its
+ * own; other waits on a sleeping daemon sleep at once.  Waits for tokens spin only while spinning has lately caught them.
  */
 void pagoda_set_spin_us(pagoda_t *p, unsigned us);
 
@@ -275,6 +274,14 @@ struct pagoda_event {
 	enum pagoda_finish finish;	/* DONE */
 	struct pagoda_figures figures;	/* DONE */
 	int error;			/* ERROR: a negative code */
+	/*
+	 * TOKENS, LOGPROBS: when the daemon's engine emitted the token,
+	 * CLOCK_MONOTONIC in nanoseconds.  That clock is the same for every
+	 * process of the host, so clock_gettime(CLOCK_MONOTONIC) now less
+	 * emitted_ns is how long the token took to reach this process.  0
+	 * for other events.
+	 */
+	uint64_t emitted_ns;
 };
 
 /*

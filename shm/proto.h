@@ -28,10 +28,13 @@
 #define PAGODA_SHM_PROTO_H
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define PG_PROTO_MAGIC 0x41444f47u	/* "GODA" */
-#define PG_PROTO_VERSION 1u
+/* 2: completions carry t_ns (the time a token was emitted) and 16 bytes
+   of inline text, not 24 */
+#define PG_PROTO_VERSION 2u
 
 #define PG_SLOT_BYTES 64
 #define PG_CACHE_LINE 64
@@ -268,7 +271,7 @@ enum pg_finish_wire {
 };
 
 #define PG_CQE_IDS 4		/* token ids one TOKENS entry carries */
-#define PG_CQE_TEXT 24		/* bytes of text carried inline */
+#define PG_CQE_TEXT 16		/* bytes of text carried inline */
 
 #define PG_CQE_F_ARENA 1u	/* the text/payload is in the completion
 				   arena at off (else inline in text[]) */
@@ -292,9 +295,18 @@ struct pg_cqe {
 		int32_t ids[PG_CQE_IDS];
 		uint64_t arg;	/* PONG */
 	};
+	/*
+	 * TOKENS and LOGPROBS: when the engine emitted the token, as the
+	 * daemon read CLOCK_MONOTONIC (ns) in its event callback, before the
+	 * entry was written.  CLOCK_MONOTONIC is one clock for every process
+	 * of a host, so a client subtracts it from its own reading to get
+	 * the delivery time.  0 in other entries.
+	 */
+	uint64_t t_ns;
 	char text[PG_CQE_TEXT];
 };
 static_assert(sizeof(struct pg_cqe) == PG_SLOT_BYTES, "pg_cqe");
+static_assert(offsetof(struct pg_cqe, t_ns) % 8 == 0, "pg_cqe.t_ns aligned");
 
 /* DONE's payload: the per-request figures. */
 struct pg_done_wire {

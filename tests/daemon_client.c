@@ -67,6 +67,14 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -476,6 +484,7 @@ struct stream {
 	int error;			/* pg_error of an ERROR */
 	char msg[512];
 	int bad;			/* entries that broke the rules */
+	uint64_t t_ns[MAX_SAMPLES];	/* the last TOKENS entry's stamp */
 };
 
 static void stream_reset(struct stream *s, uint64_t req_id)
@@ -514,6 +523,12 @@ static void stream_take(struct stream *s, const struct reply *r)
 			s->bad++;
 			return;
 		}
+		/* stamped when the engine emitted it: in order, not ahead of us */
+		if (!e->t_ns || e->t_ns < s->t_ns[k] || e->t_ns > now_ns()) {
+			s->bad++;
+			return;
+		}
+		s->t_ns[k] = e->t_ns;
 		for (int i = 0; i < e->n_ids && s->n_ids[k] < MAX_GEN; i++)
 			s->ids[k][s->n_ids[k]++] = e->ids[i];
 		if (e->len)
@@ -1453,10 +1468,12 @@ static int cmd_kill(int argc, char **argv)
 static int cmd_version(void)
 {
 	struct conn c;
+	char want[32];
 	int rc = conn_open(&c, 999);
 
 	CHECK(rc == PG_EVERSION, "a client of version 999 got %d, not PG_EVERSION", rc);
-	CHECK(strstr(c.w.message, "999") && strstr(c.w.message, "version 1"),
+	snprintf(want, sizeof(want), "version %u", PG_PROTO_VERSION);
+	CHECK(strstr(c.w.message, "999") && strstr(c.w.message, want),
 	      "the refusal does not name both versions: %s", c.w.message);
 	printf("version: %s\n", c.w.message);
 	return 0;

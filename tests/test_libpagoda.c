@@ -185,7 +185,13 @@ static void welcome_for(struct pg_welcome *w, const struct fake *f)
 
 /* ---- the fake daemon serving ---- */
 
-/* post - one completion; data beyond PG_CQE_TEXT goes to the arena. */
+/* The fake's stamp on the tokens of sample s (pg_cqe.t_ns). */
+#define FAKE_T_NS(s) (1000000007ull + (s))
+
+/*
+ * post - one completion; data beyond PG_CQE_TEXT goes to the arena; arg
+ * is PONG's echo, or the time stamp of TOKENS and LOGPROBS.
+ */
 static void post(struct fake *f, uint64_t id, uint8_t type, uint8_t sample,
 		 uint8_t flags, int32_t code, const int32_t *ids, int n_ids,
 		 const void *data, uint32_t len, uint64_t arg)
@@ -208,6 +214,8 @@ static void post(struct fake *f, uint64_t id, uint8_t type, uint8_t sample,
 			eventfd_write(f->cq_efd, 1);
 		usleep(50);
 	}
+	if (type == PG_CQE_TOKENS || type == PG_CQE_LOGPROBS)
+		c.t_ns = arg;
 	if (type == PG_CQE_PONG)
 		c.arg = arg;
 	else if (n_ids)
@@ -236,16 +244,17 @@ static void answer_samples(struct fake *f, uint64_t id, uint32_t n,
 
 	for (uint32_t s = 0; s < n; s++) {
 		if (finish != PG_FINISH_WIRE_CANCELLED) {
-			post(f, id, PG_CQE_TOKENS, (uint8_t)s, 0, 0, a, 2, "he", 2, 0);
+			post(f, id, PG_CQE_TOKENS, (uint8_t)s, 0, 0, a, 2, "he", 2,
+			     FAKE_T_NS(s));
 			post(f, id, PG_CQE_TOKENS, (uint8_t)s, 0, 0, b, 1, long_text,
-			     sizeof(long_text) - 1, 0);
+			     sizeof(long_text) - 1, FAKE_T_NS(s));
 			if (n_logprobs) {
 				struct pg_logprob_wire lp[20];
 
 				for (uint32_t i = 0; i < n_logprobs; i++)
 					lp[i] = (struct pg_logprob_wire){ 12 + (int)i, -0.5f * (float)i };
 				post(f, id, PG_CQE_LOGPROBS, (uint8_t)s, 0, 0, NULL, 0, lp,
-				     n_logprobs * (uint32_t)sizeof(lp[0]), 0);
+				     n_logprobs * (uint32_t)sizeof(lp[0]), FAKE_T_NS(s));
 			}
 		}
 		d.n_gen = 3 + s;
@@ -849,6 +858,7 @@ static void test_stream(pagoda_t *p)
 			break;
 		CHECK(!done[i]);
 		if (ev.type == PAGODA_EVENT_TOKENS) {
+			CHECK(ev.emitted_ns == FAKE_T_NS(ev.sample));
 			tokens[i] += (int)ev.n_ids;
 			strncat(text[i], ev.text, sizeof(text[i]) - strlen(text[i]) - 1);
 		} else if (ev.type == PAGODA_EVENT_DONE) {
