@@ -70,6 +70,8 @@ struct pgd_client {
 	int memfd;			/* until the welcome has carried it */
 	int sq_bell;			/* eventfd: the client wakes us */
 	int cq_bell;			/* eventfd: we wake the client */
+	int pidfd;			/* the connecting process (SO_PEERPIDFD),
+					   readable once it exited; -1: none */
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
@@ -96,6 +98,7 @@ struct pgd_client {
 	int n_malformed;
 	int bell_armed;			/* a doorbell read is in the io_uring */
 	int hup_armed;			/* the hang-up poll is in the io_uring */
+	int exit_armed;			/* the pidfd's poll is in the io_uring */
 	int hung_up;			/* it went by itself (not dropped) */
 	/* set when the client must go: closed at the end of the iteration */
 	int dead;
@@ -132,6 +135,7 @@ struct pgd {
 	struct io_uring ring;
 	int ring_ready;
 	int accept_armed;
+	int no_pidfd;			/* the kernel has no SO_PEERPIDFD */
 	int bell_poll;			/* the kernel answers reads of a
 					   non-blocking eventfd with EAGAIN:
 					   poll doorbells instead */

@@ -6,7 +6,7 @@
  *
  * The loop, one iteration:
  *   1. reap the io_uring's completions without blocking (accepts, hellos,
- *      hang-ups, doorbells, signals): no system call;
+ *      hang-ups, clients' exits (pidfds), doorbells, signals): no system call;
  *   2. for every client: move its backlog into its completion ring, drain
  *      its submission ring (request.c), publish its completions (PONG and
  *      errors go out in this same iteration);
@@ -16,7 +16,7 @@
  *      (only when something above queued one).
  * With nothing to do it polls for --spin-us, then advertises sleep on
  * every submission ring (pg_ring_prepare_sleep) and, if all may sleep,
- * waits in io_uring_submit_and_wait for any doorbell, hang-up, accept or
+ * waits in io_uring_submit_and_wait for any doorbell, hang-up, client exit, accept or
  * signal (and a 1 ms timer while a client's backlog waits for room).
  * While busy nothing here makes a system call per request: a client
  * rings its doorbell only when the daemon said it sleeps, and the daemon
@@ -118,6 +118,7 @@ enum op_kind {
 	OP_CANCEL,
 	OP_WAKE,		/* a write to a client's completion doorbell */
 	OP_WATCHDOG,		/* time for the service manager's ping */
+	OP_EXIT,		/* slot: client; its pidfd's poll */
 };
 
 #define SERIAL_MASK ((1ull << 40) - 1)
@@ -198,6 +199,22 @@ static void arm_hup(struct pgd *d, struct pgd_client *c)
 	io_uring_prep_poll_add(sqe, c->sock, POLLRDHUP | POLLHUP | POLLERR);
 	sqe->user_data = ud;
 	c->hup_armed = 1;
+}
+
+/* The client's process exiting: its pidfd polls readable. */
+static void arm_exit(struct pgd *d, struct pgd_client *c)
+{
+	uint64_t ud = tag(OP_EXIT, c->id - 1, c->serial);
+	struct io_uring_sqe *sqe;
+
+	if (c->pidfd < 0)
+		return;
+	sqe = get_sqe(d, ud);
+	if (!sqe)
+		return;
+	io_uring_prep_poll_add(sqe, c->pidfd, POLLIN);
+	sqe->user_data = ud;
+	c->exit_armed = 1;
 }
 
 static void arm_bell(struct pgd *d, struct pgd_client *c)
@@ -456,6 +473,46 @@ static void refuse(int fd, const struct ucred *cr, enum pg_error status,
 	close(fd);
 }
 
+/*
+ * SO_PEERPIDFD (Linux 6.5): a pidfd of the process that connected, so that
+ * its exit is seen even when a child it forked keeps the socket open.
+ * Older headers lack the number; it is asm-generic's on these machines.
+ */
+#if !defined(SO_PEERPIDFD) && (defined(__x86_64__) || defined(__i386__) || \
+			       defined(__aarch64__) || defined(__arm__) || \
+			       defined(__riscv))
+#define SO_PEERPIDFD 77
+#endif
+
+/*
+ * The peer's pidfd, or -1 when the kernel has none to give (older than
+ * 6.5: said once in the log; client death is then seen through the socket
+ * alone).
+ */
+static int peer_pidfd(struct pgd *d, int fd)
+{
+	int pidfd = -1;
+#ifdef SO_PEERPIDFD
+	socklen_t len = sizeof(pidfd);
+	int e;
+
+	if (d->no_pidfd)
+		return -1;
+	/* the kernel makes it close-on-exec */
+	if (!getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) &&
+	    len == sizeof(pidfd) && pidfd >= 0)
+		return pidfd;
+	e = errno;
+	d->no_pidfd = e == ENOPROTOOPT || e == EINVAL;	/* for good */
+	pgd_log(PGD_LOG_DEBUG, "no pidfd for a client (SO_PEERPIDFD: %s): client death is seen through the socket alone",
+		strerror(e));
+#else
+	(void)fd;
+	d->no_pidfd = 1;
+#endif
+	return -1;
+}
+
 /* The peer's groups: its primary group and, where the kernel says, the rest. */
 static int peer_groups(int fd, gid_t primary, gid_t *gids, int max)
 {
@@ -483,6 +540,7 @@ static void add_client(struct pgd *d, struct pgd_client *c)
 	d->slots[c->id - 1] = c;
 	d->live[d->n_live++] = c;
 	arm_hup(d, c);
+	arm_exit(d, c);
 	arm_bell(d, c);
 	pgd_log(PGD_LOG_INFO, "client %u connected: pid %d uid %u gid %u (%d connected)",
 		c->id, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid, d->n_live);
@@ -531,6 +589,7 @@ static void handshake(struct pgd *d, int fd, const struct pg_hello *h)
 		refuse(fd, &cr, PG_ENOMEM, "%s", err);
 		return;
 	}
+	c->pidfd = peer_pidfd(d, fd);
 	w.client_id = c->id;
 	w.generation = d->generation;
 	w.seg_bytes = c->seg_bytes;
@@ -646,6 +705,27 @@ static void on_bell(struct pgd *d, struct pgd_client *c, enum op_kind k, int res
 	}
 }
 
+static void on_hup(struct pgd *d, struct pgd_client *c)
+{
+	c->hup_armed = 0;
+	c->hung_up = 1;
+	pgd_mark_dead(d, c, PG_OK, "hung up");
+}
+
+/* The pidfd's poll: the process that connected has exited. */
+static void on_peer_exit(struct pgd *d, struct pgd_client *c, int res)
+{
+	c->exit_armed = 0;
+	if (res < 0) {
+		if (res != -ECANCELED)
+			pgd_log(PGD_LOG_WARN, "client %u: polling its pidfd: %s; its death is seen through the socket alone",
+				c->id, strerror(-res));
+		return;
+	}
+	c->hung_up = 1;		/* a departure, not a fault */
+	pgd_mark_dead(d, c, PG_OK, "its process %d exited", (int)c->pid);
+}
+
 static void on_cqe(struct pgd *d, uint64_t ud, int res)
 {
 	enum op_kind k = (enum op_kind)(ud >> 56);
@@ -674,18 +754,18 @@ static void on_cqe(struct pgd *d, uint64_t ud, int res)
 		arm_watchdog(d);
 		return;
 	case OP_HUP:
+	case OP_EXIT:
 	case OP_BELL:
 	case OP_BELL_POLL:
 		c = client_of(d, slot, serial);
 		if (!c)
 			return;
-		if (k != OP_HUP) {
+		if (k == OP_BELL || k == OP_BELL_POLL)
 			on_bell(d, c, k, res);
-			return;
-		}
-		c->hup_armed = 0;
-		c->hung_up = 1;
-		pgd_mark_dead(d, c, PG_OK, "hung up");
+		else if (k == OP_EXIT)
+			on_peer_exit(d, c, res);
+		else
+			on_hup(d, c);
 		return;
 	default:		/* timeouts and cancellations: nothing to do */
 		return;
@@ -737,6 +817,8 @@ static void close_client(struct pgd *d, struct pgd_client *c)
 		cancel_op(d, tag(d->bell_poll ? OP_BELL_POLL : OP_BELL, slot, c->serial));
 	if (c->hup_armed)
 		cancel_op(d, tag(OP_HUP, slot, c->serial));
+	if (c->exit_armed)
+		cancel_op(d, tag(OP_EXIT, slot, c->serial));
 	d->slots[slot] = NULL;
 	for (int i = 0; i < d->n_live; i++)
 		if (d->live[i] == c) {
@@ -965,7 +1047,7 @@ static int start_ring(struct pgd *d, char *err, size_t err_len)
 	sigset_t set;
 	int rc;
 
-	while (entries < 2u * (unsigned)d->cfg->max_clients + 2u * PGD_MAX_HANDSHAKES + 16u)
+	while (entries < 3u * (unsigned)d->cfg->max_clients + 2u * PGD_MAX_HANDSHAKES + 16u)
 		entries <<= 1;
 	rc = io_uring_queue_init(entries, &d->ring, 0);
 	if (rc) {

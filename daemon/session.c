@@ -112,7 +112,7 @@ struct pgd_client *pgd_session_create(struct pgd *d, int slot, int fd,
 	c->id = (uint32_t)slot + 1;
 	c->serial = ++d->next_serial;
 	c->sock = fd;
-	c->memfd = c->sq_bell = c->cq_bell = -1;
+	c->memfd = c->sq_bell = c->cq_bell = c->pidfd = -1;
 	c->pid = pid;
 	c->uid = uid;
 	c->gid = gid;
@@ -169,6 +169,7 @@ void pgd_session_destroy(struct pgd_client *c)
 	close_fd(&c->memfd);
 	close_fd(&c->sq_bell);
 	close_fd(&c->cq_bell);
+	close_fd(&c->pidfd);
 	if (c->sock >= 0)
 		shutdown(c->sock, SHUT_RDWR);	/* the peer sees the hang-up
 						   even while the io_uring

@@ -33,7 +33,10 @@
  * with pagoda_submit() go to pagoda_next_event(), which one thread at a
  * time should call; the answers of the blocking calls go to their
  * callers only.  The handle must not be used during or after
- * pagoda_close().  After fork() only the parent may use a handle.
+ * pagoda_close().  After fork() only the parent may use a handle: the
+ * connection is the process's that connected, and where the kernel says
+ * (Linux 6.5, SO_PEERPIDFD) the daemon lets it go when that process
+ * exits, even if a child still holds it.
  */
 #ifndef PAGODA_H
 #define PAGODA_H

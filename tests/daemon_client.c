@@ -13,6 +13,8 @@
  *   daemon_client SOCK stress [--clients N] [--requests N]
  *   daemon_client SOCK garbage [--rounds N]  hostile client beside a victim
  *   daemon_client SOCK kill [--children N]   SIGKILL clients mid-stream
+ *   daemon_client SOCK orphan                the connecting process exits,
+ *                                            a child keeps its socket
  *   daemon_client SOCK version               another protocol version
  *   daemon_client SOCK refused               (root) a uid the rules refuse
  *   daemon_client SOCK limits                against a daemon with small limits
@@ -1463,6 +1465,90 @@ static int cmd_kill(int argc, char **argv)
 	return 0;
 }
 
+/* ---- a client whose process exits while its socket lives on ---- */
+
+#if !defined(SO_PEERPIDFD) && (defined(__x86_64__) || defined(__i386__) || \
+			       defined(__aarch64__) || defined(__arm__) || \
+			       defined(__riscv))
+#define SO_PEERPIDFD 77		/* as daemon/server.c */
+#endif
+
+/* Whether this kernel gives a socket's peer as a pidfd (Linux 6.5). */
+static int kernel_has_peerpidfd(void)
+{
+	int ok = 0;
+#ifdef SO_PEERPIDFD
+	int sv[2], pidfd = -1;
+	socklen_t len = sizeof(pidfd);
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		die("socketpair: %s", strerror(errno));
+	ok = !getsockopt(sv[0], SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) && pidfd >= 0;
+	if (pidfd >= 0)
+		close(pidfd);
+	close(sv[0]);
+	close(sv[1]);
+#endif
+	return ok;
+}
+
+/*
+ * The process that connected forks a child and exits; the child keeps the
+ * socket, the doorbells and the segment, so the socket never hangs up.
+ * The daemon must still let the client go (the pidfd it took at the
+ * handshake polls readable): the child sees the segment closed.  77 when
+ * the kernel has no SO_PEERPIDFD (the daemon then sees the socket alone).
+ */
+static int cmd_orphan(void)
+{
+	int pfd[2], st;
+	char seen = 'x';
+	pid_t a;
+
+	if (!kernel_has_peerpidfd()) {
+		printf("orphan: this kernel has no SO_PEERPIDFD: skipped\n");
+		return 77;
+	}
+	if (pipe(pfd))
+		die("pipe: %s", strerror(errno));
+	a = fork();
+	if (a < 0)
+		die("fork: %s", strerror(errno));
+	if (a == 0) {
+		struct conn c;
+		pid_t b;
+
+		close(pfd[0]);
+		conn_must_open(&c);
+		b = fork();
+		if (b == 0) {	/* holds everything of c while its parent goes */
+			double t0 = now_s();
+			char r = 'n';
+
+			while (now_s() - t0 < 10) {
+				if (atomic_load(&c.hdr->closed)) {
+					r = 'y';
+					break;
+				}
+				usleep(1000);
+			}
+			printf("orphan: the segment %s closed after %.1f ms\n",
+			       r == 'y' ? "was" : "was not", (now_s() - t0) * 1e3);
+			if (write(pfd[1], &r, 1) != 1)
+				_exit(1);
+			_exit(0);
+		}
+		_exit(b < 0);
+	}
+	close(pfd[1]);
+	CHECK(waitpid(a, &st, 0) == a && WIFEXITED(st) && !WEXITSTATUS(st),
+	      "the connecting process failed");
+	CHECK(read(pfd[0], &seen, 1) == 1 && seen == 'y',
+	      "the daemon kept a client whose process exited while a child held its socket");
+	close(pfd[0]);
+	return 0;
+}
+
 /* ---- handshake refusals ---- */
 
 static int cmd_version(void)
@@ -1707,6 +1793,8 @@ int main(int argc, char **argv)
 		rc = cmd_kill(argc - 3, argv + 3);
 	else if (!strcmp(cmd, "version"))
 		rc = cmd_version();
+	else if (!strcmp(cmd, "orphan"))
+		rc = cmd_orphan();
 	else if (!strcmp(cmd, "refused"))
 		rc = cmd_refused();
 	else if (!strcmp(cmd, "limits"))

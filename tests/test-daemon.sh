@@ -4,7 +4,8 @@
 # libpagoda): model info, generation equal to the one-shot mode, tokenize
 # and detokenize, chat, stop strings, n > 1, ping round trips, 32 clients
 # at once checked against each request alone, a hostile client beside a
-# victim, clients killed mid-stream, protocol version and access refusals,
+# victim, clients killed mid-stream, a client whose process exits while a
+# child keeps its socket (the pidfd), protocol version and access refusals,
 # limits and a client that never reads, daemon restarts (SIGTERM and
 # SIGKILL) under a connected client, signals and start-up errors.
 # Every daemon it starts is killed at the end, pass or fail.
@@ -105,6 +106,15 @@ timed kill $client "$S" kill --children 4
 check "kill -9 of clients mid-stream: freed" test $? -eq 0
 tail -n +"$lines" "$tmp/main.log" | grep "after a client left: 0 clients" | tail -1 >"$tmp/freed"
 check "after the kills: no KV page used" grep -q "engine 0 running, 0 waiting; KV pages 0 used" "$tmp/freed"
+
+$client "$S" orphan >"$tmp/orphan"; rc=$?
+if [ $rc -ne 77 ]; then
+	check "a client whose process exits while a child holds its socket is let go (pidfd)" test $rc -eq 0
+	n=0; while [ $n -lt 50 ] && ! grep -q "gone: its process [0-9]* exited" "$tmp/main.log"; do sleep 0.1; n=$((n + 1)); done
+	check "... logged as its process exited" grep -q "gone: its process [0-9]* exited" "$tmp/main.log"
+else
+	echo "SKIP: no SO_PEERPIDFD on this kernel: client death through the socket only"
+fi
 
 $client "$S" version >"$tmp/version"
 check "another protocol version is refused" test $? -eq 0
