@@ -6,7 +6,8 @@
  *
  * The loop, one iteration:
  *   1. reap the io_uring's completions without blocking (accepts, hellos,
- *      hang-ups, clients' exits (pidfds), doorbells, signals): no system call;
+ *      hang-ups, clients' exits (pidfds), doorbells, signals): no system
+ *      call;
  *   2. for every client: move its backlog into its completion ring, drain
  *      its submission ring (request.c), publish its completions (PONG and
  *      errors go out in this same iteration);
@@ -16,8 +17,9 @@
  *      (only when something above queued one).
  * With nothing to do it polls for --spin-us, then advertises sleep on
  * every submission ring (pg_ring_prepare_sleep) and, if all may sleep,
- * waits in io_uring_submit_and_wait for any doorbell, hang-up, client exit, accept or
- * signal (and a 1 ms timer while a client's backlog waits for room).
+ * waits in io_uring_submit_and_wait for any doorbell, hang-up, client
+ * exit, accept or signal (and a 1 ms timer while a client's backlog waits
+ * for room).
  * While busy nothing here makes a system call per request: a client
  * rings its doorbell only when the daemon said it sleeps, and the daemon
  * rings a client only when the client said so.
