@@ -421,14 +421,14 @@ static void check_matmul_case(enum pg_dtype type, int64_t rows, int64_t cols,
 
 /*
  * Decode sizes n = 1 .. 8 and prefill sizes 16 .. 512 on shapes whose
- * rows and blocks are not multiples of any tile; 4096-wide shapes only
- * where a GPU makes them worth the reference's time.
+ * rows and blocks are not multiples of any tile; 4096-wide shapes (the
+ * Llama-3-8B width) only where a GPU makes them worth the reference's time.
  */
 static void check_matmul(int large)
 {
 	static const int dec[] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	static const int pre[] = { 16, 33, 64, 128, 512 };
-	static const int big[] = { 1, 8, 64, 512 };
+	static const int big_dec[] = { 1, 8 }, big_pre[] = { 64, 512 };
 	static const int64_t dshapes[][2] = {
 		{ 512, 4096 }, { 129, 1056 }, { 33, 96 }, { 1000, 64 },
 	};
@@ -441,8 +441,10 @@ static void check_matmul(int large)
 		for (size_t s = 0; s < 2; s++)
 			check_matmul_case(wtypes[k], pshapes[s][0], pshapes[s][1],
 					  pre, 5, (int)s % 2);
-		if (large && wtypes[k] != PG_F32)
-			check_matmul_case(wtypes[k], 4096, 4096, big, 4, 0);
+		if (large && wtypes[k] != PG_F32) {
+			check_matmul_case(wtypes[k], 4096, 4096, big_dec, 2, 0);
+			check_matmul_case(wtypes[k], 1024, 4096, big_pre, 2, 1);
+		}
 	}
 }
 
