@@ -30,9 +30,9 @@
  *                                      activations to 8 bits like the
  *                                      reference; a tie (x/d at .5) may
  *                                      round the other way
- *   ... n >= 16 (prefill)             2e-5 | 1e-4  the device may
- *                                      dequantise W to BF16 tiles and
- *                                      multiply unquantised activations:
+ *   ... n >= 16 (prefill)             2e-5 | 1e-4  the device
+ *                                      dequantises W to F16 tiles and
+ *                                      multiplies F16 activations:
  *                                      then it differs from the reference
  *                                      by the reference's own 8-bit
  *                                      activation noise (~1.5e-5)
@@ -45,9 +45,12 @@
  *   attention lse       1e-10 | 1e-9   (finite entries; -inf must match)
  *   attn_merge          1e-10 | 1e-9
  * KV pages never written hold NaN, so reading past a context shows.
- * Where the CUDA backend has step_begin/step_end, a step of get_rows, rope,
- * kv_write and attention is recorded once and replayed with other ids,
- * positions, slots and page tables; each replay must match the reference.
+ * Decode steps (get_rows, rope, kv_write, attention; one new token per
+ * sequence, contexts growing across page boundaries) run on every target
+ * inside step_begin/step_end where a backend has them, and on CUDA once
+ * more with PAGODA_CUDA_GRAPHS=1, so that the steps after the first replay
+ * a captured graph with new ids, positions, slots and n_ctx; every step
+ * must match the reference.
  *
  * Output: one line per op and shape family with its worst NMSE on each
  * target.  Exit status: 1 when any comparison fails; 77 when no GPU is
