@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "access.h"
+#include "engine/engine.h"
 #include "server.h"
 #include "shm/proto.h"
 #include "shm/ring.h"
@@ -50,7 +51,9 @@ struct pgd_pending {
 	uint8_t payload[];		/* (len) when len > PG_CQE_TEXT */
 };
 
-/* One GENERATE request in the engine. */
+struct pgd_tokjob;
+
+/* One GENERATE request: its prompt being tokenized (job), or in the engine. */
 struct pgd_req {
 	struct pgd_req *next_engine;	/* chain of the engine-id table */
 	struct pgd_req *next_client;	/* chain of the client's table */
@@ -59,6 +62,10 @@ struct pgd_req {
 	struct pgd_client *c;		/* NULL once the client is gone: its
 					   events are dropped until the last */
 	int text;			/* send text with the ids */
+	int n_samples;			/* pg_request.n */
+	struct pgd_tokjob *job;		/* while the worker tokenizes its prompt
+					   (then in the client's table only, not
+					   the engine's); NULL once submitted */
 	double t_tok[PGD_MAX_SAMPLES];	/* stats: each sample's last token */
 };
 
@@ -91,6 +98,8 @@ struct pgd_client {
 	struct pgd_req **reqs;		/* (reqs_mask + 1) hash chains */
 	uint32_t reqs_mask;
 	int n_inflight;
+	size_t tok_bytes;		/* payload bytes of its jobs at the
+					   tokenizing worker */
 	/* completions that did not fit, oldest first */
 	struct pgd_pending *bl_head, *bl_tail;
 	size_t bl_count, bl_bytes;
@@ -165,6 +174,9 @@ struct pgd {
 	int step_errors;		/* forward failures, for the log */
 	struct pgd_stats *stats;	/* stats.c; NULL: none published */
 	struct pgd_admin *admin;	/* admin.c; NULL: no admin socket */
+	struct pgd_tok *tok;		/* tokwork.c: the tokenizing worker */
+	uint64_t tok_buf;		/* the sink of its eventfd's reads */
+	int tok_armed;			/* a read of it is in the io_uring */
 	int draining;			/* admin: GENERATE is refused */
 };
 
@@ -243,6 +255,21 @@ void pgd_say_goodbye(struct pgd_client *c, enum pg_error code,
 
 /* ---- request.c: submissions, requests, engine events ---- */
 
+/* Payload bytes a client may have at the tokenizing worker before its
+   submissions wait (it is not read meanwhile; nothing is refused). */
+#define PGD_TOK_MAX_BYTES (4u << 20)
+
+/*
+ * pgd_holding - c's submissions wait: its completions have a backlog, or
+ * the worker has much of its text to tokenize.  A held client does not
+ * keep the loop awake: what frees it (the client reading, the worker
+ * finishing) wakes the loop.
+ */
+static inline int pgd_holding(const struct pgd_client *c)
+{
+	return c->bl_head != NULL || c->tok_bytes >= PGD_TOK_MAX_BYTES;
+}
+
 /*
  * pgd_drain - read every submission of c (unless it has a backlog: then
  * it is not admitting), each copied out of the segment before it is
@@ -269,6 +296,83 @@ void pgd_requests_free(struct pgd *d);
 void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
 		     enum pg_error code, int last, const char *fmt, ...)
 	__attribute__((format(printf, 6, 7)));
+
+/*
+ * pgd_tok_finish - the loop's end of a job the worker is done with (its
+ * request submitted to the engine, or answered, or dropped when its
+ * request was cancelled or its client went); frees the job.
+ */
+struct pgd_tokjob;
+void pgd_tok_finish(struct pgd *d, struct pgd_tokjob *j);
+
+/* ---- tokwork.c: tokenizing on a worker thread ---- */
+
+/*
+ * A job: the text (or chat messages) of one GENERATE or TOKENIZE request,
+ * copied out of the segment, to become token ids on the worker.  The loop
+ * fills the first part before pgd_tok_submit() and must not touch the job
+ * until pgd_tok_collect() hands it back; the worker fills the second.
+ */
+struct pgd_tokjob {
+	struct pgd_tokjob *next;
+	/* the loop's */
+	uint8_t op;			/* PG_OP_GENERATE or PG_OP_TOKENIZE */
+	uint32_t slot;			/* the client, looked up again at the end */
+	uint64_t serial;
+	uint64_t req_id;
+	struct pgd_req *r;		/* GENERATE: its request; NULL once it was
+					   cancelled or its client went: the
+					   result is dropped */
+	uint8_t *buf;			/* the payload's copy (the job's) */
+	uint32_t bytes;			/* its length */
+	const uint8_t *in;		/* in buf: the text, or chat messages */
+	uint32_t in_len;
+	int chat;			/* in is PG_PROMPT_CHAT messages */
+	int add_bos, special;
+	struct pg_request q;		/* GENERATE: all but the prompt and
+					   max_tokens; stop strings point into
+					   buf */
+	const char *stops[PGD_MAX_STOP];
+	uint32_t max_tokens;		/* as asked (0: as many as allowed) */
+	/* the worker's */
+	int32_t *ids;			/* (n_ids) */
+	int64_t n_ids;
+	enum pg_error code;		/* PG_OK, or the answer is this error */
+	char msg[256];
+};
+
+/*
+ * pgd_tok_start - the worker thread and its eventfd, for d's model and
+ * chat template.  Returns 0, or -1 with a message in err.
+ */
+int pgd_tok_start(struct pgd *d, char *err, size_t err_len);
+
+/* pgd_tok_stop - stop the worker; free every job and the requests waiting
+   for them.  After the clients are gone. */
+void pgd_tok_stop(struct pgd *d);
+
+/* pgd_tok_fd - the eventfd the worker writes when a job is done. */
+int pgd_tok_fd(const struct pgd *d);
+
+/* pgd_tok_submit - hand j to the worker. */
+void pgd_tok_submit(struct pgd *d, struct pgd_tokjob *j);
+
+/* pgd_tok_collect - the jobs the worker has finished, oldest first (a
+   list through next), or NULL; no system call when there are none. */
+struct pgd_tokjob *pgd_tok_collect(struct pgd *d);
+
+/* pgd_tokjob_free - free j, its copies and ids (not its request). */
+void pgd_tokjob_free(struct pgd_tokjob *j);
+
+/*
+ * pgd_chat_walk - walk the messages of a PG_PROMPT_CHAT prompt: count them
+ * and check every header and length; with msgs (n of them) and text (bytes
+ * + n), fill msgs with NUL-terminated copies.  Returns the count, or -1
+ * with a message in err.
+ */
+struct pg_chat_msg;
+int pgd_chat_walk(const uint8_t *p, uint32_t bytes, struct pg_chat_msg *msgs,
+		  char *text, char *err, size_t err_len);
 
 /* ---- server.c and reload.c: limits and SIGHUP ---- */
 

@@ -93,17 +93,24 @@ static struct pgd_req *req_by_client(struct pgd_client *c, uint64_t req_id)
 	return r;
 }
 
-static void req_insert(struct pgd *d, struct pgd_client *c, struct pgd_req *r)
+/* r into c's table: in flight from now on (its prompt may still be tokenized). */
+static void client_insert(struct pgd_client *c, struct pgd_req *r)
 {
-	struct pgd_req **e = &d->by_engine[r->engine_id & d->by_engine_mask];
 	struct pgd_req **b = &c->reqs[mix64(r->req_id) & c->reqs_mask];
 
 	r->c = c;
-	r->next_engine = *e;
-	*e = r;
 	r->next_client = *b;
 	*b = r;
 	c->n_inflight++;
+}
+
+/* r, submitted to the engine, into the engine-id table. */
+static void engine_insert(struct pgd *d, struct pgd_req *r)
+{
+	struct pgd_req **e = &d->by_engine[r->engine_id & d->by_engine_mask];
+
+	r->next_engine = *e;
+	*e = r;
 }
 
 static void client_unlink(struct pgd_client *c, struct pgd_req *r)
@@ -140,6 +147,11 @@ int pgd_requests_drop(struct pgd *d, struct pgd_client *c)
 			c->reqs[i] = r->next_client;
 			r->c = NULL;
 			n++;
+			if (r->job) {	/* the worker's result is dropped */
+				r->job->r = NULL;
+				free(r);
+				continue;
+			}
 			/* its DONE events (now or when its batch ends) free it */
 			if (pg_engine_cancel(d->engine, r->engine_id) == PG_ENGINE_ENOENT)
 				req_forget(d, r);
@@ -178,112 +190,6 @@ void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
 
 /* ---- GENERATE ---- */
 
-static const char *const chat_roles[] = { "system", "user", "assistant" };
-
-/*
- * Walk the chat messages of a PG_PROMPT_CHAT prompt: count them, check
- * every header and length, and (when msgs is not NULL) fill msgs with
- * NUL-terminated copies in text.  Returns the count, or -1 after replying.
- */
-static int chat_walk(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
-		     const uint8_t *p, uint32_t bytes, struct pg_chat_msg *msgs,
-		     char *text)
-{
-	uint32_t off = 0, pad;
-	int n = 0;
-
-	while (off < bytes) {
-		struct pg_chat_msg_wire w;
-
-		if (bytes - off < sizeof(w)) {
-			BAD(d, c, e, "chat message %d: its 8-byte header is cut short by prompt_bytes", n);
-			return -1;
-		}
-		memcpy(&w, p + off, sizeof(w));
-		off += sizeof(w);
-		if (w.role > 2) {
-			BAD(d, c, e, "chat message %d: role %u is not 0 (system), 1 (user) or 2 (assistant)",
-			    n, w.role);
-			return -1;
-		}
-		if (w.len > bytes - off) {
-			BAD(d, c, e, "chat message %d: its %u bytes run past prompt_bytes", n, w.len);
-			return -1;
-		}
-		if (memchr(p + off, 0, w.len)) {
-			BAD(d, c, e, "chat message %d contains a NUL byte", n);
-			return -1;
-		}
-		if (msgs) {
-			memcpy(text, p + off, w.len);
-			text[w.len] = '\0';
-			msgs[n].role = chat_roles[w.role];
-			msgs[n].content = text;
-			text += w.len + 1;
-		}
-		off += w.len;
-		pad = (4 - w.len % 4) % 4;	/* the last message may omit it */
-		off += pad < bytes - off ? pad : bytes - off;
-		n++;
-	}
-	if (!n)
-		BAD(d, c, e, "a chat prompt needs at least one message");
-	return n ? n : -1;
-}
-
-/* The chat prompt rendered with the model's template (malloc'd), or NULL. */
-static char *chat_render(struct pgd *d, struct pgd_client *c,
-			 const struct pg_sqe *e, const uint8_t *p,
-			 uint32_t bytes)
-{
-	int n = chat_walk(d, c, e, p, bytes, NULL, NULL);
-	struct pg_chat_msg *msgs;
-	char *text, *out = NULL;
-	int rc;
-
-	if (n < 0)
-		return NULL;
-	msgs = malloc(sizeof(*msgs) * (size_t)n);
-	text = malloc((size_t)bytes + (size_t)n);
-	if (!msgs || !text) {
-		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory for the chat prompt");
-		goto out_free;
-	}
-	chat_walk(d, c, e, p, bytes, msgs, text);
-	rc = pg_chat_render((enum pg_chat_format)d->chat_fmt, msgs, n, 1,
-			    d->chat_system, &out);
-	if (rc == -EINVAL)
-		BAD(d, c, e, "the model's chat template (%s) cannot render these roles",
-		    pg_chat_format_name((enum pg_chat_format)d->chat_fmt));
-	else if (rc)
-		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory rendering the chat prompt");
-out_free:
-	free(msgs);
-	free(text);
-	return out;
-}
-
-/* Tokenise a text prompt into d->ids; returns the count or -1 after replying. */
-static int text_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
-		    const char *text, size_t len)
-{
-	int64_t n = pg_tokenize(d->m->tok, text, len, 1, 1, d->ids, d->ids_cap);
-
-	if (n < 0) {
-		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory tokenizing the prompt");
-		return -1;
-	}
-	if (n > d->max_prompt) {
-		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
-				"the prompt has %lld tokens, over the daemon's limit of %d (--max-prompt)",
-				(long long)n, d->max_prompt);
-		return -1;
-	}
-	if (!n)
-		BAD(d, c, e, "the prompt is empty: it gives no tokens");
-	return n ? (int)n : -1;
-}
-
 /* Token ids given as such into d->ids; the count or -1 after replying. */
 static int given_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
 		     const uint8_t *p, uint32_t bytes)
@@ -309,30 +215,6 @@ static int given_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e
 			return -1;
 		}
 	return (int)n;
-}
-
-/* The prompt of g (at p) as ids in d->ids; the count or -1 after replying. */
-static int prompt_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
-		      const struct pg_gen_wire *g, const uint8_t *p)
-{
-	char *text;
-	int n;
-
-	switch (g->prompt_kind) {
-	case PG_PROMPT_TEXT:
-		return text_ids(d, c, e, (const char *)p, g->prompt_bytes);
-	case PG_PROMPT_TOKENS:
-		return given_ids(d, c, e, p, g->prompt_bytes);
-	case PG_PROMPT_CHAT:
-		text = chat_render(d, c, e, p, g->prompt_bytes);
-		if (!text)
-			return -1;
-		n = text_ids(d, c, e, text, strlen(text));
-		free(text);
-		return n;
-	}
-	BAD(d, c, e, "prompt_kind %u is not 0 (text), 1 (tokens) or 2 (chat)", g->prompt_kind);
-	return -1;
 }
 
 /* The stop strings of g (at p, NUL-terminated each) into stops[]. */
@@ -444,14 +326,151 @@ static enum pg_error engine_code(int rc)
 	}
 }
 
-static void op_generate(struct pgd *d, struct pgd_client *c,
-			const struct pg_sqe *e, const uint8_t *buf, uint32_t len)
+/*
+ * Submit q (its prompt filled) for r, which is in c's table: to the
+ * engine, or answered (and let go) when the engine refuses it.
+ */
+static void gen_submit(struct pgd *d, struct pgd_client *c, struct pgd_req *r,
+		       struct pg_request *q, uint32_t asked)
+{
+	const struct pg_sqe e = { .req_id = r->req_id };	/* for answers */
+	int rc;
+
+	q->max_tokens = gen_max_tokens(d, c, &e, asked, q->n_prompt);
+	if (q->max_tokens < 0) {	/* answered */
+		client_unlink(c, r);
+		free(r);
+		return;
+	}
+	rc = pg_engine_submit(d->engine, q, &r->engine_id);
+	if (rc) {
+		client_unlink(c, r);
+		free(r);
+		pgd_reply_error(d, c, e.req_id, engine_code(rc), 1, "%s",
+				pg_engine_last_error(d->engine));
+		return;
+	}
+	engine_insert(d, r);
+	pgd_stats_submitted(d->stats, c, q->n_prompt);
+}
+
+static struct pgd_req *req_new(struct pgd *d, struct pgd_client *c,
+			       const struct pg_sqe *e, const struct pg_gen_wire *g)
+{
+	struct pgd_req *r = calloc(1, sizeof(*r));
+
+	if (!r) {
+		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory for the request");
+		return NULL;
+	}
+	r->req_id = e->req_id;
+	r->text = !!(g->flags & PG_GEN_TEXT);
+	r->n_samples = g->n ? (int)g->n : 1;
+	return r;
+}
+
+/* A prompt of token ids: checked and submitted at once. */
+static void gen_now(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		    const struct pg_gen_wire *g, const uint8_t *buf)
 {
 	const char *stops[PGD_MAX_STOP];
 	struct pg_request q = { .stop = stops };
-	struct pg_gen_wire g;
 	struct pgd_req *r;
-	int n, rc;
+	int n;
+
+	if (gen_params(d, c, e, g, &q) ||
+	    stop_strings(d, c, e, g, (const char *)buf + sizeof(*g) + g->prompt_bytes, stops))
+		return;
+	q.n_stop = (int)g->n_stop;
+	n = given_ids(d, c, e, buf + sizeof(*g), g->prompt_bytes);
+	if (n < 0)
+		return;
+	q.prompt = d->ids;
+	q.n_prompt = n;
+	r = req_new(d, c, e, g);
+	if (!r)
+		return;
+	client_insert(c, r);
+	gen_submit(d, c, r, &q, g->max_tokens);
+}
+
+/* A copy of the len bytes of payload at buf in a new job for c's e. */
+static struct pgd_tokjob *job_new(struct pgd *d, struct pgd_client *c,
+				  const struct pg_sqe *e, const uint8_t *buf,
+				  uint32_t len)
+{
+	struct pgd_tokjob *j = calloc(1, sizeof(*j));
+
+	if (j)
+		j->buf = malloc(len ? len : 1);
+	if (!j || !j->buf) {
+		pgd_tokjob_free(j);
+		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory for the request");
+		return NULL;
+	}
+	memcpy(j->buf, buf, len);
+	j->bytes = len;
+	j->op = e->op;
+	j->slot = c->id - 1;
+	j->serial = c->serial;
+	j->req_id = e->req_id;
+	return j;
+}
+
+/* Hand j to the worker; c holds back its submissions while it has many
+   bytes there (pgd_drain). */
+static void job_start(struct pgd *d, struct pgd_client *c, struct pgd_tokjob *j)
+{
+	c->tok_bytes += j->bytes;
+	pgd_tok_submit(d, j);
+}
+
+/*
+ * A prompt of text or chat messages: checked here, then tokenized (and
+ * rendered) by the worker; pgd_tok_finish() submits it.  The request is in
+ * flight meanwhile: it counts against the limit, and may be cancelled.
+ */
+static void gen_later(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		      const struct pg_gen_wire *g, const uint8_t *buf,
+		      uint32_t len)
+{
+	struct pgd_tokjob *j = job_new(d, c, e, buf, len);
+	struct pgd_req *r;
+	char err[256];
+
+	if (!j)
+		return;
+	j->q.stop = j->stops;
+	if (gen_params(d, c, e, g, &j->q) ||
+	    stop_strings(d, c, e, g, (const char *)j->buf + sizeof(*g) + g->prompt_bytes, j->stops))
+		goto out_free;
+	j->q.n_stop = (int)g->n_stop;
+	j->chat = g->prompt_kind == PG_PROMPT_CHAT;
+	if (j->chat && pgd_chat_walk(buf + sizeof(*g), g->prompt_bytes, NULL, NULL,
+				     err, sizeof(err)) < 0) {
+		BAD(d, c, e, "%s", err);
+		goto out_free;
+	}
+	j->in = j->buf + sizeof(*g);
+	j->in_len = g->prompt_bytes;
+	j->add_bos = j->special = 1;
+	j->max_tokens = g->max_tokens;
+	r = req_new(d, c, e, g);
+	if (!r)
+		goto out_free;
+	r->job = j;
+	j->r = r;
+	client_insert(c, r);
+	job_start(d, c, j);
+	return;
+out_free:
+	pgd_tokjob_free(j);
+}
+
+static void op_generate(struct pgd *d, struct pgd_client *c,
+			const struct pg_sqe *e, const uint8_t *buf, uint32_t len)
+{
+	struct pg_gen_wire g;
 
 	if (d->draining) {
 		pgd_stats_refused(d->stats);
@@ -482,42 +501,120 @@ static void op_generate(struct pgd *d, struct pgd_client *c,
 				c->n_inflight, d->cfg->max_inflight);
 		return;
 	}
-	if (gen_params(d, c, e, &g, &q) ||
-	    stop_strings(d, c, e, &g, (const char *)buf + sizeof(g) + g.prompt_bytes, stops))
+	switch (g.prompt_kind) {
+	case PG_PROMPT_TOKENS:
+		gen_now(d, c, e, &g, buf);
 		return;
-	q.n_stop = (int)g.n_stop;
-	n = prompt_ids(d, c, e, &g, buf + sizeof(g));
-	if (n < 0)
-		return;
-	q.prompt = d->ids;
-	q.n_prompt = n;
-	q.max_tokens = gen_max_tokens(d, c, e, g.max_tokens, n);
-	if (q.max_tokens < 0)
-		return;
-	r = calloc(1, sizeof(*r));
-	if (!r) {
-		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory for the request");
+	case PG_PROMPT_TEXT:
+	case PG_PROMPT_CHAT:
+		gen_later(d, c, e, &g, buf, len);
 		return;
 	}
-	rc = pg_engine_submit(d->engine, &q, &r->engine_id);
-	if (rc) {
+	BAD(d, c, e, "prompt_kind %u is not 0 (text), 1 (tokens) or 2 (chat)", g.prompt_kind);
+}
+
+/* ---- the worker's results ---- */
+
+/* The client of j if it is still here (dead or not). */
+static struct pgd_client *job_client(struct pgd *d, const struct pgd_tokjob *j)
+{
+	struct pgd_client *c = j->slot < (uint32_t)d->cfg->max_clients ? d->slots[j->slot] : NULL;
+
+	return c && c->serial == j->serial ? c : NULL;
+}
+
+static void generate_finish(struct pgd *d, struct pgd_client *c,
+			    struct pgd_tokjob *j)
+{
+	struct pgd_req *r = j->r;
+
+	if (!r)		/* cancelled, or its client went */
+		return;
+	r->job = NULL;
+	j->r = NULL;
+	if (c->dead || j->code || j->n_ids > d->max_prompt || !j->n_ids) {
+		client_unlink(c, r);
 		free(r);
-		pgd_reply_error(d, c, e->req_id, engine_code(rc), 1, "%s",
-				pg_engine_last_error(d->engine));
-		return;
 	}
-	r->req_id = e->req_id;
-	r->text = !!(g.flags & PG_GEN_TEXT);
-	req_insert(d, c, r);
-	pgd_stats_submitted(d->stats, c, n);
+	if (c->dead)
+		return;
+	if (j->code)
+		pgd_reply_error(d, c, j->req_id, j->code, 1, "%s", j->msg);
+	else if (j->n_ids > d->max_prompt)
+		pgd_reply_error(d, c, j->req_id, PG_ETOOBIG, 1,
+				"the prompt has %lld tokens, over the daemon's limit of %d (--max-prompt)",
+				(long long)j->n_ids, d->max_prompt);
+	else if (!j->n_ids)
+		pgd_reply_error(d, c, j->req_id, PG_EINVAL, 1, "the prompt is empty: it gives no tokens");
+	if (j->code || j->n_ids > d->max_prompt || !j->n_ids)
+		return;
+	j->q.prompt = j->ids;
+	j->q.n_prompt = (int)j->n_ids;
+	gen_submit(d, c, r, &j->q, j->max_tokens);
+}
+
+static void tokenize_finish(struct pgd *d, struct pgd_client *c,
+			    const struct pgd_tokjob *j)
+{
+	struct pg_cqe cqe = { .req_id = j->req_id, .type = PG_CQE_TOKENS_RESULT };
+
+	if (c->dead)
+		return;
+	if (j->code)
+		pgd_reply_error(d, c, j->req_id, j->code, 1, "%s", j->msg);
+	else if (!pgd_payload_fits(c, (size_t)j->n_ids * 4))
+		pgd_reply_error(d, c, j->req_id, PG_ETOOBIG, 1,
+				"the text gives %lld tokens, more than a completion can carry (%u bytes): tokenize it in parts",
+				(long long)j->n_ids, c->cq_arena.size);
+	else
+		pgd_emit(d, c, &cqe, j->ids, (uint32_t)j->n_ids * 4);
+}
+
+void pgd_tok_finish(struct pgd *d, struct pgd_tokjob *j)
+{
+	struct pgd_client *c = job_client(d, j);
+
+	if (c) {
+		c->tok_bytes -= j->bytes;
+		if (j->op == PG_OP_TOKENIZE)
+			tokenize_finish(d, c, j);
+		else
+			generate_finish(d, c, j);
+	}
+	pgd_tokjob_free(j);
 }
 
 /* ---- the other operations ---- */
+
+/*
+ * Cancel r before it reached the engine: each sample ends with DONE
+ * CANCELLED, as the engine's would, and the worker's result is dropped.
+ */
+static void cancel_pending(struct pgd *d, struct pgd_client *c, struct pgd_req *r)
+{
+	struct pg_done_wire w = { 0 };
+
+	for (int s = 0; s < r->n_samples; s++) {
+		struct pg_cqe cqe = { .req_id = r->req_id, .type = PG_CQE_DONE,
+				      .sample = (uint8_t)s,
+				      .code = PG_FINISH_WIRE_CANCELLED,
+				      .flags = s + 1 == r->n_samples ? PG_CQE_F_LAST : 0 };
+
+		pgd_emit(d, c, &cqe, &w, sizeof(w));
+	}
+	r->job->r = NULL;
+	client_unlink(c, r);
+	free(r);
+}
 
 static void op_cancel(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e)
 {
 	struct pgd_req *r = req_by_client(c, e->req_id);
 
+	if (r && r->job) {	/* still tokenized: ends here, the result dropped */
+		cancel_pending(d, c, r);
+		return;
+	}
 	if (r && pg_engine_cancel(d->engine, r->engine_id) == PG_ENGINE_ENOENT) {
 		req_forget(d, r);
 		r = NULL;
@@ -532,34 +629,20 @@ static void op_tokenize(struct pgd *d, struct pgd_client *c,
 			const struct pg_sqe *e, const uint8_t *buf, uint32_t len)
 {
 	const uint16_t known = PG_TOK_ADD_BOS | PG_TOK_SPECIAL;
-	struct pg_cqe cqe = { .req_id = e->req_id, .type = PG_CQE_TOKENS_RESULT };
-	int32_t *ids = d->ids, *big = NULL;
-	int64_t n;
+	struct pgd_tokjob *j;
 
 	if (e->flags & ~known) {
 		BAD(d, c, e, "unknown TOKENIZE flags 0x%x", e->flags & ~known);
 		return;
 	}
-	n = pg_tokenize(d->m->tok, (const char *)buf, len, e->flags & PG_TOK_ADD_BOS,
-			e->flags & PG_TOK_SPECIAL, ids, d->ids_cap);
-	if (n >= 0 && !pgd_payload_fits(c, (size_t)n * 4)) {
-		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
-				"the text gives %lld tokens, more than a completion can carry (%u bytes): tokenize it in parts",
-				(long long)n, c->cq_arena.size);
+	j = job_new(d, c, e, buf, len);
+	if (!j)
 		return;
-	}
-	if (n > d->ids_cap) {
-		ids = big = malloc(sizeof(*ids) * (size_t)n);
-		if (ids)
-			n = pg_tokenize(d->m->tok, (const char *)buf, len,
-					e->flags & PG_TOK_ADD_BOS,
-					e->flags & PG_TOK_SPECIAL, ids, n);
-	}
-	if (n < 0 || !ids)
-		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory tokenizing");
-	else
-		pgd_emit(d, c, &cqe, ids, (uint32_t)n * 4);
-	free(big);
+	j->in = j->buf;
+	j->in_len = len;
+	j->add_bos = !!(e->flags & PG_TOK_ADD_BOS);
+	j->special = !!(e->flags & PG_TOK_SPECIAL);
+	job_start(d, c, j);
 }
 
 /* Append id's text to *out (grown as needed up to max); -1 when over. */
@@ -734,7 +817,7 @@ int pgd_drain(struct pgd *d, struct pgd_client *c)
 	struct pg_sqe e;
 	int n = 0;
 
-	while (!c->dead && !c->bl_head && (slot = pg_ring_peek(&c->sq))) {
+	while (!c->dead && !pgd_holding(c) && (slot = pg_ring_peek(&c->sq))) {
 		int ok;
 
 		memcpy(&e, slot, sizeof(e));	/* the client may rewrite it */

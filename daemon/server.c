@@ -121,6 +121,7 @@ enum op_kind {
 	OP_WAKE,		/* a write to a client's completion doorbell */
 	OP_WATCHDOG,		/* time for the service manager's ping */
 	OP_EXIT,		/* slot: client; its pidfd's poll */
+	OP_TOKDONE,		/* a read of the tokenizing worker's eventfd */
 };
 
 #define SERIAL_MASK ((1ull << 40) - 1)
@@ -201,6 +202,21 @@ static void arm_hup(struct pgd *d, struct pgd_client *c)
 	io_uring_prep_poll_add(sqe, c->sock, POLLRDHUP | POLLHUP | POLLERR);
 	sqe->user_data = ud;
 	c->hup_armed = 1;
+}
+
+/* The tokenizing worker finishing a job. */
+static void arm_tok(struct pgd *d)
+{
+	struct io_uring_sqe *sqe;
+
+	if (d->tok_armed)
+		return;
+	sqe = get_sqe(d, tag(OP_TOKDONE, 0, 0));
+	if (!sqe)
+		return;
+	io_uring_prep_read(sqe, pgd_tok_fd(d), &d->tok_buf, sizeof(d->tok_buf), 0);
+	sqe->user_data = tag(OP_TOKDONE, 0, 0);
+	d->tok_armed = 1;
 }
 
 /* The client's process exiting: its pidfd polls readable. */
@@ -755,6 +771,14 @@ static void on_cqe(struct pgd *d, uint64_t ud, int res)
 		pgd_notify("WATCHDOG=1");
 		arm_watchdog(d);
 		return;
+	case OP_TOKDONE:	/* the jobs are collected every iteration */
+		d->tok_armed = 0;
+		if (res > 0)
+			arm_tok(d);
+		else if (res != -ECANCELED)
+			pgd_log(PGD_LOG_ERROR, "reading the tokenizing worker's eventfd: %s",
+				strerror(-res));
+		return;
 	case OP_HUP:
 	case OP_EXIT:
 	case OP_BELL:
@@ -844,6 +868,22 @@ static void close_dead(struct pgd *d)
 	d->n_dead = 0;
 }
 
+/* The requests whose prompts the worker has tokenized. */
+static int finish_tokjobs(struct pgd *d)
+{
+	struct pgd_tokjob *j = pgd_tok_collect(d);
+	int n = 0;
+
+	while (j) {
+		struct pgd_tokjob *next = j->next;
+
+		pgd_tok_finish(d, j);
+		j = next;
+		n++;
+	}
+	return n;
+}
+
 /* Backlogs, submissions and immediate answers of every client. */
 static int serve_clients(struct pgd *d)
 {
@@ -919,6 +959,8 @@ static void sleep_until_woken(struct pgd *d)
 		struct pgd_client *c = d->live[i];
 
 		arm_bell(d, c);
+		if (c->tok_bytes >= PGD_TOK_MAX_BYTES)
+			continue;	/* the worker's eventfd wakes us */
 		if (!pg_ring_prepare_sleep(&c->sq))
 			may_sleep = 0;
 		backlog |= c->bl_head != NULL;
@@ -942,6 +984,7 @@ static void run_loop(struct pgd *d)
 
 		d->now = now_s();
 		busy = reap(d);
+		busy += finish_tokjobs(d);
 		busy += serve_clients(d);
 		if (!pg_engine_idle(d->engine)) {
 			engine_step(d);
@@ -1087,13 +1130,15 @@ static int daemon_start(struct pgd *d, char *err, size_t err_len)
 		snprintf(err, err_len, "out of memory for the daemon's tables");
 		return -1;
 	}
-	if (start_engine(d, err, err_len) || start_ring(d, err, err_len) ||
+	if (start_engine(d, err, err_len) || pgd_tok_start(d, err, err_len) ||
+	    start_ring(d, err, err_len) ||
 	    listen_socket(d, err, err_len) || pgd_admin_open(d, err, err_len) ||
 	    pgd_stats_open(d, err, err_len))
 		return -1;
 	arm_signal(d);
 	arm_accept(d);
 	arm_watchdog(d);
+	arm_tok(d);
 	io_uring_submit(&d->ring);
 	return 0;
 }
@@ -1142,6 +1187,7 @@ static void daemon_stop(struct pgd *d)
 			close(d->hs[i].fd);
 	if (d->ring_ready)
 		io_uring_queue_exit(&d->ring);
+	pgd_tok_stop(d);	/* after the clients: frees what waits for it */
 	pgd_admin_close(d);	/* after the io_uring: it wrote into them */
 	pgd_stats_close(d);
 	if (d->listen_fd >= 0) {

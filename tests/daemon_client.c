@@ -15,6 +15,8 @@
  *   daemon_client SOCK kill [--children N]   SIGKILL clients mid-stream
  *   daemon_client SOCK orphan                the connecting process exits,
  *                                            a child keeps its socket
+ *   daemon_client SOCK bigprompt [--kind K]  pings stay quick while a prompt
+ *                                            of ~1 MiB is tokenized
  *   daemon_client SOCK version               another protocol version
  *   daemon_client SOCK refused               (root) a uid the rules refuse
  *   daemon_client SOCK limits                against a daemon with small limits
@@ -843,6 +845,149 @@ static int cmd_ping(struct conn *c, int argc, char **argv)
 	ping_series(c, 100, 2000, t);	/* the daemon falls asleep between */
 	printf("ping asleep: n=100 min_us=%.2f p50_us=%.2f p99_us=%.2f\n", t[0], t[50], t[99]);
 	free(t);
+	return 0;
+}
+
+/* ---- a huge prompt beside pings ---- */
+
+/* Longest ping allowed while the huge prompt is being tokenized. */
+#define BIG_PING_MAX_MS 100.0
+
+/* len bytes of words that a word cache does not help with. */
+static void big_text(char *t, size_t len)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	size_t i = 0;
+
+	while (i < len) {
+		int w = 2 + (int)(x >> 60) % 8;
+
+		for (int k = 0; k < w && i < len; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			t[i++] = (char)('a' + (x >> 59) % 26);
+		}
+		if (i < len)
+			t[i++] = ' ';
+	}
+	t[len] = 0;
+}
+
+/* A big GENERATE cancelled while it is tokenized ends with DONE CANCELLED. */
+static void big_cancel(struct conn *c, const uint8_t *buf, uint32_t len)
+{
+	struct reply r;
+	int done = 0, code = -1;
+
+	if (submit(c, PG_OP_GENERATE, 8, 0, buf, len, 0, NULL, NULL) ||
+	    submit(c, PG_OP_CANCEL, 8, 0, NULL, 0, 0, NULL, NULL))
+		die("cannot submit the big request");
+	while (!done && next_reply(c, &r, 30000, 0) > 0) {
+		if (r.cqe.req_id != 8)
+			continue;
+		done = r.cqe.type == PG_CQE_ERROR || (r.cqe.flags & PG_CQE_F_LAST);
+		code = r.cqe.type == PG_CQE_DONE ? r.cqe.code : -(int)r.cqe.code;
+	}
+	printf("bigprompt: cancelled while tokenized: %s %d\n",
+	       code >= 0 ? "DONE" : "ERROR", code >= 0 ? code : -code);
+	/* the cancel may come after the worker: then the prompt is too long */
+	CHECK(done && (code == PG_FINISH_WIRE_CANCELLED || code == -PG_ETOOBIG),
+	      "a big request cancelled while tokenized ended with %d", code);
+}
+
+/* A client that dies while its big requests are tokenized: dropped. */
+static void big_death(const uint8_t *buf, uint32_t len, const char *text,
+		      uint32_t text_len)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		struct conn c;
+
+		conn_must_open(&c);
+		if (submit(&c, PG_OP_GENERATE, 9, 0, buf, len, 0, NULL, NULL) ||
+		    submit(&c, PG_OP_TOKENIZE, 10, 0, text, text_len, 0, NULL, NULL))
+			_exit(1);
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st),
+	      "the client that dies could not submit");
+	usleep(1500 * 1000);	/* its jobs end meanwhile, with nobody to answer */
+}
+
+/*
+ * A client sends a GENERATE (or, with --kind tokenize, a TOKENIZE) of
+ * nearly --max-payload bytes of text while another pings: tokenizing it
+ * takes the daemon a long time (its figures are printed), but on a worker
+ * thread, so the loop keeps answering pings.  Whatever the big request's
+ * answer (its prompt is over the limits, or it is served), the longest
+ * ping must stay under BIG_PING_MAX_MS.  Then (GENERATE) one is cancelled
+ * while it is tokenized, and a client dies with two in the worker: the
+ * daemon must still answer.
+ */
+static int cmd_bigprompt(int argc, char **argv)
+{
+	int tokenize = argc >= 2 && !strcmp(argv[0], "--kind") &&
+		       !strcmp(argv[1], "tokenize");
+	struct conn big, pc;
+	struct gen g;
+	struct reply r;
+	uint8_t *buf;
+	char *text;
+	double t0, worst = 0, t[100];
+	uint32_t len;
+	int n_pings = 0, last = 0, code = 0;
+
+	conn_must_open(&big);
+	conn_must_open(&pc);
+	len = big.hdr->max_payload - (uint32_t)sizeof(struct pg_gen_wire) - 64;
+	text = malloc((size_t)len + 1);
+	buf = malloc((size_t)len + 1024);
+	if (!text || !buf)
+		die("out of memory");
+	big_text(text, len);
+	gen_default(&g);
+	g.kind = PG_PROMPT_TEXT;
+	g.text = text;
+	g.max_tokens = 1;
+	ping_series(&pc, 100, 0, t);	/* warm up */
+	t0 = now_s();
+	if (tokenize ? submit(&big, PG_OP_TOKENIZE, 7, 0, text, len, 0, NULL, NULL)
+		     : submit(&big, PG_OP_GENERATE, 7, 0, buf, gen_payload(&g, buf), 0, NULL, NULL))
+		die("cannot submit the big request");
+	while (!last && now_s() - t0 < 120) {
+		double p0 = now_s(), ms;
+
+		if (submit(&pc, PG_OP_PING, 1, 0, NULL, 0, 0, NULL, NULL) ||
+		    next_reply(&pc, &r, 10000, 0) <= 0 || r.cqe.type != PG_CQE_PONG)
+			die("no PONG while the big prompt is tokenized");
+		ms = (now_s() - p0) * 1e3;
+		worst = ms > worst ? ms : worst;
+		n_pings++;
+		while (!last && next_reply(&big, &r, 0, 0) > 0) {
+			last = r.cqe.type == PG_CQE_TOKENS_RESULT ||
+			       r.cqe.type == PG_CQE_ERROR ||
+			       (r.cqe.type == PG_CQE_DONE && (r.cqe.flags & PG_CQE_F_LAST));
+			code = r.cqe.type == PG_CQE_ERROR ? r.cqe.code : 0;
+		}
+	}
+	printf("bigprompt: %s of %u bytes answered in %.0f ms (%s %d); %d pings meanwhile, the longest %.2f ms\n",
+	       tokenize ? "TOKENIZE" : "GENERATE", len, (now_s() - t0) * 1e3,
+	       code ? "error" : "ok", code, n_pings, worst);
+	CHECK(last, "the big request got no answer within 120 s");
+	CHECK(worst < BIG_PING_MAX_MS, "a ping took %.1f ms while a big prompt was tokenized",
+	      worst);
+	if (!tokenize) {
+		big_cancel(&big, buf, gen_payload(&g, buf));
+		big_death(buf, gen_payload(&g, buf), text, len);
+		ping_series(&pc, 10, 0, t);	/* the daemon survived both */
+	}
+	free(text);
+	free(buf);
+	conn_close(&big);
+	conn_close(&pc);
 	return 0;
 }
 
@@ -1795,6 +1940,8 @@ int main(int argc, char **argv)
 		rc = cmd_version();
 	else if (!strcmp(cmd, "orphan"))
 		rc = cmd_orphan();
+	else if (!strcmp(cmd, "bigprompt"))
+		rc = cmd_bigprompt(argc - 3, argv + 3);
 	else if (!strcmp(cmd, "refused"))
 		rc = cmd_refused();
 	else if (!strcmp(cmd, "limits"))

@@ -4,8 +4,10 @@
 # libpagoda): model info, generation equal to the one-shot mode, tokenize
 # and detokenize, chat, stop strings, n > 1, ping round trips, 32 clients
 # at once checked against each request alone, a hostile client beside a
-# victim, clients killed mid-stream, a client whose process exits while a
-# child keeps its socket (the pidfd), protocol version and access refusals,
+# victim, pings beside a prompt of 1 MiB being tokenized (with a cancel and
+# a client's death meanwhile), clients killed mid-stream, a client whose
+# process exits while a child keeps its socket (the pidfd), protocol
+# version and access refusals,
 # limits and a client that never reads, daemon restarts (SIGTERM and
 # SIGKILL) under a connected client, signals and start-up errors.
 # Every daemon it starts is killed at the end, pass or fail.
@@ -97,6 +99,11 @@ check "ping" test $? -eq 0
 
 timed stress $client "$S" stress --clients 32 --requests 16
 check "stress: 32 clients, every stream complete and equal to alone" test $? -eq 0
+
+timed bigprompt $client "$S" bigprompt
+check "pings stay quick while a prompt of 1 MiB is tokenized; cancel and death meanwhile" test $? -eq 0
+timed bigtokenize $client "$S" bigprompt --kind tokenize
+check "pings stay quick while 1 MiB of text is tokenized" test $? -eq 0
 
 timed garbage $client "$S" garbage
 check "garbage: errors answered, the victim unharmed" test $? -eq 0
