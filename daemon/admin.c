@@ -409,7 +409,7 @@ static void cmd_drain(struct pgd *d, struct conn *k, struct out *o)
 		pgd_log(PGD_LOG_INFO, "admin: draining (uid %u): new requests are refused", (unsigned)k->uid);
 	}
 	if (k->req.flags & PG_ADMIN_F_WAIT) {
-		if (pg_engine_idle(d->engine)) {
+		if (pgd_idle(d)) {
 			answer_drained(d, o);
 			return;
 		}
@@ -829,7 +829,7 @@ void pgd_admin_tick(struct pgd *d)
 		if (k->state != CONN_WAIT)
 			continue;
 		if (idle < 0)
-			idle = pg_engine_idle(d->engine);
+			idle = pgd_idle(d);
 		if (!d->draining)
 			answer(&o, "drain", ECANCELED, NULL, "resumed before the engine became idle: no longer draining");
 		else if (idle)

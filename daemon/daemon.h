@@ -175,6 +175,7 @@ struct pgd {
 	struct pgd_stats *stats;	/* stats.c; NULL: none published */
 	struct pgd_admin *admin;	/* admin.c; NULL: no admin socket */
 	struct pgd_tok *tok;		/* tokwork.c: the tokenizing worker */
+	int n_tokjobs;			/* jobs handed to it, not yet finished */
 	uint64_t tok_buf;		/* the sink of its eventfd's reads */
 	int tok_armed;			/* a read of it is in the io_uring */
 	int draining;			/* admin: GENERATE is refused */
@@ -304,6 +305,15 @@ void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
  */
 struct pgd_tokjob;
 void pgd_tok_finish(struct pgd *d, struct pgd_tokjob *j);
+
+/*
+ * pgd_idle - no request left anywhere: the engine is idle and no request
+ * is being tokenized (a GENERATE there becomes engine work when done).
+ */
+static inline int pgd_idle(const struct pgd *d)
+{
+	return d->n_tokjobs == 0 && pg_engine_idle(d->engine);
+}
 
 /* ---- tokwork.c: tokenizing on a worker thread ---- */
 

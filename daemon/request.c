@@ -422,6 +422,7 @@ static struct pgd_tokjob *job_new(struct pgd *d, struct pgd_client *c,
 static void job_start(struct pgd *d, struct pgd_client *c, struct pgd_tokjob *j)
 {
 	c->tok_bytes += j->bytes;
+	d->n_tokjobs++;
 	pgd_tok_submit(d, j);
 }
 
@@ -574,6 +575,7 @@ void pgd_tok_finish(struct pgd *d, struct pgd_tokjob *j)
 {
 	struct pgd_client *c = job_client(d, j);
 
+	d->n_tokjobs--;
 	if (c) {
 		c->tok_bytes -= j->bytes;
 		if (j->op == PG_OP_TOKENIZE)
