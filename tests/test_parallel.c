@@ -74,8 +74,14 @@ struct rig {
 	struct pg_plan plan;
 };
 
-static int make_rig(struct rig *r, const struct pg_model *m,
-		    const struct shape *sh, int max_batch)
+/*
+ * A forward pass and KV cache on plan sh (NULL: one device); node0: its
+ * devices bound to NUMA node 0 (weights copied there); device_path: run as
+ * a GPU is run (forward.h).
+ */
+static int make_rig_with(struct rig *r, const struct pg_model *m,
+			 const struct shape *sh, int max_batch, int node0,
+			 int device_path)
 {
 	struct pg_forward_params p = pg_forward_params_default();
 	char err[512];
@@ -84,17 +90,27 @@ static int make_rig(struct rig *r, const struct pg_model *m,
 	p.page_tokens = PT;
 	p.n_pages = N_PAGES;
 	p.max_batch_tokens = max_batch;
+	p.device_path = device_path;
 	memset(r, 0, sizeof(*r));
 	if (sh) {
 		make_plan(sh, m->hp.n_blocks, &r->plan);
+		for (int i = 0; node0 && i < r->plan.n_devices; i++)
+			r->plan.dev[i].numa_node = 0;
 		p.plan = &r->plan;
 	}
 	if (pg_forward_create(m, &p, &r->fw, err, sizeof(err))) {
-		CHECK(0, "pg_forward_create: %s", err);
+		CHECK(0, "pg_forward_create%s%s: %s", node0 ? " (NUMA node 0)" : "",
+		      device_path ? " (device path)" : "", err);
 		return -1;
 	}
 	r->kvc = pg_kvc_for_forward(r->fw, m);
 	return r->kvc ? 0 : -1;
+}
+
+static int make_rig(struct rig *r, const struct pg_model *m,
+		    const struct shape *sh, int max_batch)
+{
+	return make_rig_with(r, m, sh, max_batch, 0, 0);
 }
 
 static void free_rig(struct rig *r)
@@ -230,10 +246,7 @@ static void check_numa_weights(const struct pg_model *m, struct rig *one,
 	static const struct shape shs[] = { { 2, 1, 1 }, { 2, 2, 1 } };
 
 	for (size_t k = 0; k < sizeof(shs) / sizeof(shs[0]); k++) {
-		struct pg_forward_params p = pg_forward_params_default();
-		struct pg_plan plan;
-		struct rig r = { 0 }, views;
-		char err[256];
+		struct rig r, views;
 		float *a, *b;
 
 		/* the same plan with its weights as views of the file */
@@ -241,19 +254,8 @@ static void check_numa_weights(const struct pg_model *m, struct rig *one,
 			views = *one;
 		else if (make_rig(&views, m, &shs[k], 64))
 			continue;
-		make_plan(&shs[k], m->hp.n_blocks, &plan);
-		for (int i = 0; i < plan.n_devices; i++)
-			plan.dev[i].numa_node = 0;
-		p.n_threads = 1;
-		p.page_tokens = PT;
-		p.n_pages = N_PAGES;
-		p.max_batch_tokens = 64;
-		p.plan = &plan;
-		if (pg_forward_create(m, &p, &r.fw, err, sizeof(err))) {
-			CHECK(0, "numa weights: %s", err);
+		if (make_rig_with(&r, m, &shs[k], 64, 1, 0))
 			continue;
-		}
-		r.kvc = pg_kvc_for_forward(r.fw, m);
 		a = prefill(&views, m, prompts[0], n);
 		b = prefill(&r, m, prompts[0], n);
 		CHECK(!memcmp(a, b, sizeof(float) * (size_t)n * m->hp.n_vocab),
@@ -282,11 +284,8 @@ static void check_device_path(const struct pg_model *m, struct rig *one,
 	};
 
 	for (size_t k = 0; k < sizeof(shs) / sizeof(shs[0]); k++) {
-		struct pg_forward_params p = pg_forward_params_default();
-		struct pg_plan plan;
-		struct rig r = { 0 }, views;
+		struct rig r, views;
 		int single = shs[k].pp * shs[k].tp * shs[k].cp == 1;
-		char err[256];
 		float *a, *b;
 		int32_t ga[16], gb[16];
 
@@ -294,20 +293,8 @@ static void check_device_path(const struct pg_model *m, struct rig *one,
 			views = *one;
 		else if (make_rig(&views, m, &shs[k], 64))
 			continue;
-		p.n_threads = 1;
-		p.page_tokens = PT;
-		p.n_pages = N_PAGES;
-		p.max_batch_tokens = 64;
-		p.device_path = 1;
-		if (!single) {
-			make_plan(&shs[k], m->hp.n_blocks, &plan);
-			p.plan = &plan;
-		}
-		if (pg_forward_create(m, &p, &r.fw, err, sizeof(err))) {
-			CHECK(0, "device path: %s", err);
+		if (make_rig_with(&r, m, single ? NULL : &shs[k], 64, 0, 1))
 			continue;
-		}
-		r.kvc = pg_kvc_for_forward(r.fw, m);
 		a = prefill(&views, m, prompts[0], n);
 		b = prefill(&r, m, prompts[0], n);
 		CHECK(!memcmp(a, b, sizeof(float) * (size_t)n * m->hp.n_vocab),

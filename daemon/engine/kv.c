@@ -69,16 +69,22 @@ size_t pg_kv_page_bytes_for(int page_tokens, int n_blocks, int n_kv_heads,
 	       pg_dtype_block_bytes(type);
 }
 
-/* The layout of a store of these dimensions (base not set). */
-static int layout_for(struct pg_kv_layout *l, int n_pages, int page_tokens,
-		      int n_blocks, int n_kv_heads, int head_dim,
-		      enum pg_dtype type)
+/* A store of these dimensions, its memory not yet there; *out or -errno. */
+static int store_new(int n_pages, int page_tokens, int n_blocks,
+		     int n_kv_heads, int head_dim, enum pg_dtype type,
+		     struct pg_kv_store **out)
 {
+	struct pg_kv_store *s;
+
 	if (n_pages < 1 || page_tokens < 1 || n_blocks < 1 ||
 	    n_kv_heads < 1 || head_dim < 1 ||
 	    (type != PG_F32 && type != PG_F16 && type != PG_BF16))
 		return -EINVAL;
-	*l = (struct pg_kv_layout){
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->n_pages = n_pages;
+	s->layout = (struct pg_kv_layout){
 		.page_bytes = pg_kv_page_bytes_for(page_tokens, n_blocks,
 						   n_kv_heads, head_dim, type),
 		.page_tokens = page_tokens,
@@ -87,6 +93,7 @@ static int layout_for(struct pg_kv_layout *l, int n_pages, int page_tokens,
 		.head_dim = head_dim,
 		.type = type,
 	};
+	*out = s;
 	return 0;
 }
 
@@ -98,17 +105,11 @@ int pg_kv_store_create_on(struct pg_backend *be, int n_pages,
 	struct pg_kv_store *s;
 	int rc;
 
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	rc = layout_for(&s->layout, n_pages, page_tokens, n_blocks,
-			n_kv_heads, head_dim, type);
-	if (rc) {
-		free(s);
+	rc = store_new(n_pages, page_tokens, n_blocks, n_kv_heads, head_dim,
+		       type, &s);
+	if (rc)
 		return rc;
-	}
 	s->be = be;
-	s->n_pages = n_pages;
 	s->map_bytes = s->layout.page_bytes * (size_t)n_pages;
 	s->layout.base = be->ops->alloc(be, s->map_bytes);
 	s->bounce = malloc(s->layout.page_bytes);
@@ -130,16 +131,10 @@ int pg_kv_store_create(int n_pages, int page_tokens, int n_blocks,
 
 	if (!mem)
 		mem = &defaults;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	rc = layout_for(&s->layout, n_pages, page_tokens, n_blocks,
-			n_kv_heads, head_dim, type);
-	if (rc) {
-		free(s);
+	rc = store_new(n_pages, page_tokens, n_blocks, n_kv_heads, head_dim,
+		       type, &s);
+	if (rc)
 		return rc;
-	}
-	s->n_pages = n_pages;
 	s->layout.base = map_pages(s, s->layout.page_bytes * (size_t)n_pages,
 				   mem->hugetlb);
 	if (!s->layout.base) {
