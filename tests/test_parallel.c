@@ -15,7 +15,12 @@
  *  - several batches in flight (PP micro-batches) give each batch's own
  *    result;
  *  - a device that fails (injected) fails that batch with its error, and
- *    the next batch runs and is right.
+ *    the next batch runs and is right;
+ *  - the path a GPU takes through forward.c (weights uploaded, KV and
+ *    activations in the backend's memory), run by CPU devices, is
+ *    bit-identical;
+ *  - where the CUDA backend is built and a GPU is present, cuda:0 agrees
+ *    with one CPU device as TP does (its sums run in other orders).
  */
 #include <errno.h>
 #include <math.h>
@@ -44,6 +49,21 @@ struct shape {
 	int pp, tp, cp;
 };
 
+/*
+ * One GPU, cuda:0, where there is one: the CUDA backend against one CPU
+ * device (make_plan knows this shape by its address).
+ */
+static const struct shape gpu_shape = { 1, 1, 1 };
+
+/* Whether cuda:0 can be planned: the CUDA backend built and a GPU seen. */
+static int have_gpu(void)
+{
+	struct pg_device d[1];
+	char err[256];
+
+	return pg_devices_parse("cuda:0", 0, d, 1, err, sizeof(err)) == 1;
+}
+
 static const struct shape shapes[] = {
 	{ 2, 1, 1 }, { 3, 1, 1 }, { 1, 2, 1 }, { 1, 3, 1 }, { 2, 2, 1 },
 	{ 1, 1, 2 }, { 1, 2, 2 },
@@ -66,6 +86,12 @@ static void make_plan(const struct shape *sh, int n_blocks, struct pg_plan *p)
 	}
 	for (int s = 0; s <= sh->pp; s++)
 		p->first_block[s] = s * n_blocks / sh->pp;
+	if (sh == &gpu_shape) {
+		char err[256];
+
+		if (pg_devices_parse("cuda:0", 0, p->dev, 1, err, sizeof(err)) != 1)
+			CHECK(0, "cuda:0: %s", err);
+	}
 }
 
 struct rig {
@@ -183,8 +209,11 @@ static void compare_plan(const struct pg_model *m, struct rig *one,
 	struct figures f = { 0 };
 	char name[96];
 
-	snprintf(name, sizeof(name), "%s pp%d tp%d cp%d", what, sh->pp, sh->tp,
-		 sh->cp);
+	if (sh == &gpu_shape)
+		snprintf(name, sizeof(name), "%s cuda:0", what);
+	else
+		snprintf(name, sizeof(name), "%s pp%d tp%d cp%d", what, sh->pp,
+			 sh->tp, sh->cp);
 	if (make_rig(&r, m, sh, 64))
 		return;
 	for (int k = 0; k < n_prompts; k++) {
@@ -483,6 +512,15 @@ static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
 			compare_plan(m, &one, &shapes[i], prompts, 3, 40, 16,
 				     shapes[i].tp == 1 && shapes[i].cp == 1 ? 0 : logit_tol,
 				     tie_tol, what);
+		/*
+		 * The GPU sums in other orders, and its prefill multiplies F16
+		 * activations where the CPU quantises them to 8 bits, so
+		 * quantised models' logits move by the quantisation noise.
+		 */
+		if (have_gpu())
+			compare_plan(m, &one, &gpu_shape, prompts, 3, 40, 16,
+				     type == PG_F32 ? logit_tol : 2.0,
+				     tie_tol, what);
 		if (type == PG_Q8_0 || type == PG_Q4_1)
 			check_device_path(m, &one, prompts, 40, what);
 		if (type == PG_Q8_0 && arch == GGUFGEN_LLAMA) {
@@ -544,6 +582,9 @@ static void run_default_model(void)
 		for (size_t i = 0; i < sizeof(dshapes) / sizeof(dshapes[0]); i++)
 			compare_plan(m, &one, &dshapes[i], prompts, 3, n, 24,
 				     dshapes[i].tp == 1 && dshapes[i].cp == 1 ? 0 : 1.5,
+				     0.5, "SmolLM2");
+		if (have_gpu())
+			compare_plan(m, &one, &gpu_shape, prompts, 3, n, 24, 2.5,
 				     0.5, "SmolLM2");
 		free_rig(&one);
 	}
