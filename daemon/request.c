@@ -442,6 +442,7 @@ static void gen_later(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 	if (!j)
 		return;
 	j->q.stop = j->stops;
+	j->q.arrived = d->now;	/* tokenizing counts as queueing */
 	if (gen_params(d, c, e, g, &j->q) ||
 	    stop_strings(d, c, e, g, (const char *)j->buf + sizeof(*g) + g->prompt_bytes, j->stops))
 		goto out_free;

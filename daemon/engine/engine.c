@@ -433,6 +433,8 @@ int pg_engine_submit(struct pg_engine *e, const struct pg_request *q,
 	}
 	r->id = e->next_id++;
 	r->t_submit = now();
+	if (q->arrived > 0 && q->arrived < r->t_submit)
+		r->t_submit = q->arrived;
 	r->next = e->reqs;
 	e->reqs = r;
 	e->st.prompt_tokens += (uint64_t)q->n_prompt;

@@ -121,6 +121,11 @@ struct pg_request {
 	int priority;		/* higher first, within a client's turn */
 	uint64_t client;	/* fairness and eviction by client */
 	int n;			/* samples sharing the prompt; 0 means 1 */
+	double arrived;		/* CLOCK_MONOTONIC seconds when the request
+				   arrived, when that was before this
+				   submission (e.g. it was tokenized first):
+				   queue_s and ttft_s count from there; 0 or
+				   a time ahead of now: now */
 };
 
 struct pg_engine;
