@@ -490,9 +490,14 @@ static void cmd_clients(struct pgd *d, struct out *o)
 static void cmd_disconnect(struct pgd *d, const struct conn *k, struct out *o)
 {
 	const struct pg_admin_request *q = &k->req;
-	struct pgd_client *c = q->arg >= 1 && q->arg <= (uint64_t)d->cfg->max_clients
-			       ? d->slots[q->arg - 1] : NULL;
+	struct pgd_client *c = NULL;
 	char fields[128];
+
+	/* ids are unique for the daemon's life: a client that left is not
+	   confused with a newer one in its slot */
+	for (int i = 0; i < d->cfg->max_clients && !c; i++)
+		if (d->slots[i] && d->slots[i]->id == q->arg)
+			c = d->slots[i];
 
 	if (!c || c->dead) {
 		answer(o, "disconnect", ENOENT, NULL, "no client %llu is connected (pagodactl clients lists them)",

@@ -71,7 +71,10 @@ struct pgd_req {
 
 /* A client: its socket, doorbells, segment and requests. */
 struct pgd_client {
-	uint32_t id;			/* slot + 1; the engine's client id */
+	uint32_t id;			/* its id, unique for this daemon's
+					   life (pagodactl clients, disconnect,
+					   evict --client); the engine's client */
+	uint32_t slot;			/* its index in slots[] and tables */
 	uint64_t serial;		/* tags its io_uring operations */
 	int sock;
 	int memfd;			/* until the welcome has carried it */
@@ -130,6 +133,7 @@ struct pgd {
 	struct pgd_access access;
 	uint64_t generation;		/* random, per start */
 	uint64_t next_serial;
+	uint32_t next_client_id;	/* the last client id given */
 	/* limits as enforced (the defaults resolved) */
 	int max_prompt;
 	int max_tokens;

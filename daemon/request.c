@@ -411,7 +411,7 @@ static struct pgd_tokjob *job_new(struct pgd *d, struct pgd_client *c,
 	memcpy(j->buf, buf, len);
 	j->bytes = len;
 	j->op = e->op;
-	j->slot = c->id - 1;
+	j->slot = c->slot;
 	j->serial = c->serial;
 	j->req_id = e->req_id;
 	return j;

@@ -194,7 +194,7 @@ static void arm_watchdog(struct pgd *d)
 
 static void arm_hup(struct pgd *d, struct pgd_client *c)
 {
-	uint64_t ud = tag(OP_HUP, c->id - 1, c->serial);
+	uint64_t ud = tag(OP_HUP, c->slot, c->serial);
 	struct io_uring_sqe *sqe = get_sqe(d, ud);
 
 	if (!sqe)
@@ -222,7 +222,7 @@ static void arm_tok(struct pgd *d)
 /* The client's process exiting: its pidfd polls readable. */
 static void arm_exit(struct pgd *d, struct pgd_client *c)
 {
-	uint64_t ud = tag(OP_EXIT, c->id - 1, c->serial);
+	uint64_t ud = tag(OP_EXIT, c->slot, c->serial);
 	struct io_uring_sqe *sqe;
 
 	if (c->pidfd < 0)
@@ -238,7 +238,7 @@ static void arm_exit(struct pgd *d, struct pgd_client *c)
 static void arm_bell(struct pgd *d, struct pgd_client *c)
 {
 	enum op_kind k = d->bell_poll ? OP_BELL_POLL : OP_BELL;
-	uint64_t ud = tag(k, c->id - 1, c->serial);
+	uint64_t ud = tag(k, c->slot, c->serial);
 	struct io_uring_sqe *sqe;
 
 	if (c->bell_armed)
@@ -249,7 +249,7 @@ static void arm_bell(struct pgd *d, struct pgd_client *c)
 	if (d->bell_poll)
 		io_uring_prep_poll_add(sqe, c->sq_bell, POLLIN);
 	else
-		io_uring_prep_read(sqe, c->sq_bell, &d->bell_buf[c->id - 1],
+		io_uring_prep_read(sqe, c->sq_bell, &d->bell_buf[c->slot],
 				   sizeof(d->bell_buf[0]), 0);
 	sqe->user_data = ud;
 	c->bell_armed = 1;
@@ -555,7 +555,7 @@ static int free_slot(const struct pgd *d)
 
 static void add_client(struct pgd *d, struct pgd_client *c)
 {
-	d->slots[c->id - 1] = c;
+	d->slots[c->slot] = c;
 	d->live[d->n_live++] = c;
 	arm_hup(d, c);
 	arm_exit(d, c);
@@ -829,7 +829,7 @@ static void log_engine(struct pgd *d, const char *when)
 /* Let a dead client go: its requests, last words, operations, memory. */
 static void close_client(struct pgd *d, struct pgd_client *c)
 {
-	uint32_t slot = c->id - 1;
+	uint32_t slot = c->slot;
 	int n = pgd_requests_drop(d, c);
 
 	pgd_say_goodbye(c, c->dead_code, c->dead_msg);
@@ -1175,7 +1175,7 @@ static void stop_clients(struct pgd *d, int sig)
 		struct pgd_client *c = d->live[--d->n_live];
 
 		pgd_say_goodbye(c, PG_ESHUTDOWN, msg);
-		d->slots[c->id - 1] = NULL;
+		d->slots[c->slot] = NULL;
 		pgd_session_destroy(c);
 	}
 }

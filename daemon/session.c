@@ -109,7 +109,10 @@ struct pgd_client *pgd_session_create(struct pgd *d, int slot, int fd,
 		snprintf(err, err_len, "out of memory for a client");
 		return NULL;
 	}
-	c->id = (uint32_t)slot + 1;
+	c->slot = (uint32_t)slot;
+	if (++d->next_client_id == 0)	/* after 2^32 connections */
+		d->next_client_id = 1;
+	c->id = d->next_client_id;
 	c->serial = ++d->next_serial;
 	c->sock = fd;
 	c->memfd = c->sq_bell = c->cq_bell = c->pidfd = -1;

@@ -164,7 +164,7 @@ static void read_comm(pid_t pid, char *out, size_t len)
 /* c's figures, started afresh when c is new in its slot. */
 static struct client_acc *client_acc(struct pgd_stats *s, const struct pgd_client *c)
 {
-	struct client_acc *a = &s->clients[c->id - 1];
+	struct client_acc *a = &s->clients[c->slot];
 
 	if (a->serial != c->serial) {
 		memset(a, 0, sizeof(*a));

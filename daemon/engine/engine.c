@@ -513,6 +513,23 @@ static void finish(struct pg_engine *e, struct seq *s, enum pg_engine_finish f,
 	emit(e, &ev);
 }
 
+/*
+ * Forget client id once no request of its is left: a client's record only
+ * carries its fairness turn, and ids may be one per connection, so the
+ * records must not outlive the clients' work.
+ */
+static void client_forget_if_idle(struct pg_engine *e, uint64_t id)
+{
+	for (const struct req *r = e->reqs; r; r = r->next)
+		if (r->client == id)
+			return;
+	for (int i = 0; i < e->n_clients; i++)
+		if (e->clients[i].id == id) {
+			e->clients[i] = e->clients[--e->n_clients];
+			return;
+		}
+}
+
 /* Free the requests whose samples are all done. */
 static void sweep(struct pg_engine *e)
 {
@@ -520,6 +537,7 @@ static void sweep(struct pg_engine *e)
 
 	while (*pp) {
 		struct req *r = *pp;
+		uint64_t client = r->client;
 
 		if (r->n_live) {
 			pp = &r->next;
@@ -527,6 +545,7 @@ static void sweep(struct pg_engine *e)
 		}
 		*pp = r->next;
 		req_free(r);
+		client_forget_if_idle(e, client);
 	}
 }
 
