@@ -236,6 +236,20 @@ wait $vpid
 check "the disconnected client fails" test $? -ne 0
 $c clients disconnect 63 2>/dev/null
 check "disconnecting no client: 1" test $? -eq 1
+# the next client takes the freed slot, not the departed client's id
+$pagoda -s "$sock" generate --ignore-eos --max-tokens 8000 "after the disconnect" >/dev/null 2>&1 &
+npid=$!
+nid=
+for i in $(seq 1 100); do
+	nid=$($c clients | awk -v p=$npid '$2 == p { print $1 }')
+	[ -n "$nid" ] && break
+	sleep 0.05
+done
+check "a later client has an id of its own ($nid, not $id)" test -n "$nid" -a "$nid" != "$id"
+$c clients disconnect "$id" 2>/dev/null
+check "the departed client's id reaches no one: 1" test $? -eq 1
+kill "$npid" 2>/dev/null
+wait "$npid" 2>/dev/null
 
 # loglevel
 $c loglevel debug >"$tmp/ll"
