@@ -58,10 +58,14 @@ static const struct shape gpu_shape = { 1, 1, 1 };
 /* Whether cuda:0 can be planned: the CUDA backend built and a GPU seen. */
 static int have_gpu(void)
 {
+	static int known = -1;
 	struct pg_device d[1];
 	char err[256];
 
-	return pg_devices_parse("cuda:0", 0, d, 1, err, sizeof(err)) == 1;
+	if (known < 0)
+		known = pg_devices_parse("cuda:0", 0, d, 1, err,
+					 sizeof(err)) == 1;
+	return known;
 }
 
 static const struct shape shapes[] = {

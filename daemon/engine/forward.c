@@ -1340,13 +1340,10 @@ static int grow_logits(struct device *d, size_t rows)
  */
 static int close_step(struct device *d, int *open)
 {
-	int rc;
-
 	if (!*open)
 		return 0;
 	*open = 0;
-	rc = d->be->ops->step_end(d->be, d->err, sizeof(d->err));
-	return rc;
+	return d->be->ops->step_end(d->be, d->err, sizeof(d->err));
 }
 
 /* Copy n bytes of the device's memory at src to the host, at dst. */

@@ -302,8 +302,9 @@ static void resolve_cpus(const struct dev_name *names, int k, int n_threads,
 }
 
 /*
- * cuda:N devices: each present once, with the memory it has free now
- * (the planner's budget).  Peer links are not probed (fast_links 0).
+ * cuda:N devices (parse_names has refused repeats): each a visible GPU,
+ * with the memory it has free now (the planner's budget).  Peer links are
+ * not probed (fast_links 0).
  */
 static int resolve_cuda(const struct dev_name *names, int k,
 			struct pg_device *out, char *err, size_t err_len)
@@ -316,10 +317,6 @@ static int resolve_cuda(const struct dev_name *names, int k,
 		struct pg_device *d = &out[i];
 		char why[256];
 
-		for (int j = 0; j < i; j++)
-			if (names[j].index == names[i].index)
-				return fail(err, err_len, "cuda:%d is named twice; name each device once",
-					    names[i].index);
 		if (count == 0)
 			return fail(err, err_len, "cuda:%d: no CUDA device is visible (no NVIDIA driver, no GPU, or CUDA_VISIBLE_DEVICES hides them; see nvidia-smi); use cpu:N devices",
 				    names[i].index);
