@@ -19,11 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fail=0
-check() { # check DESCRIPTION COMMAND...
-	what=$1; shift
-	if "$@"; then :; else echo "FAIL: $what"; fail=1; fi
-}
+. "$(dirname "$0")/lib.sh"
 has() { # has FILE TEXT: FILE has a line with TEXT (fixed string)
 	grep -qF -- "$2" "$1"
 }

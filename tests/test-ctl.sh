@@ -32,11 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fail=0
-check() { # check DESCRIPTION COMMAND...
-	what=$1; shift
-	if "$@"; then :; else echo "FAIL: $what"; fail=1; fi
-}
+. "$(dirname "$0")/lib.sh"
 # num FILE SECTION KEY: the number at "KEY" inside the object "SECTION"
 num() {
 	sed -n "s/.*\"$2\":{[^}]*\"$3\":\([0-9.]*\).*/\1/p" "$1"

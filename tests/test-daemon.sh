@@ -24,11 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fail=0
-check() { # check DESCRIPTION COMMAND...
-	what=$1; shift
-	if "$@"; then :; else echo "FAIL: $what"; fail=1; fi
-}
+. "$(dirname "$0")/lib.sh"
 ms() { date +%s%3N; }
 timed() { # timed NAME COMMAND...: run it, say how long it took
 	what=$1; shift

@@ -18,11 +18,7 @@ man=$srcdir/man
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 1' INT TERM
-fail=0
-check() { # check DESCRIPTION COMMAND...
-	what=$1; shift
-	if "$@"; then :; else echo "FAIL: $what"; fail=1; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # A page's roff source as plain words: escapes and font changes gone, so
 # that "\fB\-\-socket\fR" reads "--socket".

@@ -27,11 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fail=0
-check() { # check DESCRIPTION COMMAND...
-	what=$1; shift
-	if "$@"; then :; else echo "FAIL: $what"; fail=1; fi
-}
+. "$(dirname "$0")/lib.sh"
 wait_for() { # wait_for FILE PATTERN [TENTHS]: until a line matches
 	n=0
 	while [ $n -lt "${3:-300}" ] && ! grep -q "$2" "$1"; do

@@ -8,11 +8,7 @@ bin=./daemon/pagodad
 gen=./tests/gen/gguf-gen
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # check DESCRIPTION COMMAND...
-	what=$1; shift
-	if "$@"; then :; else echo "FAIL: $what"; fail=1; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 $gen --preset tiny --type q4_1 --embd-type q8_0 --seed 5 --out "$tmp/tiny.gguf" >/dev/null ||
 	{ echo "FAIL: gguf-gen"; exit 1; }

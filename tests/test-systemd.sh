@@ -25,11 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fail=0
-check() { # check DESCRIPTION COMMAND...
-	what=$1; shift
-	if "$@"; then :; else echo "FAIL: $what"; fail=1; fi
-}
+. "$(dirname "$0")/lib.sh"
 has() { grep -qxF -- "$1" "$unit"; }
 
 if ! command -v systemd-analyze >/dev/null 2>&1; then
