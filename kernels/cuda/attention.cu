@@ -506,23 +506,43 @@ attn_prefill_kernel(const struct attn_params p)
 
 /* ---- launchers ---- */
 
+/*
+ * A variant whose tiles exceed the device's opt-in limit (DMAX 256 on
+ * sm_86/sm_89: 101 KiB of 99) is left alone, not an error: asking for it
+ * would fail the whole backend's creation; pg_cuda_run_attention refuses
+ * such a call instead.
+ */
 template <typename T, int DMAX>
-static int prefill_init(void)
+static cudaError_t prefill_init(int optin)
 {
+	if (prefill_smem(DMAX) > (size_t)optin)
+		return cudaSuccess;
 	return cudaFuncSetAttribute(attn_prefill_kernel<T, DMAX>,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
-				    (int)prefill_smem(DMAX)) != cudaSuccess;
+				    (int)prefill_smem(DMAX));
 }
 
 int pg_cuda_attention_init(struct pg_cuda_backend *cb)
 {
-	if (prefill_init<float, 64>() || prefill_init<float, 128>() ||
-	    prefill_init<float, 256>() || prefill_init<__half, 64>() ||
-	    prefill_init<__half, 128>() || prefill_init<__half, 256>() ||
-	    prefill_init<__nv_bfloat16, 64>() ||
-	    prefill_init<__nv_bfloat16, 128>() ||
-	    prefill_init<__nv_bfloat16, 256>())
-		return pg_cuda_fail(cb, cudaGetLastError(),
+	cudaError_t e;
+	int o;
+
+	e = cudaDeviceGetAttribute(&cb->smem_optin,
+				   cudaDevAttrMaxSharedMemoryPerBlockOptin,
+				   cb->device);
+	if (e != cudaSuccess)
+		return pg_cuda_fail(cb, e, "cudaDeviceGetAttribute(smem)");
+	o = cb->smem_optin;
+	if ((e = prefill_init<float, 64>(o)) != cudaSuccess ||
+	    (e = prefill_init<float, 128>(o)) != cudaSuccess ||
+	    (e = prefill_init<float, 256>(o)) != cudaSuccess ||
+	    (e = prefill_init<__half, 64>(o)) != cudaSuccess ||
+	    (e = prefill_init<__half, 128>(o)) != cudaSuccess ||
+	    (e = prefill_init<__half, 256>(o)) != cudaSuccess ||
+	    (e = prefill_init<__nv_bfloat16, 64>(o)) != cudaSuccess ||
+	    (e = prefill_init<__nv_bfloat16, 128>(o)) != cudaSuccess ||
+	    (e = prefill_init<__nv_bfloat16, 256>(o)) != cudaSuccess)
+		return pg_cuda_fail(cb, e,
 				    "cudaFuncSetAttribute(attention smem)");
 	return 0;
 }
@@ -583,6 +603,14 @@ void pg_cuda_run_attention(struct pg_cuda_backend *cb,
 	size_t n_parts;
 
 	plan_of(cb, a, &pl);
+	if (!pl.decode && a->kv.head_dim > 128 &&
+	    prefill_smem(256) > (size_t)cb->smem_optin) {
+		pg_cuda_fail_msg(cb, "attention: head_dim over 128 with more "
+				 "rows than the decode kernel takes needs 101 "
+				 "KiB of shared memory per block; this device "
+				 "allows less");
+		return;
+	}
 	memset(&p, 0, sizeof(p));
 	p.kv = a->kv;
 	p.q = a->q;

@@ -238,6 +238,13 @@ struct pg_cuda_backend {
 	void *ws;
 	size_t ws_bytes;
 
+	/*
+	 * Dynamic shared memory a block may opt in to on this device
+	 * (pg_cuda_attention_init): the tiled attention kernel for head_dim
+	 * over 128 needs 101 KiB, more than sm_86/sm_89 allow (99 KiB).
+	 */
+	int smem_optin;
+
 	/* CUDA graphs (PAGODA_CUDA_GRAPHS=1) */
 	int graphs;			/* enabled */
 	int recording;			/* inside step_begin .. step_end */
@@ -310,8 +317,10 @@ void pg_cuda_run_silu_mul(struct pg_cuda_backend *cb,
 void pg_cuda_run_add(struct pg_cuda_backend *cb, const struct pg_cuda_op *op);
 
 /*
- * pg_cuda_attention_init - raise the tiled kernels' dynamic shared memory
- * limit (once per device, at creation).  0 or -EIO.
+ * pg_cuda_attention_init - read the device's opt-in shared memory limit
+ * into cb->smem_optin and raise the tiled kernels' dynamic shared memory
+ * limit to what each needs, for those that fit (once per device, at
+ * creation).  0 or -EIO.
  */
 int pg_cuda_attention_init(struct pg_cuda_backend *cb);
 
