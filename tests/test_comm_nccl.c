@@ -5,6 +5,10 @@
  * separate and in place, a ring of send/recv (with two GPUs or more), the
  * barrier, stats, bad arguments, and abort (of ranks blocked in a
  * collective, then of every later call) with reset refusing (-ENOTSUP).
+ * Then creation that gives up (pg_comm_nccl_join): rank 0 of a group of
+ * two whose rank 1 never comes stops at its deadline (-ETIMEDOUT) or when
+ * another thread sets the cancel flag (-ECANCELED), in bounded time; and a
+ * healthy handle destroyed after its stream (as pagodad's teardown does).
  *
  * Built only when configure found NCCL.  Exits 77 when there is no GPU,
  * 0 on success, 1 on failure.
@@ -256,6 +260,118 @@ static void *rank_main(void *p)
 	return NULL;
 }
 
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+struct canceller {
+	atomic_int *flag;
+	int64_t after_ns;
+};
+
+static void *cancel_later(void *p)
+{
+	struct canceller *k = p;
+	struct timespec nap = { k->after_ns / 1000000000,
+				k->after_ns % 1000000000 };
+
+	nanosleep(&nap, NULL);
+	atomic_store(k->flag, 1);
+	return NULL;
+}
+
+/*
+ * Rank 0 of two on device 0; rank 1 never joins.  Without a deadline or a
+ * flag this would wait for ever: here it must give up, say why, and leave
+ * *out NULL.
+ */
+static void check_join_gives_up(void)
+{
+	unsigned char id[PG_COMM_NCCL_ID_BYTES];
+	struct pg_comm_nccl_wait w = { 0 };
+	struct canceller k;
+	struct pg_comm *c;
+	atomic_int flag = 0;
+	pthread_t tid;
+	char msg[256];
+	int64_t t0, took;
+	int err;
+
+	/* the deadline: 1 s */
+	CHECK(pg_comm_nccl_unique_id(id, sizeof(id), msg, sizeof(msg)) == 0,
+	      "unique id: %s", msg);
+	w.deadline_ns = mono_ns() + 1000000000;
+	c = (struct pg_comm *)&w;
+	msg[0] = 0;
+	t0 = mono_ns();
+	err = pg_comm_nccl_join(2, 0, id, 0, NULL, &w, &c, msg, sizeof(msg));
+	took = mono_ns() - t0;
+	CHECK(err == -ETIMEDOUT && !c && msg[0],
+	      "join past its deadline: %d (%s)", err, msg);
+	CHECK(took >= 900000000 && took < 30000000000,
+	      "join past its deadline took %.3f s", took / 1e9);
+	printf("deadline: %s (%.2f s)\n", msg, took / 1e9);
+
+	/* the flag, set by another thread after 0.2 s */
+	CHECK(pg_comm_nccl_unique_id(id, sizeof(id), msg, sizeof(msg)) == 0,
+	      "unique id: %s", msg);
+	w.cancel = &flag;
+	w.deadline_ns = mono_ns() + 60000000000;
+	k = (struct canceller){ .flag = &flag, .after_ns = 200000000 };
+	pthread_create(&tid, NULL, cancel_later, &k);
+	msg[0] = 0;
+	t0 = mono_ns();
+	err = pg_comm_nccl_join(2, 0, id, 0, NULL, &w, &c, msg, sizeof(msg));
+	took = mono_ns() - t0;
+	pthread_join(tid, NULL);
+	CHECK(err == -ECANCELED && !c && msg[0],
+	      "join cancelled: %d (%s)", err, msg);
+	CHECK(took >= 150000000 && took < 30000000000,
+	      "join cancelled took %.3f s", took / 1e9);
+	printf("cancelled: %s (%.2f s)\n", msg, took / 1e9);
+
+	/* the flag already set: NCCL is not even asked */
+	err = pg_comm_nccl_join(2, 0, id, 0, NULL, &w, &c, msg, sizeof(msg));
+	CHECK(err == -ECANCELED && !c, "join with the flag set: %d", err);
+}
+
+/* A one-rank group, used, then destroyed after its stream is gone. */
+static void check_destroy_after_stream(void)
+{
+	unsigned char id[PG_COMM_NCCL_ID_BYTES];
+	struct pg_comm_nccl_wait w = { 0 };
+	atomic_int flag = 0;
+	struct pg_comm *c = NULL;
+	cudaStream_t stream;
+	float *d = dev_alloc(16 * sizeof(float));
+	char msg[256];
+	int err;
+
+	if (cudaSetDevice(0) != cudaSuccess ||
+	    cudaStreamCreate(&stream) != cudaSuccess) {
+		CHECK(0, "no stream on device 0");
+		return;
+	}
+	w.cancel = &flag;
+	w.deadline_ns = mono_ns() + 60000000000;
+	CHECK(pg_comm_nccl_unique_id(id, sizeof(id), msg, sizeof(msg)) == 0,
+	      "unique id: %s", msg);
+	err = pg_comm_nccl_join(1, 0, id, 0, stream, &w, &c, msg, sizeof(msg));
+	CHECK(err == 0 && c, "join of one rank: %d %s", err, msg);
+	if (!c)
+		return;
+	err = c->ops->all_reduce_sum(c, d, 16);
+	CHECK(err == 0, "all_reduce of one rank: %d %s", err,
+	      pg_comm_nccl_error(c));
+	cudaStreamDestroy(stream);
+	c->ops->destroy(c);
+	cudaFree(d);
+}
+
 static void check_bad_args(void)
 {
 	unsigned char id[PG_COMM_NCCL_ID_BYTES] = { 0 };
@@ -296,6 +412,8 @@ int main(void)
 	for (int r = 0; r < grp.size; r++)
 		pthread_join(a[r].tid, NULL);
 	pthread_barrier_destroy(&grp.sync);
+	check_destroy_after_stream();
+	check_join_gives_up();
 	printf("%d GPU%s: %s\n", grp.size, grp.size > 1 ? "s" : "",
 	       failures ? "FAILED" : "ok");
 	return failures ? 1 : 0;

@@ -158,7 +158,15 @@ struct pg_forward {
 	int setup_pending;		/* device threads still creating them */
 	int setup_rc;			/* the first one's failure */
 	char setup_err[384];
+	atomic_int nccl_cancel;		/* set on any failure of the setup, so
+					   that no rank waits for one that will
+					   never join */
+	int64_t nccl_deadline_ns;	/* now_ns(): every rank gives up then */
+	int nccl_timeout_s;
 };
+
+/* Default of PAGODA_NCCL_TIMEOUT: seconds the NCCL groups have to form. */
+#define PG_FW_NCCL_TIMEOUT_S 60
 
 static uint64_t now_ns(void)
 {
@@ -826,32 +834,77 @@ static int make_nccl_ids(struct pg_forward *fw, char *err, size_t err_len)
 #endif
 }
 
+static void abort_device(struct device *d);
+
+/*
+ * How long the NCCL groups have to form: PAGODA_NCCL_TIMEOUT seconds
+ * (1 .. 86400), else PG_FW_NCCL_TIMEOUT_S.
+ */
+static int nccl_timeout_s(void)
+{
+	const char *v = getenv("PAGODA_NCCL_TIMEOUT");
+	char *end;
+	long s;
+
+	if (!v || !*v)
+		return PG_FW_NCCL_TIMEOUT_S;
+	errno = 0;
+	s = strtol(v, &end, 10);
+	if (errno || *end || s < 1 || s > 86400)
+		return PG_FW_NCCL_TIMEOUT_S;
+	return (int)s;
+}
+
 /*
  * In device d's thread: create its NCCL handles, world then TP then CP,
- * in the same order on every device.  0, or -errno with a message.
+ * in the same order on every device.  Each creation gives up when another
+ * device has failed (fw->nccl_cancel) or the deadline has passed; a
+ * failure here sets fw->nccl_cancel for the others and aborts the groups
+ * this device has joined, so that destroying them waits for nobody.
+ * 0, or -errno with a message.
  */
 static int join_nccl(struct device *d, char *err, size_t err_len)
 {
 #if defined(HAVE_NCCL_COMM) && defined(HAVE_CUDA_BACKEND)
-	const struct pg_plan *pl = &d->fw->plan;
-	const uint8_t *ids = d->fw->nccl_ids;
+	struct pg_forward *fw = d->fw;
+	const struct pg_plan *pl = &fw->plan;
+	const uint8_t *ids = fw->nccl_ids;
+	const struct pg_comm_nccl_wait w = {
+		.cancel = &fw->nccl_cancel,
+		.deadline_ns = fw->nccl_deadline_ns,
+	};
 	void *stream = pg_cuda_backend_stream(d->be);
 	int dev = d->info->index, g, rc;
 	size_t B = PG_COMM_NCCL_ID_BYTES;
+	const char *what = "the world group";
+	char why[256] = "";
 
-	rc = pg_comm_nccl_create(d->fw->n_dev, d->index, ids, dev, stream,
-				 &d->world, err, err_len);
+	rc = pg_comm_nccl_join(fw->n_dev, d->index, ids, dev, stream, &w,
+			       &d->world, why, sizeof(why));
 	if (!rc && pl->tp > 1) {
+		what = "its tensor-parallel group";
 		g = d->stage * pl->cp + d->c;
-		rc = pg_comm_nccl_create(pl->tp, d->t, ids + (size_t)(1 + g) * B,
-					 dev, stream, &d->tp, err, err_len);
+		rc = pg_comm_nccl_join(pl->tp, d->t, ids + (size_t)(1 + g) * B,
+				       dev, stream, &w, &d->tp, why,
+				       sizeof(why));
 	}
 	if (!rc && pl->cp > 1) {
+		what = "its context-parallel group";
 		g = d->stage * pl->tp + d->t;
-		rc = pg_comm_nccl_create(pl->cp, d->c,
-					 ids + (size_t)(1 + pl->pp * pl->cp + g) * B,
-					 dev, stream, &d->cp, err, err_len);
+		rc = pg_comm_nccl_join(pl->cp, d->c,
+				       ids + (size_t)(1 + pl->pp * pl->cp + g) * B,
+				       dev, stream, &w, &d->cp, why,
+				       sizeof(why));
 	}
+	if (!rc)
+		return 0;
+	atomic_store(&fw->nccl_cancel, 1);
+	abort_device(d);
+	if (rc == -ETIMEDOUT)
+		snprintf(err, err_len, "%s did not form within %d s (PAGODA_NCCL_TIMEOUT): %s",
+			 what, fw->nccl_timeout_s, why);
+	else
+		snprintf(err, err_len, "%s: %s", what, why);
 	return rc;
 #else
 	(void)d;
@@ -916,11 +969,12 @@ fail:
 static void *device_main(void *arg);
 
 /*
- * Wait until the device threads have created their NCCL handles (GPUs).
- * NCCL offers no way to stop a creation whose peers never come: a thread
- * that cannot start, or a rank that fails before it joins, leaves its
- * peers waiting inside NCCL.  Both happen before any weight is used and
- * only on a broken host (no threads, a GPU lost at start).
+ * Wait until the device threads have created their NCCL handles (GPUs),
+ * or have all given up: the creations are non-blocking and polled, and
+ * stop when any rank fails (it sets fw->nccl_cancel) or when the deadline
+ * passes, so every thread reports here in bounded time.  The failure
+ * reported is the first cause, not the -ECANCELED of the ranks that gave
+ * up because of it.
  */
 static int wait_setup(struct pg_forward *fw, char *err, size_t err_len)
 {
@@ -934,6 +988,16 @@ static int wait_setup(struct pg_forward *fw, char *err, size_t err_len)
 		snprintf(err, err_len, "%s", fw->setup_err);
 	pthread_mutex_unlock(&fw->lock);
 	return rc;
+}
+
+/* A device's setup failed with rc (under fw->lock): keep the cause. */
+static void setup_failed(struct pg_forward *fw, int rc, const char *msg)
+{
+	if (!rc || (fw->setup_rc && (fw->setup_rc != -ECANCELED ||
+				     rc == -ECANCELED)))
+		return;
+	fw->setup_rc = rc;
+	snprintf(fw->setup_err, sizeof(fw->setup_err), "%s", msg);
 }
 
 int pg_forward_create(const struct pg_model *m,
@@ -1009,12 +1073,20 @@ int pg_forward_create(const struct pg_model *m,
 		if (rc)
 			goto out_free;
 		fw->setup_pending = fw->gpus ? fw->n_dev : 0;
+		if (fw->gpus) {
+			fw->nccl_timeout_s = nccl_timeout_s();
+			fw->nccl_deadline_ns = (int64_t)now_ns() +
+				(int64_t)fw->nccl_timeout_s * 1000000000;
+		}
 		for (int i = 0; i < fw->n_dev; i++) {
 			rc = -pthread_create(&fw->dev[i].thread, NULL,
 					     device_main, &fw->dev[i]);
 			if (rc) {
-				snprintf(err, err_len, "cannot start the thread of device %d: %s",
-					 i, strerror(-rc));
+				/* the started ones must not wait for it */
+				atomic_store(&fw->nccl_cancel, 1);
+				snprintf(err, err_len, "cannot start the thread of device %s: %s",
+					 fw->dev[i].info ? fw->dev[i].info->name : "0",
+					 strerror(-rc));
 				goto out_free;
 			}
 			fw->dev[i].started = 1;
@@ -1117,13 +1189,17 @@ int pg_forward_max_batch(const struct pg_forward *fw)
 	return fw->p.max_batch_tokens;
 }
 
+/*
+ * A CPU device counts its backend's threads; a GPU counts the one host
+ * thread that drives it (its kernels run on the GPU, not on CPU threads).
+ */
 int pg_forward_threads(const struct pg_forward *fw)
 {
 	int n = 0;
 
 	for (int i = 0; i < fw->n_dev; i++)
-		if (fw->dev[i].be->ops->host_memory)
-			n += pg_cpu_backend_threads(fw->dev[i].be);
+		n += fw->dev[i].be->ops->host_memory ?
+		     pg_cpu_backend_threads(fw->dev[i].be) : 1;
 	return n;
 }
 
@@ -1541,16 +1617,13 @@ static void *device_main(void *arg)
 		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 	}
 	if (fw->gpus) {
-		char why[256] = "";
+		char why[320] = "", msg[384];
 		int rc = join_nccl(d, why, sizeof(why));
 
+		snprintf(msg, sizeof(msg), "device %s: cannot join %s",
+			 d->info->name, why);
 		pthread_mutex_lock(&fw->lock);
-		if (rc && !fw->setup_rc) {
-			fw->setup_rc = rc;
-			snprintf(fw->setup_err, sizeof(fw->setup_err),
-				 "device %s: cannot join its NCCL groups: %s",
-				 d->info->name, why);
-		}
+		setup_failed(fw, rc, msg);
 		fw->setup_pending--;
 		pthread_cond_broadcast(&fw->cond);
 		pthread_mutex_unlock(&fw->lock);

@@ -77,6 +77,9 @@ _Static_assert(sizeof(ncclUniqueId) == PG_COMM_NCCL_ID_BYTES,
 #define NCCL_SPIN_NS 200000
 #define NCCL_NAP_NS 20000
 
+/* Creation takes seconds (topology, connections): poll it every 1 ms. */
+#define NCCL_INIT_NAP_NS 1000000
+
 struct nccl_comm {
 	struct pg_comm base;
 	ncclComm_t comm;	/* NULL once aborted or broken */
@@ -139,7 +142,8 @@ static void nccl_drop(struct nccl_comm *c)
 /* A CUDA call failed: the handle is broken.  Returns -EIO. */
 static int cuda_fail(struct nccl_comm *c, const char *call, cudaError_t e)
 {
-	say(c->err, sizeof(c->err), "%s: %s", call, cudaGetErrorString(e));
+	say(c->err, sizeof(c->err), "%s: %s (%s=%d)", call,
+	    cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
 	nccl_drop(c);
 	return -EIO;
 }
@@ -362,16 +366,32 @@ static int nccl_reset(struct pg_comm *pc)
 }
 
 /*
- * Finalise a healthy communicator (it waits for the peers to be quiescent;
- * an abort() of the group stops the wait) and free it.
+ * Finalise a healthy communicator (it flushes the communicator's own work;
+ * an abort() of the group stops the wait) and free it; an aborted or
+ * broken one is aborted.  The caller's stream is not queried: it may be
+ * gone already (the backend that owned it destroyed first).
  */
 static void nccl_finalize(struct nccl_comm *c)
 {
-	if (nccl_enter(c) ||
-	    nccl_finish(c, "ncclCommFinalize", ncclCommFinalize(c->comm)))
-		return;
-	ncclCommDestroy(c->comm);
-	c->comm = NULL;
+	int64_t start = now_ns();
+	ncclResult_t r, state = ncclInProgress;
+
+	if (nccl_enter(c))
+		return;		/* aborted (dropped there) or broken */
+	r = ncclCommFinalize(c->comm);
+	while (r == ncclSuccess || r == ncclInProgress) {
+		r = ncclCommGetAsyncError(c->comm, &state);
+		if (r != ncclSuccess || state != ncclInProgress)
+			break;
+		if (atomic_load(&c->aborted))
+			break;
+		nccl_nap(start);
+	}
+	if (r == ncclSuccess && state == ncclSuccess) {
+		ncclCommDestroy(c->comm);
+		c->comm = NULL;
+	}
+	nccl_drop(c);		/* failed or aborted while finalising */
 }
 
 static void nccl_link(struct nccl_comm *c)
@@ -462,35 +482,74 @@ static int nccl_check_args(int size, int rank, int device, char *err,
 	return 0;
 }
 
-/* Make c's non-blocking communicator and wait until every rank joined. */
-static int nccl_init(struct nccl_comm *c, char *err, size_t err_len)
+/* 0, or why the caller of pg_comm_nccl_join wants it to give up. */
+static int nccl_give_up(const struct pg_comm_nccl_wait *w)
+{
+	if (!w)
+		return 0;
+	if (w->cancel && atomic_load(w->cancel))
+		return -ECANCELED;
+	if (w->deadline_ns && now_ns() >= w->deadline_ns)
+		return -ETIMEDOUT;
+	return 0;
+}
+
+/*
+ * Make c's non-blocking communicator and poll it until every rank has
+ * joined, or until w says to give up: then abort the half-made one.
+ */
+static int nccl_init(struct nccl_comm *c, const struct pg_comm_nccl_wait *w,
+		     char *err, size_t err_len)
 {
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
 	ncclResult_t r, state = ncclInProgress;
-	int64_t start = now_ns();
+	struct timespec nap = { 0, NCCL_INIT_NAP_NS };
+	const char *detail;
+	int quit = 0;
 
 	config.blocking = 0;
 	r = ncclCommInitRankConfig(&c->comm, c->base.size, c->id, c->base.rank,
 				   &config);
-	while (r == ncclInProgress || (r == ncclSuccess &&
-				       state == ncclInProgress)) {
+	while (r == ncclSuccess || r == ncclInProgress) {
+		if (!c->comm) {		/* not made, yet no error: NCCL's bug */
+			r = ncclInternalError;
+			break;
+		}
 		r = ncclCommGetAsyncError(c->comm, &state);
-		if (r == ncclSuccess && state == ncclInProgress)
-			nccl_nap(start);
-		else if (r == ncclSuccess)
+		if (r != ncclSuccess)
+			break;
+		if (state != ncclInProgress) {
 			r = state;
+			break;
+		}
+		if ((quit = nccl_give_up(w)))
+			break;
+		nanosleep(&nap, NULL);
 	}
-	if (r == ncclSuccess)
+	if (!quit && r == ncclSuccess)
 		return 0;
-	say(err, err_len, "ncclCommInitRankConfig: %s: %s",
-	    ncclGetErrorString(r), ncclGetLastError(c->comm));
-	nccl_drop(c);
-	return -EIO;
+	if (quit == -ECANCELED)
+		say(err, err_len, "ncclCommInitRankConfig (rank %d of %d): "
+		    "given up, another rank failed", c->base.rank,
+		    c->base.size);
+	else if (quit == -ETIMEDOUT)
+		say(err, err_len, "ncclCommInitRankConfig (rank %d of %d): "
+		    "the other ranks did not all join in time", c->base.rank,
+		    c->base.size);
+	else {
+		detail = ncclGetLastError(c->comm);
+		say(err, err_len, "ncclCommInitRankConfig (rank %d of %d): "
+		    "%s%s%s", c->base.rank, c->base.size,
+		    ncclGetErrorString(r), detail && *detail ? ": " : "",
+		    detail ? detail : "");
+	}
+	nccl_drop(c);		/* ncclCommAbort stops its initialisation */
+	return quit ? quit : -EIO;
 }
 
-int pg_comm_nccl_create(int size, int rank, const void *id, int cuda_device,
-			void *stream, struct pg_comm **out, char *err,
-			size_t err_len)
+int pg_comm_nccl_join(int size, int rank, const void *id, int cuda_device,
+		      void *stream, const struct pg_comm_nccl_wait *w,
+		      struct pg_comm **out, char *err, size_t err_len)
 {
 	struct nccl_comm *c;
 	cudaError_t e;
@@ -500,12 +559,21 @@ int pg_comm_nccl_create(int size, int rank, const void *id, int cuda_device,
 		say(err, err_len, "no unique id or no handle");
 		return -EINVAL;
 	}
+	*out = NULL;
 	ret = nccl_check_args(size, rank, cuda_device, err, err_len);
 	if (ret)
 		return ret;
+	if ((ret = nccl_give_up(w))) {
+		say(err, err_len, "rank %d of %d: %s before joining", rank,
+		    size, ret == -ECANCELED ? "given up, another rank failed,"
+		    : "out of time");
+		return ret;
+	}
 	c = calloc(1, sizeof(*c));
-	if (!c)
+	if (!c) {
+		say(err, err_len, "out of host memory");
 		return -ENOMEM;
+	}
 	c->base.ops = &nccl_ops;
 	c->base.rank = rank;
 	c->base.size = size;
@@ -514,17 +582,20 @@ int pg_comm_nccl_create(int size, int rank, const void *id, int cuda_device,
 	memcpy(&c->id, id, sizeof(c->id));
 	e = cudaSetDevice(cuda_device);
 	if (e != cudaSuccess) {
-		say(err, err_len, "cudaSetDevice: %s", cudaGetErrorString(e));
+		say(err, err_len, "cudaSetDevice(%d): %s (%s=%d)", cuda_device,
+		    cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
 		ret = -EIO;
 		goto out_free;
 	}
 	e = cudaMalloc((void **)&c->one, sizeof(float));
 	if (e != cudaSuccess) {
-		say(err, err_len, "cudaMalloc: %s", cudaGetErrorString(e));
-		ret = -EIO;
+		say(err, err_len, "cudaMalloc(4 bytes): %s (%s=%d)",
+		    cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
+		cudaGetLastError();
+		ret = e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 		goto out_free;
 	}
-	ret = nccl_init(c, err, err_len);
+	ret = nccl_init(c, w, err, err_len);
 	if (ret)
 		goto out_free_one;
 	nccl_link(c);
@@ -536,4 +607,12 @@ out_free_one:
 out_free:
 	free(c);
 	return ret;
+}
+
+int pg_comm_nccl_create(int size, int rank, const void *id, int cuda_device,
+			void *stream, struct pg_comm **out, char *err,
+			size_t err_len)
+{
+	return pg_comm_nccl_join(size, rank, id, cuda_device, stream, NULL,
+				 out, err, err_len);
 }

@@ -42,7 +42,9 @@
 #ifndef PAGODA_KERNELS_CUDA_COMM_NCCL_H
 #define PAGODA_KERNELS_CUDA_COMM_NCCL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/comm.h"
 
@@ -63,8 +65,10 @@ int pg_comm_nccl_unique_id(void *id, size_t len, char *err, size_t err_len);
  * made from id (PG_COMM_NCCL_ID_BYTES bytes), on CUDA device cuda_device,
  * enqueuing on stream (a cudaStream_t of that device; NULL for the default
  * stream).  Every rank calls it at about the same time: it returns once
- * all have joined.  The stream stays the caller's.  Free the handle with
- * c->ops->destroy(c), from the thread that used it.
+ * all have joined, and waits for ever for a rank that never comes (use
+ * pg_comm_nccl_join to bound the wait).  The stream stays the caller's.
+ * Free the handle with c->ops->destroy(c) (any thread, once no operation
+ * of it is running).
  *
  * Returns 0 and the handle in *out, or -EINVAL (bad size, rank or device),
  * -ENOMEM, or -EIO with a message in err (err_len bytes, may be 0).
@@ -72,6 +76,33 @@ int pg_comm_nccl_unique_id(void *id, size_t len, char *err, size_t err_len);
 int pg_comm_nccl_create(int size, int rank, const void *id, int cuda_device,
 			void *stream, struct pg_comm **out, char *err,
 			size_t err_len);
+
+/*
+ * How long pg_comm_nccl_join waits for the other ranks: until *cancel is
+ * not 0 (NULL: no flag), or until the CLOCK_MONOTONIC time deadline_ns
+ * (0: no deadline).  The ranks of one process share one flag, which
+ * whoever fails sets, so that none of them waits for a rank that will
+ * never join.
+ */
+struct pg_comm_nccl_wait {
+	const atomic_int *cancel;
+	int64_t deadline_ns;
+};
+
+/*
+ * pg_comm_nccl_join - pg_comm_nccl_create that gives up: the communicator
+ * is created non-blocking and its initialisation polled; when *w->cancel
+ * becomes non-zero or the deadline passes first, the half-made
+ * communicator is aborted (ncclCommAbort) and freed.  w may be NULL (as
+ * pg_comm_nccl_create).  It does not set *w->cancel itself: the caller
+ * does, on any failure, so that the other ranks give up too.
+ *
+ * Returns as pg_comm_nccl_create, or -ECANCELED (the flag was set) or
+ * -ETIMEDOUT (the deadline passed), with a message in err.
+ */
+int pg_comm_nccl_join(int size, int rank, const void *id, int cuda_device,
+		      void *stream, const struct pg_comm_nccl_wait *w,
+		      struct pg_comm **out, char *err, size_t err_len);
 
 /*
  * pg_comm_nccl_error - the message of c's last failed operation ("" when
