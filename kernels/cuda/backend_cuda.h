@@ -65,8 +65,10 @@ int pg_cuda_device_info(int device, struct pg_cuda_device_info *out,
 
 /*
  * pg_cuda_backend_create - a backend on CUDA device `device`: its stream,
- * cuBLAS handle and pinned staging buffers.  Destroy with be->ops->destroy.
- * NULL with a message in err on failure, e.g. "no CUDA device 0: ...".
+ * cuBLAS handle and pinned staging buffers.  Destroy with be->ops->destroy,
+ * which waits for the stream and frees everything the backend holds,
+ * alloc()'s memory not yet freed included.  NULL with a message in err on
+ * failure, e.g. "no CUDA device 0: ...".
  */
 struct pg_backend *pg_cuda_backend_create(int device, char *err,
 					  size_t err_len);

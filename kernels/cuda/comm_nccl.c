@@ -204,7 +204,9 @@ static int nccl_poll(struct nccl_comm *c, const char *call)
 /*
  * nccl_finish - wait for the NCCL call `call` that returned r, and for
  * everything before it on the stream.  0, -EINVAL (NCCL refused the
- * arguments: the communicator is still good), -EIO or -ECANCELED.
+ * arguments; on a non-blocking communicator NCCL also records that error
+ * as the communicator's state, so the next operation fails with -EIO),
+ * -EIO or -ECANCELED.
  */
 static int nccl_finish(struct nccl_comm *c, const char *call, ncclResult_t r)
 {
