@@ -807,18 +807,25 @@ static int64_t comm_spin_ns(const struct pg_forward *fw)
  * GPUs: one NCCL unique id per group (world, each TP group, each CP group),
  * made here; the device threads then create their handles together, since
  * an NCCL group's creation returns only when all its ranks have joined.
+ * Only the groups that exist get an id: each id starts an NCCL bootstrap
+ * thread that waits until its ranks have come.
  */
 static int make_nccl_ids(struct pg_forward *fw, char *err, size_t err_len)
 {
 #ifdef HAVE_NCCL_COMM
 	const struct pg_plan *pl = &fw->plan;
-	int n = 1 + pl->pp * pl->cp + pl->pp * pl->tp;
+	int n_tp = pl->pp * pl->cp;	/* ids 1 .. n_tp: the TP groups */
+	int n = 1 + n_tp + pl->pp * pl->tp;	/* then the CP groups */
 	char why[256];
 
 	fw->nccl_ids = calloc((size_t)n, PG_COMM_NCCL_ID_BYTES);
-	if (!fw->nccl_ids)
+	if (!fw->nccl_ids) {
+		snprintf(err, err_len, "cannot make the GPUs' NCCL groups: out of memory");
 		return -ENOMEM;
-	for (int i = 0; i < n; i++)
+	}
+	for (int i = 0; i < n; i++) {
+		if (i > 0 && (i <= n_tp ? pl->tp == 1 : pl->cp == 1))
+			continue;	/* a group that this plan has not */
 		if (pg_comm_nccl_unique_id(fw->nccl_ids +
 					   (size_t)i * PG_COMM_NCCL_ID_BYTES,
 					   PG_COMM_NCCL_ID_BYTES, why,
@@ -827,6 +834,7 @@ static int make_nccl_ids(struct pg_forward *fw, char *err, size_t err_len)
 				 why);
 			return -EIO;
 		}
+	}
 	return 0;
 #else
 	snprintf(err, err_len, "a plan of several CUDA devices needs NCCL, which this pagodad was built without; install NCCL and rebuild");
