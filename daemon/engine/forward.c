@@ -909,7 +909,7 @@ static int join_nccl(struct device *d, char *err, size_t err_len)
 	atomic_store(&fw->nccl_cancel, 1);
 	abort_device(d);
 	if (rc == -ETIMEDOUT)
-		snprintf(err, err_len, "%s did not form within %d s (PAGODA_NCCL_TIMEOUT): %s",
+		snprintf(err, err_len, "%s: not formed within %d s (PAGODA_NCCL_TIMEOUT): %s",
 			 what, fw->nccl_timeout_s, why);
 	else
 		snprintf(err, err_len, "%s: %s", what, why);
