@@ -119,6 +119,12 @@ struct device {
 	int graphs;			/* bracket steps with step_begin/end */
 	int sticky_rc;			/* a failed page copy: fail next batch */
 	char err[256];			/* devmem: the device's last error */
+	/*
+	 * devmem: held by the device thread while it runs a job, and by the
+	 * engine's thread around a page copy, since a backend serves one
+	 * thread at a time (host memory needs none: see copy_page).
+	 */
+	pthread_mutex_t be_lock;
 	int h0, nq, k0, nkv, f0, nff, v0, nv, vpad;
 	struct pg_comm *world, *tp, *cp;
 	struct scratch s;
@@ -1061,6 +1067,8 @@ int pg_forward_create(const struct pg_model *m,
 		rc = -ENOMEM;
 		goto out_free;
 	}
+	for (int i = 0; i < fw->n_dev; i++)
+		pthread_mutex_init(&fw->dev[i].be_lock, NULL);
 	for (int i = 0; i < fw->n_dev; i++) {
 		struct device *d = &fw->dev[i];
 
@@ -1152,6 +1160,7 @@ void pg_forward_destroy(struct pg_forward *fw)
 		free(d->s.lg_all);
 		free(d->s.lg_host);
 		free(d->s.slots);
+		pthread_mutex_destroy(&d->be_lock);
 	}
 	for (int i = 0; fw->g_tp && i < fw->n_g_tp; i++)
 		pg_comm_shm_group_destroy(fw->g_tp[i]);
@@ -1179,16 +1188,27 @@ int pg_forward_page_tokens(const struct pg_forward *fw)
 	return fw->p.page_tokens;
 }
 
+/*
+ * Called on the engine's thread while earlier batches may still run on the
+ * device threads (pipeline stages).  Neither page is one they use: dst is
+ * newly taken, and src, shared, is written by no one (a writer copies it
+ * first).  So host memory is copied at once; a device with memory of its
+ * own waits for the job it runs, since its backend serves one thread.
+ */
 void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst)
 {
 	for (int i = 0; i < fw->n_dev; i++) {
 		struct device *d = &fw->dev[i];
-		int rc = pg_kv_store_copy(d->kv, src, dst, d->err,
-					  sizeof(d->err));
+		int rc;
 
+		if (d->devmem)
+			pthread_mutex_lock(&d->be_lock);
+		rc = pg_kv_store_copy(d->kv, src, dst, d->err, sizeof(d->err));
 		/* a device that failed fails the next batch, which says so */
 		if (rc && !d->sticky_rc)
 			d->sticky_rc = rc;
+		if (d->devmem)
+			pthread_mutex_unlock(&d->be_lock);
 	}
 }
 
@@ -1651,8 +1671,12 @@ static void *device_main(void *arg)
 		j = fw->queue[next % (PG_FW_MAX_INFLIGHT + 1)];
 		next++;
 		pthread_mutex_unlock(&fw->lock);
+		if (d->devmem)
+			pthread_mutex_lock(&d->be_lock);
 		if (j->kind == JOB_RESET) {
 			reset_device(d);
+			if (d->devmem)
+				pthread_mutex_unlock(&d->be_lock);
 			job_done(fw, j, 0);
 			continue;
 		}
@@ -1662,6 +1686,8 @@ static void *device_main(void *arg)
 			report_fault(d, rc);
 			abort_device(d);
 		}
+		if (d->devmem)
+			pthread_mutex_unlock(&d->be_lock);
 		d->busy_ns += now_ns() - t0;
 		d->steps++;
 		job_done(fw, j, rc);

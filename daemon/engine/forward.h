@@ -85,7 +85,10 @@ void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst);
 /* pg_forward_max_batch - max_batch_tokens of the parameters. */
 int pg_forward_max_batch(const struct pg_forward *fw);
 
-/* pg_forward_threads - the CPU threads the backend runs on. */
+/*
+ * pg_forward_threads - the host threads the devices run on: a CPU device's
+ * backend threads, plus one driving thread per GPU.
+ */
 int pg_forward_threads(const struct pg_forward *fw);
 
 /* pg_forward_isa_name - the instruction set the kernels run with. */
