@@ -17,7 +17,12 @@
  *   - kv_write, get_rows: exact;
  *   - each table's activation quantisers: bit-identical to the reference;
  *     its 1-row, 4-row and 4x2 quantised dots: within 1e-5 of sum |w x| of the
- *     scalar dot (same integers, float sums in another order).
+ *     scalar dot (same integers, float sums in another order);
+ *   - each table's gemm8 loops (8 rows x n tokens, repacked weights):
+ *     bit-identical to its 4-row dots; these and the quantised matmul on
+ *     rows 13, 27, 70 for every n in 1..37: each output within 1e-5 of
+ *     sum |w x| of the scalar dot, and the matmul's outputs for n tokens
+ *     bit-identical to each token's alone.
  * The same level on 1 and 2 threads must agree bit for bit: each output is
  * computed by the same code whatever the split.
  * Exits 0 on success, 1 on failure; levels the processor lacks are skipped
@@ -725,6 +730,199 @@ static void check_tables(void)
 	printf("tables: quantisers bit-identical, dots within bounds\n");
 }
 
+/* ---- gemm8: 8 rows x many tokens, repacked weights ---- */
+
+/*
+ * Tokens xq (n of them, xs bytes apart) against rows of m: the scalar dot
+ * of each (token t, row r) in want[t * rows + r], and sum |w x| of the
+ * dequantised values in mag, for per-output bounds.
+ */
+static void gemm_ref(enum pg_dtype t, const struct pg_matrix *m,
+		     const float *wf, const uint8_t *xq, size_t xs, int n,
+		     float *want, double *mag)
+{
+	enum pg_dtype vt;
+	pg_dot_fn ref_dot = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
+	int64_t rows = m->n_rows, cols = m->n_cols;
+	float *xd = xmalloc((size_t)cols * sizeof(float));
+
+	for (int k = 0; k < n; k++) {
+		pg_dequantize_row(vt, xq + (size_t)k * xs, xd, cols);
+		for (int64_t r = 0; r < rows; r++) {
+			double a = 0;
+
+			want[k * rows + r] = ref_dot(cols, (const uint8_t *)m->data +
+						     r * m->row_bytes,
+						     xq + (size_t)k * xs);
+			for (int64_t i = 0; i < cols; i++)
+				a += fabs((double)wf[r * cols + i] * xd[i]);
+			mag[k * rows + r] = a;
+		}
+	}
+	free(xd);
+}
+
+/*
+ * Each table's gemm8 loops directly: every 8-row group of a matrix against
+ * n tokens must equal bit for bit the table's 4-row dot of each half of
+ * the group (which the 4x2 tiles and one-token matmuls equal too: a
+ * token's result may not depend on its batch), and lie within 1e-5 of
+ * sum |w x| of the scalar dot (the same integers, float sums in another
+ * order).
+ */
+static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
+			     pg_gemm8_fn gemm8, int64_t rows, int64_t cols,
+			     int n)
+{
+	enum pg_dtype vt = t == PG_Q4_1 ? PG_Q8_1 : PG_Q8_0;
+	pg_dot4_fn dot4 = pg_cpu_dot4_for(k, t);
+	size_t xs = pg_dtype_row_bytes(vt, (uint64_t)cols);
+	size_t ny = (size_t)n * (size_t)rows;
+	float *wf, *x = xmalloc((size_t)cols * sizeof(float));
+	float *want = xmalloc(ny * sizeof(float)), *got = xmalloc(ny * sizeof(float));
+	float *xinfo = xmalloc((size_t)n * (size_t)(cols / 32) *
+			       PG_GEMM_XINFO(vt) * sizeof(float));
+	void *work = aligned_alloc(32, (size_t)(cols / 32) * PG_GEMM8_WORK);
+	double *mag = xmalloc(ny * sizeof(double));
+	uint8_t *xq = xmalloc((size_t)n * xs);
+	struct pg_matrix m = make_matrix(t, rows, cols, &wf);
+	int bad = 0, differ = 0;
+
+	for (int j = 0; j < n; j++) {
+		fill(x, (size_t)cols);
+		pg_quantize_row(vt, x, xq + (size_t)j * xs, cols);
+	}
+	gemm_ref(t, &m, wf, xq, xs, n, want, mag);
+	for (size_t i = 0; i < ny; i++)
+		got[i] = NAN;			/* every output must be written */
+	pg_gemm_xinfo(vt, cols, xq, xs, n, xinfo);
+	for (int64_t r = 0; r + 8 <= rows; r += 8)
+		gemm8(cols, (const uint8_t *)m.data + r * m.row_bytes,
+		      m.row_bytes, xq, xs, xinfo, n, got + r, (size_t)rows, work);
+	for (int j = 0; j < n; j++)
+		for (int64_t r = 0; r < rows / 8 * 8; r += 4) {
+			size_t i = (size_t)j * (size_t)rows + (size_t)r;
+			float d4[4];
+
+			dot4(cols, (const uint8_t *)m.data + r * m.row_bytes,
+			     m.row_bytes, xq + (size_t)j * xs, d4);
+			if (memcmp(d4, got + i, sizeof(d4)) && !differ++)
+				CHECK(0, "%s gemm8 %s %lldx%lld n=%d: token %d "
+				      "rows %lld..: %.9g vs dot4 %.9g",
+				      pg_cpu_isa_name(k->isa), pg_dtype_name(t),
+				      (long long)rows, (long long)cols, n, j,
+				      (long long)r, got[i], d4[0]);
+			for (int q = 0; q < 4; q++, i++)
+				if (!(fabs(got[i] - want[i]) <= 1e-5 * mag[i]) &&
+				    !bad++)
+					CHECK(0, "%s gemm8 %s %lldx%lld n=%d: token "
+					      "%d row %lld: %g vs %g",
+					      pg_cpu_isa_name(k->isa),
+					      pg_dtype_name(t), (long long)rows,
+					      (long long)cols, n, j,
+					      (long long)r + q, got[i], want[i]);
+		}
+	free(wf), free((void *)m.data), free(x), free(want), free(got);
+	free(xinfo), free(work), free(mag), free(xq);
+}
+
+static void check_gemm8(void)
+{
+	static const int64_t cols[] = { 32, 96, 544, 1536, 2080 };
+	static const int ns[] = { 1, 2, 3, 8, 37 };
+	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1 };
+	int tested = 0;
+
+	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_best(); isa++) {
+		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
+
+		for (size_t t = 0; t < 2; t++) {
+			pg_gemm8_fn g = types[t] == PG_Q4_0 ? k->gemm8_q4_0 :
+					k->gemm8_q4_1;
+
+			CHECK(isa == PG_ISA_SCALAR || g,
+			      "%s has no gemm8 for %s", pg_cpu_isa_name(k->isa),
+			      pg_dtype_name(types[t]));
+			if (!g)
+				continue;
+			for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
+				for (size_t j = 0; j < sizeof(ns) / sizeof(ns[0]); j++)
+					check_gemm8_case(k, types[t], g, 16,
+							 cols[c], ns[j]);
+			tested++;
+		}
+	}
+	printf("gemm8: %d tables x types, 16 rows x 32..2080 columns x n = "
+	       "1..37: bit-identical to dot4, within 1e-5 of sum |wx|\n",
+	       tested);
+}
+
+/*
+ * The matmul op on every backend against the scalar dots of the same
+ * quantised activations, per output (within 1e-5 of sum |w x|): row
+ * counts that leave a tail after the 8-row groups, and every n from 1 to
+ * 37, so that gemm8, the 4x2 tiles, the 4-row and 1-row dots all meet.
+ * And batch invariance: each token's outputs for every n equal, bit for
+ * bit, those of the same token alone (n = 1).
+ */
+static void check_matmul_tokens(void)
+{
+	static const int64_t shapes[][2] = {
+		{ 13, 32 }, { 27, 96 }, { 70, 1536 },
+	};
+	static const enum pg_dtype types[] = { PG_Q8_0, PG_Q4_0, PG_Q4_1 };
+	enum { N = 37 };
+
+	for (size_t ti = 0; ti < 3; ti++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+			enum pg_dtype t = types[ti];
+			enum pg_dtype vt = t == PG_Q4_1 ? PG_Q8_1 : PG_Q8_0;
+			int64_t rows = shapes[s][0], cols = shapes[s][1];
+			size_t xs = pg_dtype_row_bytes(vt, (uint64_t)cols);
+			size_t ny = (size_t)N * (size_t)rows;
+			float *wf, *x = xmalloc((size_t)N * (size_t)cols * 4);
+			float *want = xmalloc(ny * 4), *y = xmalloc(ny * 4);
+			double *mag = xmalloc(ny * sizeof(double));
+			float *alone = xmalloc(ny * 4);
+			uint8_t *xq = xmalloc((size_t)N * xs);
+			struct pg_matrix m = make_matrix(t, rows, cols, &wf);
+
+			fill(x, (size_t)N * (size_t)cols);
+			for (int j = 0; j < N; j++)
+				pg_quantize_row(vt, x + (size_t)j * (size_t)cols,
+						xq + (size_t)j * xs, cols);
+			gemm_ref(t, &m, wf, xq, xs, N, want, mag);
+			for (int i = 0; i < n_bes; i++) {
+				for (int j = 0; j < N; j++)
+					bes[i]->ops->matmul(bes[i], &m,
+						x + (size_t)j * (size_t)cols, 1,
+						NULL, alone + (size_t)j * (size_t)rows);
+				for (int n = 1; n <= N; n++) {
+					int bad = 0;
+
+					bes[i]->ops->matmul(bes[i], &m, x, n, NULL, y);
+					CHECK(!memcmp(y, alone, (size_t)n * (size_t)rows * 4),
+					      "matmul %s %lldx%lld n=%d on %s: not "
+					      "the tokens' one-token results",
+					      pg_dtype_name(t), (long long)rows,
+					      (long long)cols, n, be_name(bes[i]));
+					for (size_t o = 0; o < (size_t)n * (size_t)rows; o++)
+						if (!(fabs(y[o] - want[o]) <= 1e-5 * mag[o]) &&
+						    !bad++)
+							CHECK(0, "matmul %s %lldx%lld n=%d on %s: "
+							      "output %zu: %g vs %g",
+							      pg_dtype_name(t), (long long)rows,
+							      (long long)cols, n,
+							      be_name(bes[i]), o, y[o], want[o]);
+				}
+			}
+			free(wf), free((void *)m.data), free(x), free(want);
+			free(y), free(mag), free(alone), free(xq);
+		}
+	printf("matmul tokens: Q8_0/Q4_0/Q4_1, rows 13, 27, 70 x n = 1..37, "
+	       "each output within 1e-5 of sum |wx|, batch-invariant\n");
+}
+
 /* ---- the thread pool ---- */
 
 struct pool_count {
@@ -813,11 +1011,13 @@ int main(void)
 	open_backends();
 	check_dots();
 	check_tables();
+	check_gemm8();
 	check_get_rows();
 	check_rmsnorm();
 	check_silu_add();
 	check_rope();
 	check_matmul();
+	check_matmul_tokens();
 	check_attention();
 	for (int i = 0; i < n_bes; i++)
 		bes[i]->ops->destroy(bes[i]);

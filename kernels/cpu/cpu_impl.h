@@ -36,6 +36,21 @@ typedef void (*pg_dot4x2_fn)(int64_t n, const void *w, size_t w_stride,
 			     const void *x, size_t x_stride, float *out,
 			     size_t out_stride);
 
+/*
+ * 8 weight rows (w_stride bytes apart) x n_tok tokens (x_stride bytes
+ * apart): out[t * out_stride + r] = row r . x_t for r < 8, t < n_tok, bit
+ * for bit what dot4 gives each half of the rows; the weights repacked once
+ * for all tokens into work (n / 32 * PG_GEMM8_WORK bytes, 32-byte
+ * aligned).  xinfo: PG_GEMM_XINFO(vec type) floats per token block (n / 32
+ * blocks a token, tokens one after another), as pg_gemm_xinfo fills it.
+ */
+typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
+			    const void *x, size_t x_stride, const float *xinfo,
+			    int n_tok, float *out, size_t out_stride,
+			    void *work);
+#define PG_GEMM8_WORK 320
+#define PG_GEMM_XINFO(vt) ((vt) == PG_Q8_1 ? 2 : 10)
+
 /* Quantise n floats (a multiple of 32) to the activation type at dst. */
 typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
 
@@ -57,6 +72,8 @@ struct pg_cpu_kernels {
 	pg_dot4x2_fn dot4x2_q8_0;	/* optional: 4 rows x 2 tokens */
 	pg_dot4x2_fn dot4x2_q4_0;	/* optional */
 	pg_dot4x2_fn dot4x2_q4_1;	/* optional */
+	pg_gemm8_fn gemm8_q4_0;		/* optional: 8 rows x many tokens */
+	pg_gemm8_fn gemm8_q4_1;		/* optional */
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1 */
 	pg_axpy_fn axpy_f32;
@@ -113,6 +130,16 @@ pg_dot4_fn pg_cpu_dot4_for(const struct pg_cpu_kernels *k, enum pg_dtype t);
 pg_dot4x2_fn pg_cpu_dot4x2_for(const struct pg_cpu_kernels *k,
 			       enum pg_dtype t);
 
+/*
+ * The side array of the gemm8 loops for n_tok activation rows of n_cols
+ * values of type vt (Q8_0 or Q8_1), x_stride bytes apart.  Per block:
+ * Q8_1: d, s as floats; Q8_0: d as a float, a zero, then for each 4-value
+ * chunk k < 8 the int32 -8 x (sum of its quants) in a float's bytes (the
+ * offset of Q4_0's nibbles).
+ */
+void pg_gemm_xinfo(enum pg_dtype vt, int64_t n_cols, const void *x,
+		   size_t x_stride, int n_tok, float *xinfo);
+
 /* The scalar loops, also used by the SIMD tables for their tails. */
 float pg_dot_f32_ref(int64_t n, const void *w, const void *x);
 float pg_dot_f16_ref(int64_t n, const void *w, const void *x);
@@ -159,6 +186,12 @@ void pg_dot4x2_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
 void pg_dot4x2_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
 			 const void *x, size_t x_stride, float *out,
 			 size_t out_stride);
+void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *x, size_t x_stride, const float *xinfo,
+			int n_tok, float *out, size_t out_stride, void *work);
+void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *x, size_t x_stride, const float *xinfo,
+			int n_tok, float *out, size_t out_stride, void *work);
 void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n);
 void pg_axpy_f32_avx2(int n, float a, const void *v, float *acc);

@@ -6,17 +6,23 @@
  * for Q4_1) by all threads into the backend's scratch.  Rows of W are then
  * dealt in chunks from an atomic counter, and inside a chunk blocks of
  * PG_MM_ROWS rows are swept over all tokens (4 rows x 2 tokens a tile
- * where the table has one) so that they stay in L1 while used.  The dot loops come from the
+ * where the table has one) so that they stay in L1 while used.  From
+ * PG_MM_GEMM_MIN tokens on, where the table has a gemm8 loop for the type,
+ * groups of 8 rows are repacked once and swept over all the tokens by it
+ * instead (rows left over take the tiles).  The dot loops come from the
  * ISA table; this file holds no intrinsics.
  */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_impl.h"
 
 #define PG_MM_ROWS 16		/* weight rows kept hot over the tokens */
 #define PG_MM_CHUNKS 8		/* chunks per thread, for load balance */
 #define PG_MM_QUANT_PAR 64	/* blocks per thread worth a parallel run */
+#define PG_MM_GEMM_MIN 4	/* tokens from which gemm8 pays */
 
 struct mm_ctx {
 	const struct pg_cpu_kernels *k;
@@ -32,6 +38,11 @@ struct mm_ctx {
 	pg_dot_fn dot;
 	pg_dot4_fn dot4;	/* or NULL */
 	pg_dot4x2_fn dot4x2;	/* or NULL */
+	pg_gemm8_fn gemm8;	/* or NULL; used for n >= PG_MM_GEMM_MIN */
+	enum pg_dtype vt;	/* the activations' type */
+	float *xinfo;		/* gemm8's side array, in the scratch */
+	uint8_t *work;		/* gemm8's work areas, one a thread */
+	size_t work_bytes;	/* each */
 	int64_t chunk_rows;
 	int64_t n_chunks;
 	_Atomic int64_t next_chunk;
@@ -81,33 +92,39 @@ static void mm_pair(const struct mm_ctx *c, int64_t r0, int64_t r1, int t)
 	mm_token(c, r, r1, xt + c->xq_row_bytes, yt + nr);
 }
 
-/* Rows r0 .. r1 - 1 of W against every token. */
-static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1)
+/* Rows r0 .. r1 - 1 of W against every token; work: this thread's. */
+static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 {
-	int64_t nr = c->w->n_rows;
+	int64_t nr = c->w->n_rows, r = r0;
 	int t = 0;
 
+	if (c->gemm8 && c->n >= PG_MM_GEMM_MIN)
+		for (; r + 8 <= r1; r += 8)
+			c->gemm8(c->w->n_cols, (const uint8_t *)c->w->data +
+				 (size_t)r * c->w->row_bytes, c->w->row_bytes,
+				 c->xq, c->xq_row_bytes, c->xinfo, c->n,
+				 c->y + r, (size_t)nr, work);
 	if (c->dot4x2)
 		for (; t + 2 <= c->n; t += 2)
-			mm_pair(c, r0, r1, t);
+			mm_pair(c, r, r1, t);
 	for (; t < c->n; t++)
-		mm_token(c, r0, r1, (const uint8_t *)c->xq +
+		mm_token(c, r, r1, (const uint8_t *)c->xq +
 			 (size_t)t * c->xq_row_bytes, c->y + (size_t)t * nr);
 	if (!c->bias)
 		return;
 	for (t = 0; t < c->n; t++)
-		for (int64_t r = r0; r < r1; r++)
+		for (r = r0; r < r1; r++)
 			c->y[(size_t)t * nr + r] += c->bias[r];
 }
 
-static void mm_chunk(struct mm_ctx *c, int64_t chunk)
+static void mm_chunk(struct mm_ctx *c, int64_t chunk, void *work)
 {
 	int64_t r0 = chunk * c->chunk_rows;
 	int64_t r1 = r0 + c->chunk_rows < c->w->n_rows ?
 		     r0 + c->chunk_rows : c->w->n_rows;
 
 	for (int64_t r = r0; r < r1; r += PG_MM_ROWS)
-		mm_rows(c, r, r + PG_MM_ROWS < r1 ? r + PG_MM_ROWS : r1);
+		mm_rows(c, r, r + PG_MM_ROWS < r1 ? r + PG_MM_ROWS : r1, work);
 }
 
 /* Chunks are all dealt from the counter: a thread the scheduler delays
@@ -115,12 +132,14 @@ static void mm_chunk(struct mm_ctx *c, int64_t chunk)
 static void mm_worker(void *arg, int ith, int nth)
 {
 	struct mm_ctx *c = arg;
+	void *work = c->work ? c->work + (size_t)ith * c->work_bytes : NULL;
 	int64_t chunk;
 
+	(void)nth;
 	while ((chunk = atomic_fetch_add_explicit(&c->next_chunk, 1,
 						  memory_order_relaxed)) <
 	       c->n_chunks)
-		mm_chunk(c, chunk);
+		mm_chunk(c, chunk, work);
 }
 
 /* Grow the scratch to want bytes if possible; return what it holds. */
@@ -153,25 +172,93 @@ static void mm_run(struct pg_cpu_backend *cpu, struct mm_ctx *c)
 	pg_pool_run(cpu->pool, mm_worker, c);
 }
 
-/* Quantise tokens then multiply, as many tokens a pass as scratch holds. */
+void pg_gemm_xinfo(enum pg_dtype vt, int64_t n_cols, const void *x,
+		   size_t x_stride, int n_tok, float *xinfo)
+{
+	int64_t nb = n_cols / PG_QK;
+
+	for (int t = 0; t < n_tok; t++) {
+		const uint8_t *xt = (const uint8_t *)x + (size_t)t * x_stride;
+
+		for (int64_t i = 0; i < nb; i++) {
+			if (vt == PG_Q8_1) {
+				const struct pg_block_q8_1 *b =
+					(const void *)(xt + (size_t)i * sizeof(*b));
+
+				*xinfo++ = pg_fp16_to_fp32(b->d);
+				*xinfo++ = pg_fp16_to_fp32(b->s);
+				continue;
+			}
+			const struct pg_block_q8_0 *b =
+				(const void *)(xt + (size_t)i * sizeof(*b));
+
+			*xinfo++ = pg_fp16_to_fp32(b->d);
+			*xinfo++ = 0.0f;
+			for (int k = 0; k < 8; k++, xinfo++) {
+				int32_t sum = 0;
+
+				for (int j = 0; j < 4; j++)
+					sum += b->qs[4 * k + j];
+				sum *= -8;
+				memcpy(xinfo, &sum, sizeof(sum));
+			}
+		}
+	}
+}
+
+/*
+ * Quantise tokens then multiply, as many tokens a pass as scratch holds.
+ * With gemm8 the scratch holds, in order: the side array (its floats
+ * aligned), the quantised rows, then one work area a thread (32-byte
+ * aligned); without, the quantised rows only.
+ */
 static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 			 const float *x, int n, float *y)
 {
-	size_t rb = c->xq_row_bytes;
-	int per = (int)(mm_scratch(cpu, rb * (size_t)n) / rb);
+	size_t rb = c->xq_row_bytes, ib = 0, fixed = 0;
 	int64_t nc = c->w->n_cols, nr = c->w->n_rows;
+	int per;
 
+	if (c->gemm8 && n >= PG_MM_GEMM_MIN) {
+		ib = (size_t)(nc / PG_QK) * PG_GEMM_XINFO(c->vt) * sizeof(float);
+		c->work_bytes = (size_t)(nc / PG_QK) * PG_GEMM8_WORK;
+		fixed = 32 + (size_t)cpu->n_threads * c->work_bytes;
+		if (mm_scratch(cpu, (rb + ib) * (size_t)n + fixed) <
+		    (rb + ib) * PG_MM_GEMM_MIN + fixed) {
+			c->gemm8 = NULL;	/* no memory: the tiles */
+			ib = fixed = 0;
+		}
+	}
+	per = (int)((mm_scratch(cpu, rb * (size_t)n) - fixed) / (rb + ib));
 	for (int t = 0; t < n; t += per) {
+		uint8_t *end;
+
 		c->n = n - t < per ? n - t : per;
 		c->x = x + (size_t)t * (size_t)nc;
 		c->y = y + (size_t)t * (size_t)nr;
-		c->xq = c->xq_out = cpu->scratch;
+		c->xinfo = cpu->scratch;
+		c->xq = c->xq_out = (uint8_t *)cpu->scratch + ib * (size_t)c->n;
+		end = (uint8_t *)c->xq_out + rb * (size_t)c->n;
+		c->work = end + (-(uintptr_t)end & 31);
 		if ((int64_t)c->n * nc / PG_QK >=
 		    (int64_t)PG_MM_QUANT_PAR * cpu->n_threads)
 			pg_pool_run(cpu->pool, mm_quant_worker, c);
 		else
 			c->quant(c->x, c->xq_out, (int64_t)c->n * nc);
+		if (ib && c->n >= PG_MM_GEMM_MIN)
+			pg_gemm_xinfo(c->vt, nc, c->xq, rb, c->n, c->xinfo);
 		mm_run(cpu, c);
+	}
+}
+
+/* The gemm8 loop for weights of type t, or NULL when the table has none. */
+static pg_gemm8_fn mm_gemm8_for(const struct pg_cpu_kernels *k,
+				enum pg_dtype t)
+{
+	switch (t) {
+	case PG_Q4_0: return k->gemm8_q4_0;
+	case PG_Q4_1: return k->gemm8_q4_1;
+	default: return NULL;
 	}
 }
 
@@ -195,6 +282,8 @@ void pg_cpu_matmul(struct pg_backend *be, const struct pg_matrix *w,
 		return;
 	}
 	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 : cpu->k->quant_q8_0;
+	c.gemm8 = mm_gemm8_for(cpu->k, w->type);
+	c.vt = vt;
 	c.xq_row_bytes = pg_dtype_row_bytes(vt, (uint64_t)w->n_cols);
 	mm_quantised(cpu, &c, x, n, y);
 }
