@@ -780,8 +780,8 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	size_t ny = (size_t)n * (size_t)rows;
 	float *wf, *x = xmalloc((size_t)cols * sizeof(float));
 	float *want = xmalloc(ny * sizeof(float)), *got = xmalloc(ny * sizeof(float));
-	float *xinfo = xmalloc((size_t)n * (size_t)(cols / 32) *
-			       PG_GEMM_XINFO(vt) * sizeof(float));
+	uint8_t *xp = xmalloc((size_t)n * (size_t)(cols / 32) *
+			      PG_GEMM_XP_BYTES(vt));
 	void *work = aligned_alloc(32, (size_t)(cols / 32) * PG_GEMM8_WORK);
 	double *mag = xmalloc(ny * sizeof(double));
 	uint8_t *xq = xmalloc((size_t)n * xs);
@@ -795,10 +795,10 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	gemm_ref(t, &m, wf, xq, xs, n, want, mag);
 	for (size_t i = 0; i < ny; i++)
 		got[i] = NAN;			/* every output must be written */
-	pg_gemm_xinfo(vt, cols, xq, xs, n, xinfo);
+	pg_gemm_prep(vt, xq, (int64_t)n * (cols / 32), xp);
 	for (int64_t r = 0; r + 8 <= rows; r += 8)
 		gemm8(cols, (const uint8_t *)m.data + r * m.row_bytes,
-		      m.row_bytes, xq, xs, xinfo, n, got + r, (size_t)rows, work);
+		      m.row_bytes, xp, n, got + r, (size_t)rows, work);
 	for (int j = 0; j < n; j++)
 		for (int64_t r = 0; r < rows / 8 * 8; r += 4) {
 			size_t i = (size_t)j * (size_t)rows + (size_t)r;
@@ -823,7 +823,7 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 					      (long long)r + q, got[i], want[i]);
 		}
 	free(wf), free((void *)m.data), free(x), free(want), free(got);
-	free(xinfo), free(work), free(mag), free(xq);
+	free(xp), free(work), free(mag), free(xq);
 }
 
 static void check_gemm8(void)

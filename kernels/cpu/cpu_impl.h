@@ -37,19 +37,18 @@ typedef void (*pg_dot4x2_fn)(int64_t n, const void *w, size_t w_stride,
 			     size_t out_stride);
 
 /*
- * 8 weight rows (w_stride bytes apart) x n_tok tokens (x_stride bytes
- * apart): out[t * out_stride + r] = row r . x_t for r < 8, t < n_tok, bit
- * for bit what dot4 gives each half of the rows; the weights repacked once
- * for all tokens into work (n / 32 * PG_GEMM8_WORK bytes, 32-byte
- * aligned).  xinfo: PG_GEMM_XINFO(vec type) floats per token block (n / 32
- * blocks a token, tokens one after another), as pg_gemm_xinfo fills it.
+ * 8 weight rows (w_stride bytes apart) x n_tok tokens: out[t * out_stride
+ * + r] = row r . x_t for r < 8, t < n_tok, bit for bit what dot4 gives
+ * each half of the rows; the weights repacked once for all tokens into
+ * work (n / 32 * PG_GEMM8_WORK bytes, 32-byte aligned).  xp: the tokens'
+ * quantised rows as pg_gemm_prep lays them out, PG_GEMM_XP_BYTES(vec
+ * type) bytes a block, n / 32 blocks a token, tokens one after another.
  */
 typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
-			    const void *x, size_t x_stride, const float *xinfo,
-			    int n_tok, float *out, size_t out_stride,
-			    void *work);
+			    const void *xp, int n_tok, float *out,
+			    size_t out_stride, void *work);
 #define PG_GEMM8_WORK 320
-#define PG_GEMM_XINFO(vt) ((vt) == PG_Q8_1 ? 2 : 10)
+#define PG_GEMM_XP_BYTES(vt) ((vt) == PG_Q8_1 ? 40 : 72)
 
 /* Quantise n floats (a multiple of 32) to the activation type at dst. */
 typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
@@ -131,14 +130,16 @@ pg_dot4x2_fn pg_cpu_dot4x2_for(const struct pg_cpu_kernels *k,
 			       enum pg_dtype t);
 
 /*
- * The side array of the gemm8 loops for n_tok activation rows of n_cols
- * values of type vt (Q8_0 or Q8_1), x_stride bytes apart.  Per block:
- * Q8_1: d, s as floats; Q8_0: d as a float, a zero, then for each 4-value
- * chunk k < 8 the int32 -8 x (sum of its quants) in a float's bytes (the
- * offset of Q4_0's nibbles).
+ * n_blocks activation blocks of type vt (Q8_0 or Q8_1) at xq, one after
+ * another, laid out for the gemm8 loops at xp (PG_GEMM_XP_BYTES(vt) bytes
+ * a block): the 32 quants reordered, 16-bit pairs of the block's two
+ * halves interleaved (pair j of the first half, then pair j of the
+ * second, for j < 8); then d as a float; then for Q8_1 s as a float, for
+ * Q8_0 a zero and for each 4-quant chunk k < 8 the int32 -8 x 2^16 x (its
+ * sum) (Q4_0's offset) in a float's bytes.
  */
-void pg_gemm_xinfo(enum pg_dtype vt, int64_t n_cols, const void *x,
-		   size_t x_stride, int n_tok, float *xinfo);
+void pg_gemm_prep(enum pg_dtype vt, const void *xq, int64_t n_blocks,
+		  void *xp);
 
 /* The scalar loops, also used by the SIMD tables for their tails. */
 float pg_dot_f32_ref(int64_t n, const void *w, const void *x);
@@ -187,11 +188,11 @@ void pg_dot4x2_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
 			 const void *x, size_t x_stride, float *out,
 			 size_t out_stride);
 void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
-			const void *x, size_t x_stride, const float *xinfo,
-			int n_tok, float *out, size_t out_stride, void *work);
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work);
 void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
-			const void *x, size_t x_stride, const float *xinfo,
-			int n_tok, float *out, size_t out_stride, void *work);
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work);
 void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n);
 void pg_axpy_f32_avx2(int n, float a, const void *v, float *acc);

@@ -11,30 +11,31 @@
  * converted and fma'd with d_w d_x into lane j of an accumulator, the
  * lanes summed at the end as hsum256 does; for Q4_1 plus the sum over
  * blocks of m_w s_x (a multiply, then an add).  Here the same numbers come
- * from other instructions.  The repacked block of 8 rows holds, for each
- * chunk pair (k, k + 4), k < 4, two vectors of 16-bit lanes:
- *   wa[k]: lane i = row i's weights (4k, 4k + 1), lane 8 + i = row i's
- *          weights (16 + 4k, 16 + 4k + 1)   (i < 8);
- *   wb[k]: the same for weights 4k + 2, 4k + 3 and 16 + 4k + 2, + 3;
- * nibbles expanded to bytes (an 8 x 8 transpose of 16-bit words in each
- * 128-bit half).  Against the token's block shuffled to match (vpshufb:
- * its own pairs repeated 8 times in each half), maddubs(wa[k]) +
- * maddubs(wb[k]) gives in int16 the chunk sums of all 8 rows for chunks k
- * (low half) and k + 4 (high half): |sum| <= 4 x 15 x 128 = 7680, no
- * saturation.  Sign-extended (vpmovsxwd, no madd) they are 8-lane int32
- * vectors, lane r = row r, one per chunk, and the 8 chunk accumulators
+ * from other instructions.  With w the 32 weights of a block (nibbles
+ * expanded), x the token's, the repacked block of 8 rows holds for each
+ * chunk pair (c, c + 4), c < 4, two vectors with row i in 32-bit lane i:
+ *   wa[c]: w[4c], w[4c + 1], w[16 + 4c], w[16 + 4c + 1];
+ *   wb[c]: w[4c + 2], w[4c + 3], w[16 + 4c + 2], w[16 + 4c + 3];
+ * and pg_gemm_prep lays the token's quants out the same way, so that one
+ * vpbroadcastd of its 4 bytes meets wa[c] (and one wb[c]).  maddubs(wa[c])
+ * + maddubs(wb[c]) gives in int16 lane 2i the sum of chunk c of row i and
+ * in lane 2i + 1 that of chunk c + 4: |sum| <= 4 x 15 x 128 = 7680, no
+ * saturation.  Read as int32 after a shift left by 16 (chunk c) or with
+ * the low half masked off (chunk c + 4), the lanes hold the sums times
+ * 2^16, which convert exactly; the rows' scales are kept times 2^-16 (an
+ * exact scaling, far from underflow: d_w d_x >= 2^-48 or 0), so each fma
+ * rounds the very product the 4-row dot rounds.  The 8 chunk accumulators
  * have rows in their lanes, so the final hsum is 7 vertical adds.
  *
  * Why: on Zen 1 maddubs and madd issue on one FP pipe only, and the 4-row
- * dots spend 2 maddubs uops and 2 madd uops per 32 products there; this
- * loop spends the 2 maddubs uops only, and nibbles are unpacked once per
- * 8 rows for all tokens instead of once per row and token pair.
+ * dots spend 2 maddubs uops and 2 madd uops per 32 products there, besides
+ * unpacking each block's nibbles once per row and token pair; this loop
+ * spends the 2 maddubs uops only, and unpacks once per 8 rows.
  *
  * Q4_0: the 4-row dot multiplies q - 8 by x; here q (unsigned) x x, and
- * -8 x (the chunk's sum of x) comes on in int32 from the side array
- * matmul.c fills (pg_gemm_xinfo): the same integers.  Q8_0 weights
- * (signed bytes: one pair of products can fill an int16) are left to the
- * tiles.
+ * -8 x (the chunk's sum of x) x 2^16 comes on in int32 from pg_gemm_prep's
+ * side data: the same integers.  Q8_0 weights (signed bytes: one pair of
+ * products can fill an int16) are left to the tiles.
  *
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
@@ -47,7 +48,7 @@ enum gemm_kind { G_Q4_0, G_Q4_1 };
 struct gemm_block {
 	__m256i wa[4];		/* see the top of the file */
 	__m256i wb[4];
-	__m256 d;		/* the rows' scales */
+	__m256 d;		/* the rows' scales x 2^-16 */
 	__m256 m;		/* the rows' mins (Q4_1) */
 };
 
@@ -65,10 +66,22 @@ static inline __m256 gather_f16(const uint8_t *p, size_t stride)
 	return _mm256_cvtph_ps(_mm_load_si128((const void *)h));
 }
 
+/* Row r's 32 weights as the 8 32-bit lanes wa[0], wb[0], .. wb[3] of the
+ * top of the file: lo = lanes 0-3 (wa[0] .. wb[1]), hi = lanes 4-7. */
+static inline void row_lanes(const uint8_t *qs, __m128i *lo, __m128i *hi)
+{
+	__m128i b = _mm_loadu_si128((const void *)qs), m = _mm_set1_epi8(0x0f);
+	__m128i l = _mm_and_si128(b, m);			/* w[0 .. 15] */
+	__m128i h = _mm_and_si128(_mm_srli_epi16(b, 4), m);	/* w[16 .. 31] */
+
+	*lo = _mm_unpacklo_epi16(l, h);
+	*hi = _mm_unpackhi_epi16(l, h);
+}
+
 /*
- * Block i of the 8 rows at w (stride ws) into *b: nibbles to bytes, then
- * in each 128-bit half the 8 x 8 transpose of 16-bit words (word j of
- * row r -> word r of vector j); vectors 2k and 2k + 1 are wa[k], wb[k].
+ * Block i of the 8 rows at w (stride ws) into *b: rows r and r + 4 share
+ * a vector (r in the low half), then a 4 x 4 transpose of 32-bit lanes in
+ * each half puts lane j of every row into vector j.
  */
 static inline void repack(enum gemm_kind k, const uint8_t *w, size_t ws,
 			  int64_t i, struct gemm_block *b)
@@ -77,91 +90,89 @@ static inline void repack(enum gemm_kind k, const uint8_t *w, size_t ws,
 		    sizeof(struct pg_block_q4_0);
 	size_t qo = k == G_Q4_1 ? 4 : 2;
 	const uint8_t *wb = w + (size_t)i * bb;
-	__m256i e[8], a[8], c[8];
+	__m128i lo[8], hi[8];
+	__m256i v[2][4], out[8];
 
 #pragma GCC unroll 8
 	for (int r = 0; r < 8; r++)
-		e[r] = unpack_nibbles(wb + (size_t)r * ws + qo);
-	/* a[2j]: words 0-3 of rows 2j, 2j + 1 interleaved; a[2j + 1]: 4-7 */
+		row_lanes(wb + (size_t)r * ws + qo, &lo[r], &hi[r]);
 #pragma GCC unroll 4
-	for (int r = 0; r < 8; r += 2) {
-		a[r] = _mm256_unpacklo_epi16(e[r], e[r + 1]);
-		a[r + 1] = _mm256_unpackhi_epi16(e[r], e[r + 1]);
+	for (int r = 0; r < 4; r++) {
+		v[0][r] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo[r]),
+						  lo[r + 4], 1);
+		v[1][r] = _mm256_inserti128_si256(_mm256_castsi128_si256(hi[r]),
+						  hi[r + 4], 1);
 	}
-	/* c[4h + 2v + u]: words 2(2v + u), 2(2v + u) + 1 of rows 4h .. 4h + 3 */
 #pragma GCC unroll 2
-	for (int h = 0; h < 8; h += 4) {
-		c[h] = _mm256_unpacklo_epi32(a[h], a[h + 2]);		/* w0, w1 */
-		c[h + 1] = _mm256_unpackhi_epi32(a[h], a[h + 2]);	/* w2, w3 */
-		c[h + 2] = _mm256_unpacklo_epi32(a[h + 1], a[h + 3]);	/* w4, w5 */
-		c[h + 3] = _mm256_unpackhi_epi32(a[h + 1], a[h + 3]);	/* w6, w7 */
+	for (int h = 0; h < 2; h++) {
+		__m256i t0 = _mm256_unpacklo_epi32(v[h][0], v[h][1]);
+		__m256i t1 = _mm256_unpackhi_epi32(v[h][0], v[h][1]);
+		__m256i t2 = _mm256_unpacklo_epi32(v[h][2], v[h][3]);
+		__m256i t3 = _mm256_unpackhi_epi32(v[h][2], v[h][3]);
+
+		out[4 * h] = _mm256_unpacklo_epi64(t0, t2);
+		out[4 * h + 1] = _mm256_unpackhi_epi64(t0, t2);
+		out[4 * h + 2] = _mm256_unpacklo_epi64(t1, t3);
+		out[4 * h + 3] = _mm256_unpackhi_epi64(t1, t3);
 	}
-	/* word j of rows 0-3 | rows 4-7: word 2k -> wa[k], 2k + 1 -> wb[k] */
 #pragma GCC unroll 4
-	for (int j = 0; j < 4; j++) {
-		b->wa[j] = _mm256_unpacklo_epi64(c[j], c[4 + j]);
-		b->wb[j] = _mm256_unpackhi_epi64(c[j], c[4 + j]);
+	for (int c = 0; c < 4; c++) {
+		b->wa[c] = out[2 * c];
+		b->wb[c] = out[2 * c + 1];
 	}
-	b->d = gather_f16(wb, ws);
+	b->d = _mm256_mul_ps(gather_f16(wb, ws), _mm256_set1_ps(1.0f / 65536));
 	b->m = k == G_Q4_1 ? gather_f16(wb + 2, ws) : _mm256_setzero_ps();
 }
 
-/* vpshufb masks: bytes (4k, 4k + 1) resp. (4k + 2, 4k + 3) of each half,
- * 8 times over. */
-static inline __m256i pair_mask(int k, int second)
+/* 4 bytes at p in all 8 lanes. */
+static inline __m256i bcast4(const uint8_t *p)
 {
-	int lo = 4 * k + 2 * second;
+	int32_t v;
 
-	return _mm256_set1_epi16((short)(lo | (lo + 1) << 8));
+	__builtin_memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
 }
 
 /*
  * out[t * os + r] = row r . token t for r < 8, t < n_tok; see the
- * pg_gemm8_fn comment in cpu_impl.h for xinfo and work.
+ * pg_gemm8_fn comment in cpu_impl.h for xp and work.
  */
 static inline __attribute__((always_inline)) void
-gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *x,
-      size_t xs, const float *xinfo, int n_tok, float *out, size_t os,
-      void *work)
+gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
+      int n_tok, float *out, size_t os, void *work)
 {
 	struct gemm_block *buf = work;
 	int64_t nb = n / PG_QK;
-	size_t xb = k == G_Q4_1 ? sizeof(struct pg_block_q8_1) :
-		    sizeof(struct pg_block_q8_0);
-	size_t xo = k == G_Q4_1 ? 4 : 2;
-	int xn = k == G_Q4_1 ? 2 : 10;	/* floats of xinfo per block */
+	size_t pb = k == G_Q4_1 ? PG_GEMM_XP_BYTES(PG_Q8_1) :
+		    PG_GEMM_XP_BYTES(PG_Q8_0);
+	__m256i hi16 = _mm256_set1_epi32((int32_t)0xffff0000u);
 
 	for (int64_t i = 0; i < nb; i++)
 		repack(k, w, ws, i, &buf[i]);
 	for (int t = 0; t < n_tok; t++) {
-		const uint8_t *xt = (const uint8_t *)x + (size_t)t * xs + xo;
-		const float *xi = xinfo + (size_t)xn * (size_t)t * (size_t)nb;
+		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
 		__m256 acc[8], ms = _mm256_setzero_ps();
 
 		for (int j = 0; j < 8; j++)
 			acc[j] = _mm256_setzero_ps();
-		for (int64_t i = 0; i < nb; i++, xt += xb, xi += xn) {
+		for (int64_t i = 0; i < nb; i++, xb += pb) {
 			const struct gemm_block *b = &buf[i];
-			__m256i xq = _mm256_loadu_si256((const void *)xt);
-			__m256 f = _mm256_mul_ps(b->d, _mm256_broadcast_ss(xi));
+			const float *xf = (const float *)(xb + 32);
+			__m256 f = _mm256_mul_ps(b->d, _mm256_broadcast_ss(xf));
 
 #pragma GCC unroll 4
 			for (int c = 0; c < 4; c++) {
 				__m256i s = _mm256_add_epi16(
-					_mm256_maddubs_epi16(b->wa[c],
-						_mm256_shuffle_epi8(xq, pair_mask(c, 0))),
-					_mm256_maddubs_epi16(b->wb[c],
-						_mm256_shuffle_epi8(xq, pair_mask(c, 1))));
-				__m256i lo = _mm256_cvtepi16_epi32(
-					_mm256_castsi256_si128(s));
-				__m256i hi = _mm256_cvtepi16_epi32(
-					_mm256_extracti128_si256(s, 1));
+					_mm256_maddubs_epi16(b->wa[c], bcast4(xb + 8 * c)),
+					_mm256_maddubs_epi16(b->wb[c], bcast4(xb + 8 * c + 4)));
+				__m256i lo = _mm256_slli_epi32(s, 16);
+				__m256i hi = _mm256_and_si256(s, hi16);
 
 				if (k == G_Q4_0) {	/* - 8 x the chunk's sum */
 					lo = _mm256_add_epi32(lo, _mm256_castps_si256(
-						_mm256_broadcast_ss(xi + 2 + c)));
+						_mm256_broadcast_ss(xf + 2 + c)));
 					hi = _mm256_add_epi32(hi, _mm256_castps_si256(
-						_mm256_broadcast_ss(xi + 6 + c)));
+						_mm256_broadcast_ss(xf + 6 + c)));
 				}
 				acc[c] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(lo),
 							 acc[c]);
@@ -170,7 +181,7 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *x,
 			}
 			if (k == G_Q4_1)
 				ms = _mm256_add_ps(ms, _mm256_mul_ps(b->m,
-						_mm256_broadcast_ss(xi + 1)));
+						_mm256_broadcast_ss(xf + 1)));
 		}
 		/* hsum256's order, lane by lane */
 		__m256 s = _mm256_add_ps(
@@ -185,16 +196,14 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *x,
 	}
 }
 
-void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *x,
-			size_t xs, const float *xinfo, int n_tok, float *out,
-			size_t os, void *work)
+void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *xp,
+			int n_tok, float *out, size_t os, void *work)
 {
-	gemm8(G_Q4_0, n, w, ws, x, xs, xinfo, n_tok, out, os, work);
+	gemm8(G_Q4_0, n, w, ws, xp, n_tok, out, os, work);
 }
 
-void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *x,
-			size_t xs, const float *xinfo, int n_tok, float *out,
-			size_t os, void *work)
+void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *xp,
+			int n_tok, float *out, size_t os, void *work)
 {
-	gemm8(G_Q4_1, n, w, ws, x, xs, xinfo, n_tok, out, os, work);
+	gemm8(G_Q4_1, n, w, ws, xp, n_tok, out, os, work);
 }

@@ -40,7 +40,7 @@ struct mm_ctx {
 	pg_dot4x2_fn dot4x2;	/* or NULL */
 	pg_gemm8_fn gemm8;	/* or NULL; used for n >= PG_MM_GEMM_MIN */
 	enum pg_dtype vt;	/* the activations' type */
-	float *xinfo;		/* gemm8's side array, in the scratch */
+	uint8_t *xp;		/* gemm8's activations, in the scratch */
 	uint8_t *work;		/* gemm8's work areas, one a thread */
 	size_t work_bytes;	/* each */
 	int64_t chunk_rows;
@@ -48,7 +48,8 @@ struct mm_ctx {
 	_Atomic int64_t next_chunk;
 };
 
-/* Quantise this thread's share of the n * n_cols / 32 blocks. */
+/* Quantise this thread's share of the n * n_cols / 32 blocks (and lay
+ * them out for gemm8 if it runs). */
 static void mm_quant_worker(void *arg, int ith, int nth)
 {
 	struct mm_ctx *c = arg;
@@ -56,9 +57,13 @@ static void mm_quant_worker(void *arg, int ith, int nth)
 	size_t bb = c->xq_row_bytes / (size_t)(c->w->n_cols / PG_QK);
 
 	pg_split(nb, ith, nth, &lo, &hi);
-	if (hi > lo)
-		c->quant(c->x + lo * PG_QK, (uint8_t *)c->xq_out + lo * bb,
-			 (hi - lo) * PG_QK);
+	if (hi <= lo)
+		return;
+	c->quant(c->x + lo * PG_QK, (uint8_t *)c->xq_out + lo * bb,
+		 (hi - lo) * PG_QK);
+	if (c->xp)
+		pg_gemm_prep(c->vt, (uint8_t *)c->xq_out + lo * bb, hi - lo,
+			     c->xp + (size_t)lo * PG_GEMM_XP_BYTES(c->vt));
 }
 
 /* yt[r0 .. r1 - 1] = rows r0 .. r1 - 1 of W . xt, 4 rows a call if we can. */
@@ -98,12 +103,11 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 	int64_t nr = c->w->n_rows, r = r0;
 	int t = 0;
 
-	if (c->gemm8 && c->n >= PG_MM_GEMM_MIN)
+	if (c->xp)
 		for (; r + 8 <= r1; r += 8)
 			c->gemm8(c->w->n_cols, (const uint8_t *)c->w->data +
 				 (size_t)r * c->w->row_bytes, c->w->row_bytes,
-				 c->xq, c->xq_row_bytes, c->xinfo, c->n,
-				 c->y + r, (size_t)nr, work);
+				 c->xp, c->n, c->y + r, (size_t)nr, work);
 	if (c->dot4x2)
 		for (; t + 2 <= c->n; t += 2)
 			mm_pair(c, r, r1, t);
@@ -172,81 +176,80 @@ static void mm_run(struct pg_cpu_backend *cpu, struct mm_ctx *c)
 	pg_pool_run(cpu->pool, mm_worker, c);
 }
 
-void pg_gemm_xinfo(enum pg_dtype vt, int64_t n_cols, const void *x,
-		   size_t x_stride, int n_tok, float *xinfo)
+void pg_gemm_prep(enum pg_dtype vt, const void *xq, int64_t n_blocks,
+		  void *xp)
 {
-	int64_t nb = n_cols / PG_QK;
+	size_t qo = vt == PG_Q8_1 ? 4 : 2;
+	size_t bb = vt == PG_Q8_1 ? sizeof(struct pg_block_q8_1) :
+		    sizeof(struct pg_block_q8_0);
+	const uint8_t *b = xq;
+	uint8_t *p = xp;
 
-	for (int t = 0; t < n_tok; t++) {
-		const uint8_t *xt = (const uint8_t *)x + (size_t)t * x_stride;
+	for (int64_t i = 0; i < n_blocks; i++, b += bb,
+	     p += PG_GEMM_XP_BYTES(vt)) {
+		const int8_t *q = (const int8_t *)(b + qo);
+		uint16_t h[2];
+		float f[2];
 
-		for (int64_t i = 0; i < nb; i++) {
-			if (vt == PG_Q8_1) {
-				const struct pg_block_q8_1 *b =
-					(const void *)(xt + (size_t)i * sizeof(*b));
+		for (int j = 0; j < 8; j++) {
+			memcpy(p + 4 * j, q + 2 * j, 2);
+			memcpy(p + 4 * j + 2, q + 16 + 2 * j, 2);
+		}
+		memcpy(h, b, sizeof(h));	/* d, and s for Q8_1 */
+		f[0] = pg_fp16_to_fp32(h[0]);
+		f[1] = vt == PG_Q8_1 ? pg_fp16_to_fp32(h[1]) : 0.0f;
+		memcpy(p + 32, f, sizeof(f));
+		if (vt == PG_Q8_1)
+			continue;
+		for (int k = 0; k < 8; k++) {
+			int32_t sum = q[4 * k] + q[4 * k + 1] + q[4 * k + 2] +
+				      q[4 * k + 3];
 
-				*xinfo++ = pg_fp16_to_fp32(b->d);
-				*xinfo++ = pg_fp16_to_fp32(b->s);
-				continue;
-			}
-			const struct pg_block_q8_0 *b =
-				(const void *)(xt + (size_t)i * sizeof(*b));
-
-			*xinfo++ = pg_fp16_to_fp32(b->d);
-			*xinfo++ = 0.0f;
-			for (int k = 0; k < 8; k++, xinfo++) {
-				int32_t sum = 0;
-
-				for (int j = 0; j < 4; j++)
-					sum += b->qs[4 * k + j];
-				sum *= -8;
-				memcpy(xinfo, &sum, sizeof(sum));
-			}
+			sum *= -8 * 65536;
+			memcpy(p + 40 + 4 * k, &sum, sizeof(sum));
 		}
 	}
 }
 
 /*
  * Quantise tokens then multiply, as many tokens a pass as scratch holds.
- * With gemm8 the scratch holds, in order: the side array (its floats
- * aligned), the quantised rows, then one work area a thread (32-byte
+ * With gemm8 the scratch holds, in order: the activations laid out for it
+ * (pg_gemm_prep), the quantised rows, then one work area a thread (32-byte
  * aligned); without, the quantised rows only.
  */
 static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 			 const float *x, int n, float *y)
 {
-	size_t rb = c->xq_row_bytes, ib = 0, fixed = 0;
+	size_t rb = c->xq_row_bytes, pb = 0, fixed = 0;
 	int64_t nc = c->w->n_cols, nr = c->w->n_rows;
 	int per;
 
 	if (c->gemm8 && n >= PG_MM_GEMM_MIN) {
-		ib = (size_t)(nc / PG_QK) * PG_GEMM_XINFO(c->vt) * sizeof(float);
+		pb = (size_t)(nc / PG_QK) * PG_GEMM_XP_BYTES(c->vt);
 		c->work_bytes = (size_t)(nc / PG_QK) * PG_GEMM8_WORK;
 		fixed = 32 + (size_t)cpu->n_threads * c->work_bytes;
-		if (mm_scratch(cpu, (rb + ib) * (size_t)n + fixed) <
-		    (rb + ib) * PG_MM_GEMM_MIN + fixed) {
+		if (mm_scratch(cpu, (rb + pb) * (size_t)n + fixed) <
+		    (rb + pb) * PG_MM_GEMM_MIN + fixed) {
 			c->gemm8 = NULL;	/* no memory: the tiles */
-			ib = fixed = 0;
+			pb = fixed = 0;
 		}
 	}
-	per = (int)((mm_scratch(cpu, rb * (size_t)n) - fixed) / (rb + ib));
+	per = (int)((mm_scratch(cpu, rb * (size_t)n) - fixed) / (rb + pb));
 	for (int t = 0; t < n; t += per) {
 		uint8_t *end;
 
 		c->n = n - t < per ? n - t : per;
 		c->x = x + (size_t)t * (size_t)nc;
 		c->y = y + (size_t)t * (size_t)nr;
-		c->xinfo = cpu->scratch;
-		c->xq = c->xq_out = (uint8_t *)cpu->scratch + ib * (size_t)c->n;
+		c->xp = pb && c->n >= PG_MM_GEMM_MIN ? cpu->scratch : NULL;
+		c->xq = c->xq_out = (uint8_t *)cpu->scratch + pb * (size_t)c->n;
 		end = (uint8_t *)c->xq_out + rb * (size_t)c->n;
 		c->work = end + (-(uintptr_t)end & 31);
 		if ((int64_t)c->n * nc / PG_QK >=
 		    (int64_t)PG_MM_QUANT_PAR * cpu->n_threads)
 			pg_pool_run(cpu->pool, mm_quant_worker, c);
 		else
-			c->quant(c->x, c->xq_out, (int64_t)c->n * nc);
-		if (ib && c->n >= PG_MM_GEMM_MIN)
-			pg_gemm_xinfo(c->vt, nc, c->xq, rb, c->n, c->xinfo);
+			mm_quant_worker(c, 0, 1);
 		mm_run(cpu, c);
 	}
 }
