@@ -7,7 +7,9 @@
  * Q8_0 49152x576 output matrix, one token (n = 1), on 1 and 2 threads at
  * the best ISA level.  "cold" rotates through copies spanning 256 MiB so
  * that weights come from memory, as in a forward pass; "hot" reuses one
- * copy.  Results are validated against the scalar backend before timing.
+ * copy.  Then the Q4_1 matrix against 64 and 16 tokens at once (prompts,
+ * batches), hot, in GMAC/s.  Results are validated against the scalar
+ * backend before timing.
  * Not part of make check.  Last line: q4_1_gbps, q8_0_gbps (2 threads,
  * cold) and read_gbps (2 threads).
  */
@@ -206,6 +208,55 @@ static double bench_one(const char *name, const struct mat_set *s,
 	return cold2;
 }
 
+/*
+ * Prompt-shaped: n tokens at once against hot weights (the repacked
+ * gemm8 loops where the table has them), in GMAC/s, 1 and 2 threads,
+ * validated against the scalar backend first.
+ */
+static void bench_tokens(const char *name, const struct mat_set *s, int n,
+			 struct pg_backend *ref)
+{
+	int64_t rows = s->m[0].n_rows, cols = s->m[0].n_cols;
+	size_t ny = (size_t)n * (size_t)rows;
+	float *x = xmalloc((size_t)n * (size_t)cols * 4), *y = xmalloc(ny * 4);
+	float *want = xmalloc(ny * 4);
+
+	for (size_t i = 0; i < (size_t)n * (size_t)cols; i++)
+		x[i] = frand();
+	ref->ops->matmul(ref, &s->m[0], x, n, NULL, want);
+	for (int th = 1; th <= 2; th++) {
+		struct pg_backend *be = pg_cpu_backend_create(th, PG_ISA_AVX512);
+		double t0, t, se = 0, ss = 0;
+		long reps = 0;
+
+		if (!be) {
+			perror("pg_cpu_backend_create");
+			exit(1);
+		}
+		be->ops->matmul(be, &s->m[0], x, n, NULL, y);
+		for (size_t i = 0; i < ny; i++) {
+			se += ((double)y[i] - want[i]) * ((double)y[i] - want[i]);
+			ss += (double)want[i] * want[i];
+		}
+		if (!(se / ss < 1e-4)) {
+			fprintf(stderr, "%s n=%d: wrong result, nmse %g\n", name,
+				n, se / ss);
+			exit(1);
+		}
+		t0 = now();
+		do {
+			be->ops->matmul(be, &s->m[0], x, n, NULL, y);
+			reps++;
+			t = now() - t0;
+		} while (t < 1.0);
+		printf("%-18s %s %dt: n=%d tokens, hot: %6.2f GMAC/s\n", name,
+		       pg_cpu_isa_name(pg_cpu_backend_isa(be)), th, n,
+		       (double)rows * (double)cols * n * (double)reps / t / 1e9);
+		be->ops->destroy(be);
+	}
+	free(x), free(y), free(want);
+}
+
 int main(void)
 {
 	struct pg_backend *ref = pg_cpu_backend_create(1, PG_ISA_SCALAR);
@@ -223,6 +274,8 @@ int main(void)
 	make_set(&q80, PG_Q8_0, 49152, 576);
 	g41 = bench_one("Q4_1 576x1536", &q41, ref);
 	g80 = bench_one("Q8_0 49152x576", &q80, ref);
+	bench_tokens("Q4_1 576x1536", &q41, 64, ref);
+	bench_tokens("Q4_1 576x1536", &q41, 16, ref);
 	printf("ratio to read bandwidth (2t, cold): Q4_1 %.2f, Q8_0 %.2f\n",
 	       g41 / r2, g80 / r2);
 	printf("bench/kernels: q4_1_gbps=%.2f q8_0_gbps=%.2f read_gbps=%.2f\n",
