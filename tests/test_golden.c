@@ -24,8 +24,8 @@
  * every quantised matmul, with the same rounding, and pagoda's logits at
  * the first positions are bit-identical to llama.cpp's.  But 8-bit
  * rounding is discontinuous: a last-bit difference anywhere (llama.cpp's
- * batched kernels sum in another order, round Q and the attention weights
- * to F16, use their own expf) flips some roundings, and across 30 blocks
+ * batched kernels sum in another order, round the attention weights to
+ * F16, use their own expf) flips some roundings, and across 30 blocks
  * those flips grow to the size of the quantisation noise itself.  Measured
  * against an exact float64 forward pass of a Q4_1 model, pagoda and
  * llama.cpp are equally far from it (mean |diff| 0.020 and 0.021) and

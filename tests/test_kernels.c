@@ -13,7 +13,8 @@
  *     SIMD levels vs scalar: 2e-5 (activation rounding may differ by one
  *     step where x * (1/d) sits at .5; accumulation order differs);
  *   - rmsnorm, silu_mul, add vs double: 1e-10; rope vs double: 1e-8;
- *   - attention vs double over the stored (rounded) K and V: 1e-9;
+ *   - attention vs double over the stored (rounded) K and V, q rounded to
+ *     the same type (the scores' precision, attention.c): 1e-9;
  *   - kv_write, get_rows: exact;
  *   - each table's activation quantisers: bit-identical to the reference;
  *     its 1-row, 4-row and 4x2 quantised dots: within 1e-5 of sum |w x| of the
@@ -539,7 +540,7 @@ static void check_attn_case(const struct attn_case *ac)
 	float *kf = xmalloc((size_t)total_ctx * kvd * 4);
 	float *vf = xmalloc((size_t)total_ctx * kvd * 4);
 	float *q = xmalloc(qsz * 4), *out = xmalloc(qsz * 4);
-	float *first = xmalloc(qsz * 4);
+	float *qf = xmalloc(qsz * 4), *first = xmalloc(qsz * 4);
 	double *want = xmalloc(qsz * 8);
 	char what[128];
 
@@ -555,11 +556,15 @@ static void check_attn_case(const struct attn_case *ac)
 		pg_quantize_row(ac->type, &v[i], &vf[i], 1);
 		pg_dequantize_row(ac->type, &vf[i], &vf[i], 1);
 	}
+	for (size_t i = 0; i < qsz; i++) {
+		pg_quantize_row(ac->type, &q[i], &qf[i], 1);
+		pg_dequantize_row(ac->type, &qf[i], &qf[i], 1);
+	}
 	snprintf(what, sizeof(what),
 		 "attention %s pt=%d hd=%d kv=%d group=%d seqs=%d",
 		 pg_dtype_name(ac->type), ac->page_tokens, hd, nkv, ac->group,
 		 ac->n_seqs);
-	attn_ref(ac, kf, vf, q, n_heads, seqs, 1.0f / sqrtf((float)hd), want);
+	attn_ref(ac, kf, vf, qf, n_heads, seqs, 1.0f / sqrtf((float)hd), want);
 	for (int i = 0; i < n_bes; i++) {
 		memset(kv.base, 0xff, kv.page_bytes * (size_t)n_pages);
 		bes[i]->ops->kv_write(bes[i], &kv, BLOCK, k, v, total_ctx,
@@ -590,7 +595,7 @@ static void check_attn_case(const struct attn_case *ac)
 	}
 	for (int s = 0; s < ac->n_seqs; s++)
 		free(pages[s]);
-	free(slots), free(k), free(v), free(kf), free(vf), free(q);
+	free(slots), free(k), free(v), free(kf), free(vf), free(q), free(qf);
 	free(out), free(first), free(want), free(kv.base);
 }
 

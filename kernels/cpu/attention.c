@@ -6,6 +6,7 @@
  * scores go to a small stack buffer, the running maximum is updated once per
  * run (online softmax), and V rows are accumulated in f32 through the ISA
  * table's attention loops, which read F32, F16 or BF16 pages directly.
+ * Scores take q rounded to the pages' type, the keys' precision.
  * Work is shared by rows (prompts) or by runs of heads (decode).
  * It does not write the KV pages (kv_write.c does).
  */
@@ -76,11 +77,22 @@ static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 	int pt = kv->page_tokens, hd = kv->head_dim;
 	int cps = kv->cp_size > 1 ? kv->cp_size : 1;
 	int span = pt * cps, first = cps > 1 ? kv->cp_rank * pt : 0;
-	float acc[PG_ATTN_MAX_HEAD_DIM];
+	float acc[PG_ATTN_MAX_HEAD_DIM], qr[PG_ATTN_MAX_HEAD_DIM];
+	uint16_t q16[PG_ATTN_MAX_HEAD_DIM];
 	struct attn_state st = { .m = -INFINITY, .l = 0.0f, .acc = acc };
 
 	for (int i = 0; i < hd; i++)
 		acc[i] = 0.0f;
+	/*
+	 * The keys are stored as F16 (or BF16): q is rounded to the same
+	 * type, so that each score sums exact products of two 16-bit values,
+	 * as llama.cpp and the CUDA backend compute them.
+	 */
+	if (kv->type != PG_F32) {
+		pg_quantize_row(kv->type, q, q16, hd);
+		pg_dequantize_row(kv->type, q16, qr, hd);
+		q = qr;
+	}
 	for (int j = 0; j * span + first < n_keys; j++) {
 		int p0 = j * span + first;
 		int end = p0 + pt < n_keys ? p0 + pt : n_keys;

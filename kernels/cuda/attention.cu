@@ -117,6 +117,19 @@ size_t pg_cuda_attention_ws(const struct pg_cuda_backend *cb,
 	       n * sizeof(float);
 }
 
+/*
+ * v rounded to the KV element type T and back: q is scored in the keys'
+ * precision, as the CPU backend does (attention.c).
+ */
+template <typename T>
+static __device__ __forceinline__ float q_round(float v)
+{
+	T t;
+
+	pg_elem<T>::store(&t, v);
+	return pg_elem<T>::load(&t);
+}
+
 /* Local key k's K (which 0) or V (1) row of store KV head g. */
 template <typename T>
 static __device__ __forceinline__ const T *
@@ -212,7 +225,7 @@ attn_decode_kernel(const struct attn_params p)
 		l[i] = 0.0f;
 #pragma unroll
 		for (int e = 0; e < E; e++) {
-			q[i][e] = i < n_q && mine ? qv[e] : 0.0f;
+			q[i][e] = i < n_q && mine ? q_round<T>(qv[e]) : 0.0f;
 			acc[i][e] = 0.0f;
 		}
 	}
@@ -387,9 +400,9 @@ attn_prefill_kernel(const struct attn_params p)
 	for (int idx = threadIdx.x; idx < ATT_BQ * hd; idx += ATT_THREADS) {
 		int j = idx / hd, d = idx % hd, qv = q0 + j;
 
-		Qs[j * (DMAX + 4) + d] = qv < n_q ?
+		Qs[j * (DMAX + 4) + d] = qv < n_q ? q_round<T>(
 			p.q[((size_t)(sq.first_row + qv / nh) * p.n_heads +
-			     lo + qv % nh) * hd + d] : 0.0f;
+			     lo + qv % nh) * hd + d]) : 0.0f;
 	}
 #pragma unroll
 	for (int c = 0; c < DMAX / 4; c++)
