@@ -864,8 +864,11 @@ static int nccl_timeout_s(void)
 		return PG_FW_NCCL_TIMEOUT_S;
 	errno = 0;
 	s = strtol(v, &end, 10);
-	if (errno || *end || s < 1 || s > 86400)
+	if (errno || *end || s < 1 || s > 86400) {
+		fprintf(stderr, "pagoda: PAGODA_NCCL_TIMEOUT=%s is not a number of seconds from 1 to 86400; using %d\n",
+			v, PG_FW_NCCL_TIMEOUT_S);
 		return PG_FW_NCCL_TIMEOUT_S;
+	}
 	return (int)s;
 }
 
