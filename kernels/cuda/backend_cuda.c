@@ -518,20 +518,6 @@ static void kv_of(struct pg_cuda_kv *k, const struct pg_kv_layout *kv)
 	k->cp_rank = kv->cp_size > 1 ? kv->cp_rank : 0;
 }
 
-static const char *type_name(enum pg_dtype t)
-{
-	switch (t) {
-	case PG_F32: return "F32";
-	case PG_F16: return "F16";
-	case PG_BF16: return "BF16";
-	case PG_Q4_0: return "Q4_0";
-	case PG_Q4_1: return "Q4_1";
-	case PG_Q8_0: return "Q8_0";
-	case PG_Q8_1: return "Q8_1";
-	}
-	return "unknown";
-}
-
 static int weight_type_ok(enum pg_dtype t)
 {
 	return t == PG_F32 || t == PG_F16 || t == PG_BF16 || t == PG_Q8_0 ||
@@ -550,7 +536,7 @@ static int kv_ok(struct pg_cuda_backend *cb, const struct pg_kv_layout *kv,
 		return 1;
 	say(msg, sizeof(msg), "%s: KV store of %s, head_dim %d, base %p, "
 	    "page_bytes %zu not supported (head_dim a multiple of 8 up to %d, "
-	    "16-byte aligned pages)", op, type_name(kv->type),
+	    "16-byte aligned pages)", op, pg_dtype_name(kv->type),
 	    kv->head_dim, kv->base, kv->page_bytes, PG_CUDA_MAX_HEAD_DIM);
 	pg_cuda_fail_msg(cb, msg);
 	return 0;
@@ -607,7 +593,7 @@ static void cuda_matmul(struct pg_backend *be, const struct pg_matrix *w,
 	if (!weight_type_ok(w->type) ||
 	    (pg_dtype_block_size(w->type) > 1 && w->n_cols % PG_QK)) {
 		say(msg, sizeof(msg), "matmul: %s weights of %lld columns not "
-		    "supported", type_name(w->type), (long long)w->n_cols);
+		    "supported", pg_dtype_name(w->type), (long long)w->n_cols);
 		pg_cuda_fail_msg(cb, msg);
 		return;
 	}

@@ -155,6 +155,26 @@ template <> struct qtraits<PG_Q4_0> { enum { bytes = 18 }; };
 template <> struct qtraits<PG_Q4_1> { enum { bytes = 20 }; };
 
 /*
+ * The end of a GEMV warp: each token's partial sums over the warp, plus
+ * the bias, into y[t][r] for the first n of the NT tokens.
+ */
+template <int NT>
+static __device__ __forceinline__ void
+store_row(const float (&sum)[NT], int n, int lane, int64_t r,
+	  int64_t n_rows, const float *bias, float *y)
+{
+#pragma unroll
+	for (int t = 0; t < NT; t++) {
+		if (t >= n)
+			break;
+		float s = pg_warp_sum(sum[t]);
+
+		if (lane == 0)
+			y[t * n_rows + r] = bias ? s + bias[r] : s;
+	}
+}
+
+/*
  * y (n, N) = W xq: one warp per row of W, lane j taking blocks j, j + 32,
  * ..., for the NT (>= n) tokens at once.  xq, xd, xs as quantize_kernel
  * wrote them; bias (N) or NULL.
@@ -205,15 +225,7 @@ gemv_q_kernel(const uint8_t *wd, uint64_t row_bytes, int64_t n_rows,
 				sum[t] += __fmul_rn(mw, xs[t * nb + b]);
 		}
 	}
-#pragma unroll
-	for (int t = 0; t < NT; t++) {
-		if (t >= n)
-			break;
-		float s = pg_warp_sum(sum[t]);
-
-		if (lane == 0)
-			y[(int64_t)t * n_rows + r] = bias ? s + bias[r] : s;
-	}
+	store_row<NT>(sum, n, lane, r, n_rows, bias, y);
 }
 
 /* ---- dense GEMV ---- */
@@ -267,15 +279,7 @@ gemv_f_kernel(const uint8_t *wd, uint64_t row_bytes, int64_t n_rows,
 			}
 		}
 	}
-#pragma unroll
-	for (int t = 0; t < NT; t++) {
-		if (t >= n)
-			break;
-		float s = pg_warp_sum(sum[t]);
-
-		if (lane == 0)
-			y[(int64_t)t * n_rows + r] = bias ? s + bias[r] : s;
-	}
+	store_row<NT>(sum, n, lane, r, n_rows, bias, y);
 }
 
 /* ---- conversions and bias for the cuBLAS path ---- */
