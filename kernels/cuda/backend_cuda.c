@@ -43,91 +43,30 @@
 /* Kinds of staged blobs, each with its own "last" for reuse. */
 enum { META_IDS, META_POS, META_SLOTS, META_ATTN };
 
-/*
- * The handle as this file allocates it: cuda_impl.h's, then the set of
- * alloc()'s live pointers, which destroy() frees (backend.h: destroy frees
- * alloc()'s memory too).  Open addressing, linear probing; a freed entry
- * becomes a tombstone until the next rehash.
- */
-struct cuda_handle {
-	struct pg_cuda_backend cb;	/* first: pg_cuda() casts work */
-	void **live;			/* (live_cap): NULL, TOMB or a pointer */
-	size_t live_cap;		/* 0 or a power of two */
-	size_t live_used;		/* pointers and tombstones */
-};
-
-#define LIVE_TOMB ((void *)1)
-
-static struct cuda_handle *handle_of(struct pg_cuda_backend *cb)
+/* Remember p as live, growing the set if need be: 0 or -ENOMEM. */
+static int live_add(struct pg_cuda_backend *cb, void *p)
 {
-	return (struct cuda_handle *)cb;
-}
+	if (cb->n_live == cb->live_cap) {
+		size_t cap = cb->live_cap ? 2 * cb->live_cap : 16;
+		void **v = realloc(cb->live, cap * sizeof(*v));
 
-static size_t live_hash(const void *p, size_t cap)
-{
-	return (size_t)(((uintptr_t)p >> 8) * 0x9e3779b97f4a7c15ull) &
-	       (cap - 1);
-}
-
-/*
- * Make room for one more entry: at half full (tombstones count), rehash
- * into a table at most a quarter full.  0 or -ENOMEM.
- */
-static int live_room(struct cuda_handle *h)
-{
-	size_t cap = 64, old = h->live_cap, n = 0;
-	void **tab, **prev = h->live;
-
-	if (h->live_cap && (h->live_used + 1) * 2 <= h->live_cap)
-		return 0;
-	for (size_t i = 0; i < old; i++)
-		n += prev[i] && prev[i] != LIVE_TOMB;
-	while ((n + 1) * 4 > cap)
-		cap *= 2;
-	tab = calloc(cap, sizeof(*tab));
-	if (!tab)
-		return -ENOMEM;
-	h->live = tab;
-	h->live_cap = cap;
-	h->live_used = 0;
-	for (size_t i = 0; i < old; i++)
-		if (prev[i] && prev[i] != LIVE_TOMB) {
-			size_t j = live_hash(prev[i], cap);
-
-			while (tab[j])
-				j = (j + 1) & (cap - 1);
-			tab[j] = prev[i];
-			h->live_used++;
-		}
-	free(prev);
+		if (!v)
+			return -ENOMEM;
+		cb->live = v;
+		cb->live_cap = cap;
+	}
+	cb->live[cb->n_live++] = p;
 	return 0;
 }
 
-static void live_add(struct cuda_handle *h, void *p)
+/* Forget p (weights, KV, scratch: few, freed rarely, so a linear scan). */
+static void live_del(struct pg_cuda_backend *cb, const void *p)
 {
-	size_t j = live_hash(p, h->live_cap);
-
-	while (h->live[j] && h->live[j] != LIVE_TOMB)
-		j = (j + 1) & (h->live_cap - 1);
-	if (!h->live[j])
-		h->live_used++;
-	h->live[j] = p;
-}
-
-/* Forget p; 1 if it was there. */
-static int live_del(struct cuda_handle *h, const void *p)
-{
-	size_t j;
-
-	if (!h->live_cap)
-		return 0;
-	for (j = live_hash(p, h->live_cap); h->live[j];
-	     j = (j + 1) & (h->live_cap - 1))
-		if (h->live[j] == p) {
-			h->live[j] = LIVE_TOMB;
-			return 1;
+	for (size_t i = 0; i < cb->n_live; i++)
+		if (cb->live[i] == p) {
+			cb->live[i] = cb->live[--cb->n_live];
+			return;
 		}
-	return 0;
 }
 
 /* Format a message into buf (len bytes, may be 0). */
@@ -804,7 +743,6 @@ static void cuda_add(struct pg_backend *be, float *x, const float *y,
 static void *cuda_alloc(struct pg_backend *be, size_t bytes)
 {
 	struct pg_cuda_backend *cb = pg_cuda(be);
-	struct cuda_handle *h = handle_of(cb);
 	void *p = NULL;
 	cudaError_t e;
 	char what[64];
@@ -813,14 +751,13 @@ static void *cuda_alloc(struct pg_backend *be, size_t bytes)
 		errno = EIO;
 		return NULL;
 	}
-	if (live_room(h)) {
-		errno = ENOMEM;
-		return NULL;
-	}
 	e = cudaMalloc(&p, bytes ? bytes : 1);
 	if (e == cudaSuccess) {
-		live_add(h, p);
-		return p;
+		if (!live_add(cb, p))
+			return p;
+		cudaFree(p);	/* no room to remember it: host memory */
+		errno = ENOMEM;
+		return NULL;
 	}
 	cudaGetLastError();	/* not sticky: the next launch must not see it */
 	if (e == cudaErrorMemoryAllocation) {
@@ -842,7 +779,7 @@ static void cuda_free(struct pg_backend *be, void *p)
 		return;
 	if (cb->recording)
 		record_flush(cb);
-	live_del(handle_of(cb), p);
+	live_del(cb, p);
 	/*
 	 * Cached graphs may name p: they are replayed only for the same
 	 * pointers, i.e. once p is allocated again, as eager ops would be.
@@ -1047,13 +984,9 @@ static void cuda_destroy(struct pg_backend *be)
 	graphs_clear(cb);
 	free(cb->cache);
 	free(cb->rec);
-	for (size_t i = 0; i < handle_of(cb)->live_cap; i++) {
-		void *p = handle_of(cb)->live[i];
-
-		if (p && p != LIVE_TOMB)
-			cudaFree(p);
-	}
-	free(handle_of(cb)->live);
+	for (size_t i = 0; i < cb->n_live; i++)
+		cudaFree(cb->live[i]);
+	free(cb->live);
 	for (int i = 0; i < 2; i++) {
 		if (cb->up_done[i])
 			cudaEventDestroy(cb->up_done[i]);
@@ -1068,7 +1001,7 @@ static void cuda_destroy(struct pg_backend *be)
 	if (cb->stream)
 		cudaStreamDestroy(cb->stream);
 	cudaGetLastError();
-	free(handle_of(cb));
+	free(cb);
 }
 
 static const struct pg_backend_ops cuda_ops = {
@@ -1137,7 +1070,6 @@ struct pg_backend *pg_cuda_backend_create(int device, char *err,
 					  size_t err_len)
 {
 	struct pg_cuda_backend *cb;
-	struct cuda_handle *h;
 	const char *g = getenv("PAGODA_CUDA_GRAPHS");
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
@@ -1153,8 +1085,7 @@ struct pg_backend *pg_cuda_backend_create(int device, char *err,
 		cudaGetLastError();
 		return NULL;
 	}
-	h = calloc(1, sizeof(*h));
-	cb = h ? &h->cb : NULL;
+	cb = calloc(1, sizeof(*cb));
 	if (!cb) {
 		say(err, err_len, "CUDA device %d: out of host memory", device);
 		return NULL;

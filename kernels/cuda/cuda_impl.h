@@ -220,6 +220,10 @@ struct pg_cuda_backend {
 	int failed;			/* sticky: ops are skipped once set */
 	char err[256];			/* the first failure */
 
+	/* alloc()'s live pointers, which destroy() frees (a handful) */
+	void **live;
+	size_t n_live, live_cap;
+
 	/* upload(): two pinned chunks, each free once its event has fired */
 	void *up_host[2];
 	cudaEvent_t up_done[2];
