@@ -418,7 +418,7 @@ static void print_devices(FILE *f, const struct ctl_snap *s)
 
 	fprintf(f, "devices        %-8s %5s %3s %3s %7s %8s %10s %10s %6s %10s %10s %8s %12s %12s\n",
 		"DEVICE", "STAGE", "TP", "CP", "BLOCKS", "STEPS", "COMPUTE", "COMM", "COMM%",
-		"SENT", "ALLREDUCE", "SENDS", "COMPUTE/STEP", "COMM/STEP");
+		"SENT", "COLLECTIVES", "SENDS", "COMPUTE/STEP", "COMM/STEP");
 	for (uint32_t i = 0; i < s->h->n_devices; i++) {
 		const struct pg_stats_device *d = &s->dev[i];
 		double steps = d->steps ? (double)d->steps : 1;
@@ -432,7 +432,8 @@ static void print_devices(FILE *f, const struct ctl_snap *s)
 			ctl_fmt_dur((double)d->comm_ns * 1e-9, b2, sizeof(b2)),
 			pct(d->comm_ns, d->busy_ns),
 			ctl_fmt_bytes((double)d->bytes_sent, b3, sizeof(b3)),
-			(unsigned long long)d->n_all_reduce, (unsigned long long)d->n_send,
+			(unsigned long long)(d->n_all_reduce + d->n_all_gather),
+			(unsigned long long)d->n_send,
 			ctl_fmt_dur((double)d->compute_ns * 1e-9 / steps, b4, sizeof(b4)),
 			ctl_fmt_dur((double)d->comm_ns * 1e-9 / steps, b5, sizeof(b5)));
 	}

@@ -125,7 +125,7 @@ static void frame_devices(FILE *f, const struct ctl_snap *s, const struct ctl_sn
 	int recent = same_daemon(prev, s) && dt > 0;
 
 	fprintf(f, "\n%-8s %5s %3s %3s %9s %6s %12s %12s\n", "DEVICE", "STAGE", "TP", "CP",
-		"COMPUTE%", "COMM%", "SENT/s", "ALLREDUCE/s");
+		"COMPUTE%", "COMM%", "SENT/s", "COLL/s");
 	for (uint32_t i = 0; i < s->h->n_devices; i++) {
 		const struct pg_stats_device *d = &s->dev[i], *p = recent ? &prev->dev[i] : NULL;
 		double span = recent ? dt : (double)s->h->uptime_ns * 1e-9;
@@ -138,7 +138,8 @@ static void frame_devices(FILE *f, const struct ctl_snap *s, const struct ctl_sn
 			100.0 * (double)(d->compute_ns - (p ? p->compute_ns : 0)) * 1e-9 / span,
 			100.0 * (double)(d->comm_ns - (p ? p->comm_ns : 0)) * 1e-9 / span,
 			ctl_fmt_bytes((double)(d->bytes_sent - (p ? p->bytes_sent : 0)) / span, b, sizeof(b)),
-			(double)(d->n_all_reduce - (p ? p->n_all_reduce : 0)) / span);
+			(double)(d->n_all_reduce + d->n_all_gather -
+				 (p ? p->n_all_reduce + p->n_all_gather : 0)) / span);
 	}
 }
 

@@ -639,7 +639,7 @@ static void print_devices(const struct pg_forward *fw)
 {
 	fprintf(stderr, "pagodad: %-7s %5s %3s %3s %7s %7s %12s %12s %6s %9s %9s\n",
 		"device", "stage", "tp", "cp", "blocks", "steps", "compute ms",
-		"comm ms", "comm %", "MB sent", "reduces");
+		"comm ms", "comm %", "MB sent", "colls");
 	for (int i = 0; i < pg_forward_n_devices(fw); i++) {
 		struct pg_forward_dev_stats d;
 		double busy;
@@ -651,7 +651,8 @@ static void print_devices(const struct pg_forward *fw)
 			d.first_block + d.n_blocks - 1,
 			(unsigned long long)d.steps, d.compute_ns / 1e6,
 			d.comm_ns / 1e6, busy > 0 ? 100.0 * d.comm_ns / busy : 0.0,
-			d.bytes / 1e6, (unsigned long long)d.n_all_reduce);
+			d.bytes / 1e6,
+			(unsigned long long)(d.n_all_reduce + d.n_all_gather));
 	}
 }
 

@@ -55,6 +55,17 @@ struct pg_kv_layout {
 	 */
 	int cp_size;
 	int cp_rank;
+	/*
+	 * Lanes, for attention only, on a backend with exact_parallel: with
+	 * lanes > 1 the view holds lane `lane` of every page's slots, slots
+	 * lane * page_tokens / lanes .. (lane + 1) * page_tokens / lanes - 1
+	 * (page_tokens a multiple of lanes), and attention runs over those
+	 * positions alone, as a CP rank's store holds them.  0 or 1: every
+	 * slot.  forward.c computes one device's attention lane by lane and
+	 * merges, so that it is bit for bit what CP ranks compute.
+	 */
+	int lanes;
+	int lane;
 };
 
 /*
@@ -121,6 +132,14 @@ struct pg_backend_ops {
 	 */
 	int host_memory;
 
+	/*
+	 * 1 when this backend has matmul_parts and add_parts and honours
+	 * pg_kv_layout's lanes: what forward.c needs to give every TP and CP
+	 * plan the bits one device gives (see forward.c).  0: those are NULL
+	 * and lanes are never set.
+	 */
+	int exact_parallel;
+
 	/* Destroy the backend and everything it owns (alloc()'s memory too). */
 	void (*destroy)(struct pg_backend *be);
 
@@ -164,6 +183,27 @@ struct pg_backend_ops {
 	 */
 	void (*matmul)(struct pg_backend *be, const struct pg_matrix *w,
 		       const float *x, int n, const float *bias, float *y);
+
+	/*
+	 * matmul_parts - optional (exact_parallel): the input columns cut into
+	 * n_parts runs at cols[0] = 0 < cols[1] < .. < cols[n_parts] =
+	 * w->n_cols (multiples of 32 for quantised weights), and
+	 * parts[p] = W[:, cols[p] .. cols[p + 1] - 1] · x[:, the same], each
+	 * part computed as matmul computes a matrix of just those columns.
+	 * x: (n, w->n_cols); parts: (n_parts, n, w->n_rows).
+	 */
+	void (*matmul_parts)(struct pg_backend *be, const struct pg_matrix *w,
+			     const float *x, int n, int n_parts,
+			     const int64_t *cols, float *parts);
+
+	/*
+	 * add_parts - optional (exact_parallel): x[i] += (((p_0[i] + p_1[i])
+	 * + p_2[i]) + ..) for n values, p_k = parts[k] (memory of this
+	 * backend; the array of pointers is host memory): always this order,
+	 * so the result depends only on the parts.  n_parts >= 1.
+	 */
+	void (*add_parts)(struct pg_backend *be, float *x,
+			  const float *const *parts, int n_parts, int64_t n);
 
 	/*
 	 * Rotate the first n_rot dims of every head of x in place.

@@ -308,7 +308,7 @@ done
 $pagoda -s "$tsock" generate --ignore-eos --max-tokens 8 "split in two" >/dev/null
 $ctl -s "$tsock" stats --json -i 0 >"$tmp/tp"
 check "TP 2: two devices" grep -q '"devices":\[{"name":"cpu:0".*},{"name":"cpu:1","stage":0,"tp_rank":1,' "$tmp/tp"
-check "TP 2: all-reduces counted" grep -q '"name":"cpu:1".*"all_reduce":[1-9][0-9]*,' "$tmp/tp"
+check "TP 2: collectives counted" grep -q '"name":"cpu:1".*"all_gather":[1-9][0-9]*,' "$tmp/tp"
 check "TP 2: bytes sent counted" grep -q '"name":"cpu:1".*"bytes_sent":[1-9][0-9]*,' "$tmp/tp"
 check "TP 2: communication time" grep -Eq '"name":"cpu:1".*"comm_s":(0\.0*[1-9]|[1-9])' "$tmp/tp"
 $ctl -s "$tsock" stats -i 0 | grep -q "^ *cpu:1 *0 *1 *0 .*%"

@@ -58,7 +58,7 @@ check "last stage has the output head" grep -q "^  1  *1-1 (1) *output head *cpu
 check "one hand-off per token" grep -q "PP: 1 stage hand-off" "$tmp/p2"
 plan p3 --tensor-parallel 2 --context-parallel 2 --pipeline-parallel 2; rc=$?
 check "PP x TP x CP plan" test $rc -eq 0
-check "TP all-reduces counted" grep -q "TP: 4 all-reduces" "$tmp/p3"
+check "TP all-gathers of partial sums counted" grep -q "TP: 4 all-gathers (2 per block) of partial sums" "$tmp/p3"
 check "CP all-gathers counted" grep -q "CP: 2 all-gathers" "$tmp/p3"
 plan p4 --devices cpu:0,cpu:1,cpu:2 --tensor-parallel 3 --threads 2
 check "more threads than CPUs warned about" grep -q "oversubscribed" "$tmp/p4"

@@ -803,7 +803,8 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	pg_gemm_prep(vt, xq, (int64_t)n * (cols / 32), xp);
 	for (int64_t r = 0; r + 8 <= rows; r += 8)
 		gemm8(cols, (const uint8_t *)m.data + r * m.row_bytes,
-		      m.row_bytes, xp, n, got + r, (size_t)rows, work);
+		      m.row_bytes, xp, (size_t)(cols / 32) * PG_GEMM_XP_BYTES(vt),
+		      n, got + r, (size_t)rows, work);
 	for (int j = 0; j < n; j++)
 		for (int64_t r = 0; r < rows / 8 * 8; r += 4) {
 			size_t i = (size_t)j * (size_t)rows + (size_t)r;

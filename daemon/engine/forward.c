@@ -27,6 +27,27 @@
  *    is no TP to split it.
  * Up to pp batches are in flight, so that stages overlap (micro-batches).
  *
+ * Exact parallel sums.  Where the backend offers them (exact_parallel:
+ * the CPU backend), TP and CP plans give the very bits one device gives,
+ * so an operator who changes the plan changes no answer:
+ *  - a row-split product (Wo, Wdown) is always computed as canonical
+ *    parts of its input columns (pg_plan_tp_parts: the heads, or the
+ *    FFN's quantisation blocks, cut PG_PLAN_EXACT_SPLITS ways), each part
+ *    a product of its own, then x += the parts summed in order
+ *    (add_parts).  A TP rank computes the parts inside its columns, the
+ *    ranks all-gather them, and every rank sums all of them in the same
+ *    order.  When tp divides PG_PLAN_EXACT_SPLITS (1, 2, 3, 4, 6, 12),
+ *    the ranks' column ranges are unions of whole parts and the sum is
+ *    one device's bit for bit; otherwise the ranks' bounds are bounds of
+ *    parts too and the sums differ in rounding only.  The price: a TP
+ *    rank sends its parts (about PG_PLAN_EXACT_SPLITS / tp vectors a
+ *    token) instead of one vector, and each part pays a horizontal sum;
+ *  - attention without CP is computed as two lanes, the first and the
+ *    second half of every page's slots, merged by attn_merge: what two
+ *    CP ranks compute and merge, since a CP rank's store holds one such
+ *    half of every page.  So CP 2 is exact; wider CP merges in another
+ *    order (within rounding).
+ *
  * A device whose backend has memory of its own (a GPU: ops->host_memory
  * is 0) gets its weight slices, norms, biases and token embedding
  * uploaded once into that memory, its KV pages and activations allocated
@@ -61,6 +82,7 @@
 #include "kv.h"
 
 #define PG_FW_MAX_INFLIGHT 16
+#define PG_FW_LANES 2		/* attention lanes without CP */
 
 /* Activations of one device, max_batch_tokens rows each. */
 struct scratch {
@@ -71,7 +93,10 @@ struct scratch {
 	float *k;		/* (B, nkv * head_dim) */
 	float *v;		/* (B, nkv * head_dim) */
 	float *att;		/* (B, nq * head_dim + nq): output, then lse */
-	float *parts;		/* (cp, B, nq * head_dim + nq) gathered */
+	float *parts;		/* (cp or lanes, B, nq * head_dim + nq):
+				   gathered, or one part a lane */
+	float *wparts;		/* exact: (this rank's parts, B, n_embd) */
+	float *wgath;		/* exact TP: (tp, most parts, B, n_embd) */
 	float *hb;		/* (B, nff) gate, then silu(gate) * up */
 	float *hb2;		/* (B, nff) up */
 	int32_t *slots;		/* (B) this device's KV slots, -1 elsewhere
@@ -126,6 +151,18 @@ struct device {
 	 */
 	pthread_mutex_t be_lock;
 	int h0, nq, k0, nkv, f0, nff, v0, nv, vpad;
+	/*
+	 * Exact parallel sums (see the top of the file): whether the backend
+	 * has them, the attention lanes (PG_FW_LANES, or 1), and for Wo (0)
+	 * and Wdown (1) this rank's parts as bounds in its own columns, the
+	 * part count of every TP rank, and the most any rank has.
+	 */
+	int exact, lanes;
+	int n_parts[2];
+	int64_t part_cols[2][PG_PLAN_EXACT_SPLITS + 2];
+	int rank_parts[2][PG_PLAN_MAX_DEVICES];
+	int max_parts[2];
+	const float *part_ptr[PG_PLAN_EXACT_SPLITS + PG_PLAN_MAX_DEVICES];
 	struct pg_comm *world, *tp, *cp;
 	struct scratch s;
 	void *arena;
@@ -477,19 +514,63 @@ static int head_size(const struct pg_plan *pl)
 	return pl->tp > 1 ? pl->tp : pl->cp;
 }
 
+/* Set up the exact parallel sums of device d (see struct device). */
+static void setup_exact(struct pg_forward *fw, struct device *d)
+{
+	const struct pg_hparams *hp = &fw->m->hp;
+	const struct pg_block_weights *b = &fw->m->blocks[0];
+	int tp = fw->plan.tp, hd = hp->head_dim, pt = fw->p.page_tokens;
+	int qo = pg_dtype_block_size(b->wo.type);
+	int qd = pg_dtype_block_size(b->w_down.type);
+	int64_t cols[PG_PLAN_EXACT_SPLITS + 2];
+
+	d->exact = d->be->ops->exact_parallel;
+	d->lanes = d->exact && fw->plan.cp == 1 && pt % PG_FW_LANES == 0 ?
+		   PG_FW_LANES : 1;
+	if (!d->exact)
+		return;
+	d->max_parts[0] = d->max_parts[1] = 0;
+	for (int t = 0; t < tp; t++) {
+		int h0, h1, k0, k1, f0, f1, n[2];
+
+		pg_plan_tp_heads(hp->n_heads, hp->n_kv_heads, tp, t, &h0, &h1,
+				 &k0, &k1);
+		pg_plan_tp_ffn(hp->n_ff, qd, tp, t, &f0, &f1);
+		n[0] = pg_plan_tp_parts(hp->n_heads, hd, qo, h0, h1,
+				t == d->t ? d->part_cols[0] : cols);
+		n[1] = pg_plan_tp_parts(hp->n_ff / qd, qd, qd, f0 / qd, f1 / qd,
+				t == d->t ? d->part_cols[1] : cols);
+		for (int w = 0; w < 2; w++) {
+			d->rank_parts[w][t] = n[w];
+			if (n[w] > d->max_parts[w])
+				d->max_parts[w] = n[w];
+		}
+	}
+	d->n_parts[0] = d->rank_parts[0][d->t];
+	d->n_parts[1] = d->rank_parts[1][d->t];
+}
+
 static int alloc_scratch(struct pg_forward *fw, struct device *d)
 {
 	const struct pg_hparams *hp = &fw->m->hp;
 	size_t B = (size_t)fw->p.max_batch_tokens, hd = (size_t)hp->head_dim;
 	size_t q_dim = (size_t)d->nq * hd, kv_dim = (size_t)d->nkv * hd;
 	size_t att = B * (q_dim + (size_t)d->nq);
-	int cp = fw->plan.cp;
-	size_t floats = B * (3 * (size_t)hp->n_embd + q_dim + 2 * kv_dim +
-			     2 * (size_t)d->nff) + att +
-			(cp > 1 ? (size_t)cp * att : 0);
-	size_t bytes = floats * sizeof(float) + 256 * 16;
+	int cp, tp = fw->plan.tp;
+	size_t floats, bytes, mine, all = 0, be = B * (size_t)hp->n_embd;
 	struct scratch *s = &d->s;
 	char *a;
+
+	setup_exact(fw, d);
+	cp = fw->plan.cp > d->lanes ? fw->plan.cp : d->lanes;
+	mine = d->max_parts[0] > d->max_parts[1] ? d->max_parts[0] :
+	       d->max_parts[1];	/* 0 unless exact */
+	if (tp > 1)
+		all = (size_t)tp * mine;
+	floats = B * (3 * (size_t)hp->n_embd + q_dim + 2 * kv_dim +
+		      2 * (size_t)d->nff) + att +
+		 (cp > 1 ? (size_t)cp * att : 0) + (mine + all) * be;
+	bytes = floats * sizeof(float) + 256 * 16;
 
 	s->slots = malloc(B * sizeof(*s->slots));
 	if (!s->slots)
@@ -511,6 +592,10 @@ static int alloc_scratch(struct pg_forward *fw, struct device *d)
 	TAKE(s->att, att);
 	if (cp > 1)
 		TAKE(s->parts, (size_t)cp * att);
+	if (mine)
+		TAKE(s->wparts, mine * be);
+	if (all)
+		TAKE(s->wgath, all * be);
 	TAKE(s->hb, B * (size_t)d->nff);
 	TAKE(s->hb2, B * (size_t)d->nff);
 #undef TAKE
@@ -1338,6 +1423,47 @@ static uint64_t comm_ns(const struct device *d)
 	return ns;
 }
 
+/*
+ * x += w · in for a row-split w (which: 0 Wo, 1 Wdown): exact, as this
+ * rank's canonical parts, gathered from every TP rank and summed in
+ * order; else one product, all-reduced over TP.
+ */
+static int row_split(struct device *d, const struct pg_matrix *w,
+		     const float *in, int n, int which)
+{
+	const struct pg_backend_ops *ops = d->be->ops;
+	struct scratch *s = &d->s;
+	size_t pf = (size_t)n * (size_t)d->fw->m->hp.n_embd;
+	int rc, k = 0;
+
+	if (!d->exact) {
+		ops->matmul(d->be, w, in, n, NULL, s->xb2);
+		if (d->tp && (rc = d->tp->ops->all_reduce_sum(d->tp, s->xb2, pf)))
+			return rc;
+		ops->add(d->be, s->x, s->xb2, (int64_t)pf);
+		return 0;
+	}
+	ops->matmul_parts(d->be, w, in, n, d->n_parts[which],
+			  d->part_cols[which], s->wparts);
+	if (!d->tp) {
+		for (; k < d->n_parts[which]; k++)
+			d->part_ptr[k] = s->wparts + (size_t)k * pf;
+	} else {
+		size_t most = (size_t)d->max_parts[which];
+
+		rc = d->tp->ops->all_gather(d->tp, s->wparts,
+					    most * pf * sizeof(float), s->wgath);
+		if (rc)
+			return rc;
+		for (int t = 0; t < d->fw->plan.tp; t++)
+			for (int i = 0; i < d->rank_parts[which][t]; i++)
+				d->part_ptr[k++] = s->wgath +
+					((size_t)t * most + (size_t)i) * pf;
+	}
+	ops->add_parts(d->be, s->x, d->part_ptr, k, (int64_t)pf);
+	return 0;
+}
+
 static int attention_layer(struct device *d, const struct job *j,
 			   const struct pg_block_weights *w, int lb)
 {
@@ -1362,7 +1488,21 @@ static int attention_layer(struct device *d, const struct job *j,
 	ops->rope(be, s->k, n, d->nkv, hd, hp->n_rot, j->pos, hp->rope_base,
 		  hp->rope_mode);
 	ops->kv_write(be, kv, lb, s->k, s->v, n, s->slots);
-	if (!d->cp) {
+	if (d->lanes > 1) {
+		/* lane by lane, as CP ranks would, then merged as they do */
+		struct pg_kv_layout lv = *kv;
+
+		lv.lanes = d->lanes;
+		for (lv.lane = 0; lv.lane < d->lanes; lv.lane++) {
+			float *o = s->parts + (size_t)lv.lane * part;
+
+			ops->attention(be, &lv, lb, s->q, &heads, j->aseqs,
+				       j->n_seqs, 1.0f / sqrtf((float)hd), o,
+				       o + (size_t)n * d->nq * hd);
+		}
+		ops->attn_merge(be, s->parts, part, d->lanes, n, d->nq, hd,
+				s->att);
+	} else if (!d->cp) {
 		ops->attention(be, kv, lb, s->q, &heads, j->aseqs, j->n_seqs,
 			       1.0f / sqrtf((float)hd), s->att, NULL);
 	} else {
@@ -1376,12 +1516,7 @@ static int attention_layer(struct device *d, const struct job *j,
 		ops->attn_merge(be, s->parts, part, d->fw->plan.cp, n, d->nq,
 				hd, s->att);
 	}
-	ops->matmul(be, &w->wo, s->att, n, NULL, s->xb2);
-	if (d->tp && (rc = d->tp->ops->all_reduce_sum(d->tp, s->xb2,
-				(size_t)n * hp->n_embd)))
-		return rc;
-	ops->add(be, s->x, s->xb2, (int64_t)n * hp->n_embd);
-	return 0;
+	return row_split(d, &w->wo, s->att, n, 0);
 }
 
 static int ffn_layer(struct device *d, const struct job *j,
@@ -1391,18 +1526,13 @@ static int ffn_layer(struct device *d, const struct job *j,
 	const struct pg_backend_ops *ops = d->be->ops;
 	struct pg_backend *be = d->be;
 	struct scratch *s = &d->s;
-	int n = j->n_tokens, rc;
+	int n = j->n_tokens;
 
 	ops->rmsnorm(be, s->x, w->ffn_norm, n, hp->n_embd, hp->rms_eps, s->xb);
 	ops->matmul(be, &w->w_gate, s->xb, n, NULL, s->hb);
 	ops->matmul(be, &w->w_up, s->xb, n, NULL, s->hb2);
 	ops->silu_mul(be, s->hb, s->hb2, (int64_t)n * d->nff);
-	ops->matmul(be, &w->w_down, s->hb, n, NULL, s->xb2);
-	if (d->tp && (rc = d->tp->ops->all_reduce_sum(d->tp, s->xb2,
-				(size_t)n * hp->n_embd)))
-		return rc;
-	ops->add(be, s->x, s->xb2, (int64_t)n * hp->n_embd);
-	return 0;
+	return row_split(d, &w->w_down, s->hb, n, 1);
 }
 
 /* Room for rows logits rows of the local and gathered vocabulary slices. */

@@ -539,6 +539,24 @@ void pg_plan_tp_ffn(int n_ff, int qblock, int tp, int t, int *f0, int *f1)
 	*f1 = ((t + 1) * nb / tp) * qblock;
 }
 
+int pg_plan_tp_parts(int n, int unit, int qblock, int lo, int hi,
+		     int64_t *cols)
+{
+	int k = 0;
+
+	cols[0] = 0;
+	for (int s = 1; s < PG_PLAN_EXACT_SPLITS; s++) {
+		int b = s * n / PG_PLAN_EXACT_SPLITS;
+		int64_t c = (int64_t)(b - lo) * unit;
+
+		if (b > lo && b < hi && c > cols[k] &&
+		    ((int64_t)b * unit) % qblock == 0)
+			cols[++k] = c;
+	}
+	cols[++k] = (int64_t)(hi - lo) * unit;
+	return k;
+}
+
 /*
  * Fill stages from the last backwards, each with as many blocks as bound
  * allows (the last stage starts at last_extra).  start[k] = the first block
@@ -1358,6 +1376,29 @@ static int max_heads_held(const struct pg_plan *p,
 	return most;
 }
 
+/*
+ * The most canonical parts (pg_plan_tp_parts) one TP rank holds of Wo
+ * (heads) and of Wdown (FFN blocks), together: what a CPU TP rank sends
+ * per token and block.
+ */
+static int max_parts_held(const struct pg_plan *p,
+			  const struct pg_model_facts *f)
+{
+	int64_t cols[PG_PLAN_EXACT_SPLITS + 2];
+	int h0, h1, k0, k1, f0, f1, qb = f->qblock > 0 ? f->qblock : 1;
+	int most_o = 0, most_d = 0, n;
+
+	for (int t = 0; t < p->tp; t++) {
+		pg_plan_tp_heads(f->n_heads, f->n_kv_heads, p->tp, t, &h0, &h1, &k0, &k1);
+		pg_plan_tp_ffn(f->n_ff, qb, p->tp, t, &f0, &f1);
+		n = pg_plan_tp_parts(f->n_heads, f->head_dim, qb, h0, h1, cols);
+		most_o = n > most_o ? n : most_o;
+		n = pg_plan_tp_parts(f->n_ff / qb, qb, qb, f0 / qb, f1 / qb, cols);
+		most_d = n > most_d ? n : most_d;
+	}
+	return most_o + most_d;
+}
+
 static void print_comm(FILE *out, const struct pg_plan *p,
 		       const struct pg_model_facts *f)
 {
@@ -1366,11 +1407,20 @@ static void print_comm(FILE *out, const struct pg_plan *p,
 	uint64_t n_ag = p->cp > 1 ? (uint64_t)f->n_blocks : 0;
 	int hh = max_heads_held(p, f);
 	uint64_t part = 4ull * (uint64_t)(hh * f->head_dim + hh) * (uint64_t)p->cp;
-	uint64_t total = n_ar * vec + (uint64_t)(p->pp - 1) * vec + n_ag * part;
+	/* CPU devices gather partial sums (exact), GPUs all-reduce */
+	int exact = p->n_devices > 0 && p->dev[0].kind == PG_DEV_CPU;
+	uint64_t tp_bytes = exact && n_ar ?
+		(uint64_t)f->n_blocks * (uint64_t)p->tp *
+		(uint64_t)max_parts_held(p, f) * vec : n_ar * vec;
+	uint64_t total = tp_bytes + (uint64_t)(p->pp - 1) * vec + n_ag * part;
 	char b1[32], b2[32];
 
 	fprintf(out, "\ncommunication per token\n");
-	if (n_ar)
+	if (n_ar && exact)
+		fprintf(out, "  TP: %llu all-gathers (2 per block) of partial sums of %s (%d floats) each, up to %d parts a rank and block, summed in one order (one device's bits): %s\n",
+			(unsigned long long)n_ar, fmt_bytes(b1, sizeof(b1), vec),
+			f->n_embd, max_parts_held(p, f), fmt_bytes(b2, sizeof(b2), tp_bytes));
+	else if (n_ar)
 		fprintf(out, "  TP: %llu all-reduces (2 per block) of %s (%d floats): %s\n",
 			(unsigned long long)n_ar, fmt_bytes(b1, sizeof(b1), vec),
 			f->n_embd, fmt_bytes(b2, sizeof(b2), n_ar * vec));

@@ -183,6 +183,22 @@ void pg_plan_tp_heads(int n_heads, int n_kv_heads, int tp, int t,
 void pg_plan_tp_ffn(int n_ff, int qblock, int tp, int t, int *f0, int *f1);
 
 /*
+ * The canonical parts of a row-split product (forward.c's exact parallel
+ * sums): n units of `unit` input columns each (Wo: heads of head_dim;
+ * Wdown: quantisation blocks) are cut at s * n / PG_PLAN_EXACT_SPLITS,
+ * s = 1 .. PG_PLAN_EXACT_SPLITS - 1, keeping the cuts that fall on whole
+ * quantisation blocks of qblock columns.  pg_plan_tp_parts gives the parts
+ * within units [lo, hi) (a TP rank's share; 0, n for one device) as
+ * column bounds counted from lo, cols[0] = 0 < .. < cols[k] = (hi - lo) *
+ * unit, and returns k (at most PG_PLAN_EXACT_SPLITS + 1).  A TP size that
+ * divides PG_PLAN_EXACT_SPLITS cuts only at these bounds, so its ranks'
+ * parts are exactly one device's.
+ */
+#define PG_PLAN_EXACT_SPLITS 12
+int pg_plan_tp_parts(int n, int unit, int qblock, int lo, int hi,
+		     int64_t *cols);
+
+/*
  * pg_plan_print - the plan as pagodad --plan shows it: devices, stages and
  * their blocks, memory per device (weights and KV for req's context; req
  * may be NULL for the defaults), the communication per token (bytes and

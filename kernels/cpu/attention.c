@@ -66,8 +66,12 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
  * out = softmax(q K^T * scale) V over the positions 0 .. n_keys - 1 that
  * this store holds: page table entry j covers page_tokens * cp_size
  * positions, of which this store holds the run starting cp_rank *
- * page_tokens (all of them without CP).  *lse = log sum exp(scores), or
- * -inf (and out = 0) when no position is held.
+ * page_tokens (all of them without CP); of that run the view holds the
+ * page_tokens / lanes starting at lane * page_tokens / lanes (all of it
+ * without lanes).  So a lane of one device's store is read in runs of
+ * the same length and order as a CP rank's store of as many ranks as
+ * lanes: the same bits.  *lse = log sum exp(scores), or -inf (and out =
+ * 0) when no position is held.
  */
 static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 		     int n_keys, int kvh, const float *q, float *out,
@@ -76,7 +80,9 @@ static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 	const struct pg_kv_layout *kv = c->kv;
 	int pt = kv->page_tokens, hd = kv->head_dim;
 	int cps = kv->cp_size > 1 ? kv->cp_size : 1;
-	int span = pt * cps, first = cps > 1 ? kv->cp_rank * pt : 0;
+	int lt = kv->lanes > 1 ? pt / kv->lanes : pt;
+	int lo = kv->lanes > 1 ? kv->lane * lt : 0;
+	int span = pt * cps, first = (cps > 1 ? kv->cp_rank * pt : 0) + lo;
 	float acc[PG_ATTN_MAX_HEAD_DIM], qr[PG_ATTN_MAX_HEAD_DIM];
 	uint16_t q16[PG_ATTN_MAX_HEAD_DIM];
 	struct attn_state st = { .m = -INFINITY, .l = 0.0f, .acc = acc };
@@ -95,13 +101,13 @@ static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 	}
 	for (int j = 0; j * span + first < n_keys; j++) {
 		int p0 = j * span + first;
-		int end = p0 + pt < n_keys ? p0 + pt : n_keys;
+		int end = p0 + lt < n_keys ? p0 + lt : n_keys;
 
 		for (int p = p0; p < end; p += PG_ATTN_CHUNK) {
 			int n = end - p < PG_ATTN_CHUNK ? end - p : PG_ATTN_CHUNK;
 
-			attn_run(c, kvh, seq->pages[j] * pt + (p - p0), n, q,
-				 &st);
+			attn_run(c, kvh, seq->pages[j] * pt + lo + (p - p0), n,
+				 q, &st);
 		}
 	}
 	if (st.l == 0.0f) {

@@ -123,6 +123,7 @@ static int cpu_sync(struct pg_backend *be, char *err, size_t err_len)
 static const struct pg_backend_ops cpu_ops = {
 	.name = "cpu",
 	.host_memory = 1,
+	.exact_parallel = 1,
 	.destroy = cpu_destroy,
 	.alloc = cpu_alloc,
 	.free = cpu_free,
@@ -132,12 +133,14 @@ static const struct pg_backend_ops cpu_ops = {
 	.get_rows = pg_cpu_get_rows,
 	.rmsnorm = pg_cpu_rmsnorm,
 	.matmul = pg_cpu_matmul,
+	.matmul_parts = pg_cpu_matmul_parts,
 	.rope = pg_cpu_rope,
 	.kv_write = pg_cpu_kv_write,
 	.attention = pg_cpu_attention,
 	.attn_merge = pg_cpu_attn_merge,
 	.silu_mul = pg_cpu_silu_mul,
 	.add = pg_cpu_add,
+	.add_parts = pg_cpu_add_parts,
 };
 
 static const struct pg_cpu_kernels *kernels_for(enum pg_cpu_isa isa)

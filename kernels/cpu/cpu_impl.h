@@ -42,11 +42,12 @@ typedef void (*pg_dot4x2_fn)(int64_t n, const void *w, size_t w_stride,
  * each half of the rows; the weights repacked once for all tokens into
  * work (n / 32 * PG_GEMM8_WORK bytes, 32-byte aligned).  xp: the tokens'
  * quantised rows as pg_gemm_prep lays them out, PG_GEMM_XP_BYTES(vec
- * type) bytes a block, n / 32 blocks a token, tokens one after another.
+ * type) bytes a block, n / 32 blocks a token, token t at xp + t *
+ * xp_stride bytes.
  */
 typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
-			    const void *xp, int n_tok, float *out,
-			    size_t out_stride, void *work);
+			    const void *xp, size_t xp_stride, int n_tok,
+			    float *out, size_t out_stride, void *work);
 #define PG_GEMM8_WORK 320
 #define PG_GEMM_XP_BYTES(vt) ((vt) == PG_Q8_1 ? 40 : 72)
 
@@ -188,10 +189,10 @@ void pg_dot4x2_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
 			 const void *x, size_t x_stride, float *out,
 			 size_t out_stride);
 void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
-			const void *xp, int n_tok, float *out,
+			const void *xp, size_t xp_stride, int n_tok, float *out,
 			size_t out_stride, void *work);
 void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
-			const void *xp, int n_tok, float *out,
+			const void *xp, size_t xp_stride, int n_tok, float *out,
 			size_t out_stride, void *work);
 void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n);
@@ -217,6 +218,9 @@ void pg_cpu_rmsnorm(struct pg_backend *be, const float *x, const float *w,
 		    int n, int dim, float eps, float *out);
 void pg_cpu_matmul(struct pg_backend *be, const struct pg_matrix *w,
 		   const float *x, int n, const float *bias, float *y);
+void pg_cpu_matmul_parts(struct pg_backend *be, const struct pg_matrix *w,
+			 const float *x, int n, int n_parts,
+			 const int64_t *cols, float *parts);
 void pg_cpu_rope(struct pg_backend *be, float *x, int n, int n_heads,
 		 int head_dim, int n_rot, const int32_t *pos,
 		 float freq_base, enum pg_rope_mode mode);
@@ -234,6 +238,8 @@ void pg_cpu_attn_merge(struct pg_backend *be, const float *parts,
 void pg_cpu_silu_mul(struct pg_backend *be, float *gate, const float *up,
 		     int64_t n);
 void pg_cpu_add(struct pg_backend *be, float *x, const float *y, int64_t n);
+void pg_cpu_add_parts(struct pg_backend *be, float *x,
+		      const float *const *parts, int n_parts, int64_t n);
 
 /*
  * Address of (block, K=0 / V=1, kv head, physical slot) in paged KV storage;

@@ -86,27 +86,28 @@ float pg_dot_bf16_avx2(int64_t n, const void *w, const void *x)
 	return s + pg_dot_bf16_ref(n - i, a + i, b + i);
 }
 
+/*
+ * The one-row dots compute exactly what one row of the 4-row dots below
+ * does (one accumulator, the same products and order), so that a row's
+ * result does not depend on whether matmul reached it in a group of 4 or
+ * as a leftover: a TP rank's slice, or a vocabulary slice, puts other
+ * rows in the leftovers than one device does.
+ */
+
 /* w: (n / 32) Q8_0; x: (n / 32) Q8_0 */
 float pg_dot_q8_0_avx2(int64_t n, const void *w, const void *x)
 {
 	const struct pg_block_q8_0 *a = w, *b = x;
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-	int64_t nb = n / PG_QK, i = 0;
+	__m256 acc = _mm256_setzero_ps();
 
-	for (; i + 2 <= nb; i += 2) {
-		__m256i p0 = dot_s8s8(_mm256_loadu_si256((const void *)a[i].qs),
-				      _mm256_loadu_si256((const void *)b[i].qs));
-		__m256i p1 = dot_s8s8(_mm256_loadu_si256((const void *)a[i + 1].qs),
-				      _mm256_loadu_si256((const void *)b[i + 1].qs));
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		__m256i p = dot_s8s8(_mm256_loadu_si256((const void *)a[i].qs),
+				     _mm256_loadu_si256((const void *)b[i].qs));
 
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
-				       _mm256_cvtepi32_ps(p0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)),
-				       _mm256_cvtepi32_ps(p1), acc1);
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
+				      _mm256_cvtepi32_ps(p), acc);
 	}
-	float s = hsum256(_mm256_add_ps(acc0, acc1));
-
-	return s + pg_dot_q8_0_ref((nb - i) * PG_QK, a + i, b + i);
+	return hsum256(acc);
 }
 
 /* One Q4_0 block against one Q8_0 block: 8 partial int32 sums. */
@@ -123,21 +124,13 @@ float pg_dot_q4_0_avx2(int64_t n, const void *w, const void *x)
 {
 	const struct pg_block_q4_0 *a = w;
 	const struct pg_block_q8_0 *b = x;
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-	int64_t nb = n / PG_QK, i = 0;
+	__m256 acc = _mm256_setzero_ps();
 
-	for (; i + 2 <= nb; i += 2) {
-		__m256i p0 = dot_q4_0_block(&a[i], &b[i]);
-		__m256i p1 = dot_q4_0_block(&a[i + 1], &b[i + 1]);
-
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
-				       _mm256_cvtepi32_ps(p0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)),
-				       _mm256_cvtepi32_ps(p1), acc1);
-	}
-	float s = hsum256(_mm256_add_ps(acc0, acc1));
-
-	return s + pg_dot_q4_0_ref((nb - i) * PG_QK, a + i, b + i);
+	for (int64_t i = 0; i < n / PG_QK; i++)
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
+				      _mm256_cvtepi32_ps(dot_q4_0_block(&a[i], &b[i])),
+				      acc);
+	return hsum256(acc);
 }
 
 /* One Q4_1 block against one Q8_1 block: unsigned nibbles x signed q8. */
@@ -153,23 +146,18 @@ float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x)
 {
 	const struct pg_block_q4_1 *a = w;
 	const struct pg_block_q8_1 *b = x;
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-	float ms = 0.0f;
-	int64_t nb = n / PG_QK, i = 0;
+	__m256 acc = _mm256_setzero_ps();
+	__m128 ms = _mm_setzero_ps();
 
-	for (; i + 2 <= nb; i += 2) {
-		__m256i p0 = dot_q4_1_block(&a[i], &b[i]);
-		__m256i p1 = dot_q4_1_block(&a[i + 1], &b[i + 1]);
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		__m128 f = _mm_mul_ps(load_f16x2(&a[i].d), load_f16x2(&b[i].d));
 
-		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
-				       _mm256_cvtepi32_ps(p0), acc0);
-		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)),
-				       _mm256_cvtepi32_ps(p1), acc1);
-		ms += h2f(a[i].m) * h2f(b[i].s) + h2f(a[i + 1].m) * h2f(b[i + 1].s);
+		acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
+				      _mm256_cvtepi32_ps(dot_q4_1_block(&a[i], &b[i])),
+				      acc);
+		ms = _mm_add_ps(ms, f);
 	}
-	float s = hsum256(_mm256_add_ps(acc0, acc1)) + ms;
-
-	return s + pg_dot_q4_1_ref((nb - i) * PG_QK, a + i, b + i);
+	return hsum256(acc) + _mm_cvtss_f32(_mm_movehdup_ps(ms));
 }
 
 /*

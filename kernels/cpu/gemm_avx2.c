@@ -139,7 +139,7 @@ static inline __m256i bcast4(const uint8_t *p)
  */
 static inline __attribute__((always_inline)) void
 gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
-      int n_tok, float *out, size_t os, void *work)
+      size_t xs, int n_tok, float *out, size_t os, void *work)
 {
 	struct gemm_block *buf = work;
 	int64_t nb = n / PG_QK;
@@ -150,7 +150,7 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 	for (int64_t i = 0; i < nb; i++)
 		repack(k, w, ws, i, &buf[i]);
 	for (int t = 0; t < n_tok; t++) {
-		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
+		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * xs;
 		__m256 acc[8], ms = _mm256_setzero_ps();
 
 		for (int j = 0; j < 8; j++)
@@ -197,13 +197,13 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 }
 
 void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *xp,
-			int n_tok, float *out, size_t os, void *work)
+			size_t xs, int n_tok, float *out, size_t os, void *work)
 {
-	gemm8(G_Q4_0, n, w, ws, xp, n_tok, out, os, work);
+	gemm8(G_Q4_0, n, w, ws, xp, xs, n_tok, out, os, work);
 }
 
 void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *xp,
-			int n_tok, float *out, size_t os, void *work)
+			size_t xs, int n_tok, float *out, size_t os, void *work)
 {
-	gemm8(G_Q4_1, n, w, ws, xp, n_tok, out, os, work);
+	gemm8(G_Q4_1, n, w, ws, xp, xs, n_tok, out, os, work);
 }
