@@ -314,8 +314,8 @@ check "TP 2: communication time" grep -Eq '"name":"cpu:1".*"comm_s":(0\.0*[1-9]|
 $ctl -s "$tsock" stats -i 0 | grep -q "^ *cpu:1 *0 *1 *0 .*%"
 check "TP 2: the stats table's device line" test $? -eq 0
 $ctl -s "$tsock" metrics >"$tmp/tpm"
-check "TP 2: pagoda_allreduce_total per device" \
-	grep -q '^pagoda_allreduce_total{device="cpu:1",stage="0",tp_rank="1",cp_rank="0"} [1-9]' "$tmp/tpm"
+check "TP 2: pagoda_allgather_total per device" \
+	grep -q '^pagoda_allgather_total{device="cpu:1",stage="0",tp_rank="1",cp_rank="0"} [1-9]' "$tmp/tpm"
 check "TP 2: pagoda_device_comm_seconds_total" \
 	grep -Eq '^pagoda_device_comm_seconds_total\{device="cpu:0",.*\} (0\.0*[1-9]|[1-9])' "$tmp/tpm"
 kill "$tpid"

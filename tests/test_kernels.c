@@ -276,6 +276,71 @@ static void check_matmul(void)
 	printf("matmul: 6 types x 5 shapes x n = 1, 7, 33\n");
 }
 
+/*
+ * matmul_parts: each part bit for bit the matmul of a matrix of just its
+ * columns (what a TP rank holding those columns computes), on every
+ * backend and path (1 token, tiles, gemm8); add_parts: the parts summed
+ * in order, then added.
+ */
+static void check_matmul_parts(void)
+{
+	static const int64_t cols[] = { 0, 64, 96, 320, 576 };
+	static const int ns[] = { 1, 2, 7, 33 };
+	enum { ROWS = 37, NP = 4, C = 576 };
+
+	for (size_t k = 0; k < N_WTYPES; k++)
+		for (size_t j = 0; j < sizeof(ns) / sizeof(ns[0]); j++) {
+			int n = ns[j];
+			size_t ny = (size_t)n * ROWS;
+			float *wf, *x = xmalloc((size_t)n * C * 4);
+			float *xs = xmalloc((size_t)n * C * 4);
+			float *parts = xmalloc(NP * ny * 4), *y = xmalloc(ny * 4);
+			float *acc = xmalloc(ny * 4), *got = xmalloc(ny * 4);
+			float *t = xmalloc(ny * 4);
+			const float *ptr[NP];
+			struct pg_matrix m = make_matrix(wtypes[k], ROWS, C, &wf);
+
+			fill(x, (size_t)n * C);
+			fill(acc, ny);
+			for (int i = 0; i < n_bes; i++) {
+				struct pg_backend *be = bes[i];
+
+				be->ops->matmul_parts(be, &m, x, n, NP, cols, parts);
+				for (int p = 0; p < NP; p++) {
+					int64_t w = cols[p + 1] - cols[p];
+					struct pg_matrix v = m;
+
+					v.data = (const uint8_t *)m.data +
+						 pg_dtype_row_bytes(m.type, (uint64_t)cols[p]);
+					v.n_cols = w;
+					for (int r = 0; r < n; r++)
+						memcpy(xs + (size_t)r * w,
+						       x + (size_t)r * C + cols[p],
+						       (size_t)w * 4);
+					be->ops->matmul(be, &v, xs, n, NULL, y);
+					CHECK(!memcmp(y, parts + (size_t)p * ny, ny * 4),
+					      "matmul_parts %s n=%d part %d on %s: not the matmul of its columns",
+					      pg_dtype_name(m.type), n, p, be_name(be));
+					ptr[p] = parts + (size_t)p * ny;
+				}
+				for (size_t e = 0; e < ny; e++) {
+					t[e] = ptr[0][e];
+					for (int p = 1; p < NP; p++)
+						t[e] += ptr[p][e];
+					y[e] = acc[e] + t[e];
+				}
+				memcpy(got, acc, ny * 4);
+				be->ops->add_parts(be, got, ptr, NP, (int64_t)ny);
+				CHECK(!memcmp(got, y, ny * 4),
+				      "add_parts %s n=%d on %s: not the parts summed in order",
+				      pg_dtype_name(m.type), n, be_name(be));
+			}
+			free(wf), free((void *)m.data), free(x), free(xs);
+			free(parts), free(y), free(acc), free(got), free(t);
+		}
+	printf("matmul_parts, add_parts: 6 types, 4 parts, n = 1, 2, 7, 33, bit for bit\n");
+}
+
 /* ---- get_rows ---- */
 
 static void check_get_rows(void)
@@ -508,6 +573,46 @@ static void attn_ref(const struct attn_case *ac, const float *kf,
 	}
 }
 
+/*
+ * The two lanes of kv (halves of every page's slots), each with its lse,
+ * merged: the whole attention again, and their lse together the whole
+ * one's (a lane that read the other's slots too would add log 2).
+ */
+static void check_lanes(struct pg_backend *be, const struct pg_kv_layout *kv,
+			int block, const float *q, const struct pg_attn_heads *hs,
+			const struct pg_attn_seq *seqs, int n_seqs, size_t qsz,
+			const double *want, const char *what)
+{
+	size_t nrh = qsz / (size_t)kv->head_dim, part = qsz + nrh;
+	int rows = (int)(nrh / (size_t)hs->n_heads);
+	float *parts = xmalloc(2 * part * 4), *lse = xmalloc(nrh * 4);
+	float *out = xmalloc(qsz * 4);
+	float scale = 1.0f / sqrtf((float)kv->head_dim);
+	struct pg_kv_layout lv = *kv;
+	double e, worst = 0;
+
+	be->ops->attention(be, kv, block, q, hs, seqs, n_seqs, scale, out, lse);
+	lv.lanes = 2;
+	for (lv.lane = 0; lv.lane < 2; lv.lane++)
+		be->ops->attention(be, &lv, block, q, hs, seqs, n_seqs, scale,
+				   parts + lv.lane * part,
+				   parts + lv.lane * part + qsz);
+	be->ops->attn_merge(be, parts, part, 2, rows, hs->n_heads,
+			    kv->head_dim, out);
+	e = nmse(out, want, qsz);
+	CHECK(e <= 1e-9, "%s in two lanes on %s: nmse %.3g", what,
+	      be_name(be), e);
+	for (size_t i = 0; i < nrh; i++) {
+		double a = parts[qsz + i], b = parts[part + qsz + i];
+		double m = fmax(a, b), l = m + log(exp(a - m) + exp(b - m));
+
+		worst = fmax(worst, fabs(l - lse[i]));
+	}
+	CHECK(worst <= 1e-4, "%s in two lanes on %s: their lse together off by %.3g",
+	      what, be_name(be), worst);
+	free(parts), free(lse), free(out);
+}
+
 static void check_attn_case(const struct attn_case *ac)
 {
 	enum { BLOCK = 1, N_BLOCKS = 2 };
@@ -592,6 +697,9 @@ static void check_attn_case(const struct attn_case *ac)
 				       ac->n_seqs, 1.0f / sqrtf((float)hd), out,
 				       NULL);
 		compare(what, i, out, want, 1e-9, first, qsz);
+		if (ac->page_tokens % 2 == 0)
+			check_lanes(bes[i], &kv, BLOCK, q, &hs, seqs, ac->n_seqs,
+				    qsz, want, what);
 	}
 	for (int s = 0; s < ac->n_seqs; s++)
 		free(pages[s]);
@@ -616,7 +724,8 @@ static void check_attention(void)
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		check_attn_case(&cases[c]);
 	printf("kv_write, attention: F32/F16/BF16, pages 16 and 7, "
-	       "head_dim 20, 40, 64 and 128, GQA 1, 2, 3, 4\n");
+	       "head_dim 20, 40, 64 and 128, GQA 1, 2, 3, 4; "
+	       "pages of 16 in two lanes\n");
 }
 
 /* ---- the ISA tables' inner loops, directly ---- */
@@ -1024,6 +1133,7 @@ int main(void)
 	check_rope();
 	check_matmul();
 	check_matmul_tokens();
+	check_matmul_parts();
 	check_attention();
 	for (int i = 0; i < n_bes; i++)
 		bes[i]->ops->destroy(bes[i]);

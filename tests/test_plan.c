@@ -478,7 +478,7 @@ static int test_print(void)
 	fclose(out);
 	CHECK(strstr(text, "plan: pipeline 2 x tensor 2 x context 1 = 4 devices") &&
 	      strstr(text, "embedding") && strstr(text, "output head") &&
-	      strstr(text, "TP: 60 all-reduces") &&
+	      strstr(text, "TP: 60 all-gathers (2 per block) of partial sums") &&
 	      strstr(text, "PP: 1 stage hand-off of 2.2 KiB") &&
 	      strstr(text, "KV heads do not divide among 2 TP ranks: KV head 1 is held by ranks 0 and 1"),
 	      "printout:\n%s", text);

@@ -524,7 +524,7 @@ static void setup_exact(struct pg_forward *fw, struct device *d)
 	int qd = pg_dtype_block_size(b->w_down.type);
 	int64_t cols[PG_PLAN_EXACT_SPLITS + 2];
 
-	d->exact = d->be->ops->exact_parallel;
+	d->exact = d->be->ops->exact_parallel && !fw->p.one_accumulator;
 	d->lanes = d->exact && fw->plan.cp == 1 && pt % PG_FW_LANES == 0 ?
 		   PG_FW_LANES : 1;
 	if (!d->exact)

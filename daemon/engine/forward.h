@@ -41,6 +41,13 @@ struct pg_forward_params {
 					   run (weights uploaded, KV and
 					   activations in the backend's
 					   alloc(), logits downloaded) */
+	int one_accumulator;		/* tests: no exact parallel sums
+					   (forward.c): Wo and Wdown in one
+					   product each, attention in one
+					   pass, so that one device's
+					   arithmetic is llama.cpp's one-token
+					   arithmetic; TP and CP plans then
+					   differ from it in rounding */
 };
 
 /* pg_forward_params_default - 2 threads, best ISA, 512 tokens, F16 KV. */
