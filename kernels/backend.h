@@ -57,15 +57,13 @@ struct pg_kv_layout {
 	int cp_rank;
 	/*
 	 * Lanes, for attention only, on a backend with exact_parallel: with
-	 * lanes > 1 the view holds lane `lane` of every page's slots, slots
-	 * lane * page_tokens / lanes .. (lane + 1) * page_tokens / lanes - 1
-	 * (page_tokens a multiple of lanes), and attention runs over those
-	 * positions alone, as a CP rank's store holds them.  0 or 1: every
-	 * slot.  forward.c computes one device's attention lane by lane and
-	 * merges, so that it is bit for bit what CP ranks compute.
+	 * lanes > 1 (page_tokens a multiple of it, at most 4), lane l of every
+	 * page's slots (l * page_tokens / lanes ..) gets a softmax of its own,
+	 * and the lanes are merged as attn_merge merges parts: bit for bit
+	 * what `lanes` CP ranks each holding one lane compute, all-gather and
+	 * merge.  attention's lse must then be NULL.  0 or 1: one softmax.
 	 */
 	int lanes;
-	int lane;
 };
 
 /*
@@ -187,14 +185,16 @@ struct pg_backend_ops {
 	/*
 	 * matmul_parts - optional (exact_parallel): the input columns cut into
 	 * n_parts runs at cols[0] = 0 < cols[1] < .. < cols[n_parts] =
-	 * w->n_cols (multiples of 32 for quantised weights), and
-	 * parts[p] = W[:, cols[p] .. cols[p + 1] - 1] · x[:, the same], each
-	 * part computed as matmul computes a matrix of just those columns.
-	 * x: (n, w->n_cols); parts: (n_parts, n, w->n_rows).
+	 * w->n_cols (multiples of 32 for quantised weights), and part p =
+	 * W[:, cols[p] .. cols[p + 1] - 1] · x[:, the same], computed as
+	 * matmul computes a matrix of just those columns.  x: (n,
+	 * w->n_cols).  sum 0: out (n_parts, n, w->n_rows), the parts; sum 1:
+	 * out (n, w->n_rows), the parts summed in order (((p_0 + p_1) + p_2)
+	 * + ..), bit for bit the sum add_parts adds.
 	 */
 	void (*matmul_parts)(struct pg_backend *be, const struct pg_matrix *w,
 			     const float *x, int n, int n_parts,
-			     const int64_t *cols, float *parts);
+			     const int64_t *cols, int sum, float *out);
 
 	/*
 	 * add_parts - optional (exact_parallel): x[i] += (((p_0[i] + p_1[i])

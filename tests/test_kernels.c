@@ -305,7 +305,7 @@ static void check_matmul_parts(void)
 			for (int i = 0; i < n_bes; i++) {
 				struct pg_backend *be = bes[i];
 
-				be->ops->matmul_parts(be, &m, x, n, NP, cols, parts);
+				be->ops->matmul_parts(be, &m, x, n, NP, cols, 0, parts);
 				for (int p = 0; p < NP; p++) {
 					int64_t w = cols[p + 1] - cols[p];
 					struct pg_matrix v = m;
@@ -334,11 +334,18 @@ static void check_matmul_parts(void)
 				CHECK(!memcmp(got, y, ny * 4),
 				      "add_parts %s n=%d on %s: not the parts summed in order",
 				      pg_dtype_name(m.type), n, be_name(be));
+				/* summed in the loops: the same sum */
+				be->ops->matmul_parts(be, &m, x, n, NP, cols, 1, got);
+				for (size_t e = 0; e < ny; e++)
+					got[e] += acc[e];
+				CHECK(!memcmp(got, y, ny * 4),
+				      "matmul_parts %s n=%d on %s: summed parts differ from add_parts'",
+				      pg_dtype_name(m.type), n, be_name(be));
 			}
 			free(wf), free((void *)m.data), free(x), free(xs);
 			free(parts), free(y), free(acc), free(got), free(t);
 		}
-	printf("matmul_parts, add_parts: 6 types, 4 parts, n = 1, 2, 7, 33, bit for bit\n");
+	printf("matmul_parts (apart and summed), add_parts: 6 types, 4 parts, n = 1, 2, 7, 33, bit for bit\n");
 }
 
 /* ---- get_rows ---- */
@@ -574,43 +581,55 @@ static void attn_ref(const struct attn_case *ac, const float *kf,
 }
 
 /*
- * The two lanes of kv (halves of every page's slots), each with its lse,
- * merged: the whole attention again, and their lse together the whole
- * one's (a lane that read the other's slots too would add log 2).
+ * Attention in two lanes (halves of every page's slots): close to the
+ * whole attention, and bit for bit what two CP ranks give, each holding
+ * one half in a store of its own (copied here from kv), after attn_merge.
  */
 static void check_lanes(struct pg_backend *be, const struct pg_kv_layout *kv,
-			int block, const float *q, const struct pg_attn_heads *hs,
+			int n_pages, int block, const float *q,
+			const struct pg_attn_heads *hs,
 			const struct pg_attn_seq *seqs, int n_seqs, size_t qsz,
 			const double *want, const char *what)
 {
 	size_t nrh = qsz / (size_t)kv->head_dim, part = qsz + nrh;
-	int rows = (int)(nrh / (size_t)hs->n_heads);
-	float *parts = xmalloc(2 * part * 4), *lse = xmalloc(nrh * 4);
-	float *out = xmalloc(qsz * 4);
+	int rows = (int)(nrh / (size_t)hs->n_heads), lt = kv->page_tokens / 2;
+	size_t eb = pg_dtype_block_bytes(kv->type);
+	size_t run = (size_t)lt * (size_t)kv->head_dim * eb;
+	float *parts = xmalloc(2 * part * 4), *out = xmalloc(qsz * 4);
+	float *lanes = xmalloc(qsz * 4);
 	float scale = 1.0f / sqrtf((float)kv->head_dim);
-	struct pg_kv_layout lv = *kv;
-	double e, worst = 0;
+	struct pg_kv_layout lv = *kv, cp = *kv;
+	double e;
 
-	be->ops->attention(be, kv, block, q, hs, seqs, n_seqs, scale, out, lse);
 	lv.lanes = 2;
-	for (lv.lane = 0; lv.lane < 2; lv.lane++)
-		be->ops->attention(be, &lv, block, q, hs, seqs, n_seqs, scale,
-				   parts + lv.lane * part,
-				   parts + lv.lane * part + qsz);
-	be->ops->attn_merge(be, parts, part, 2, rows, hs->n_heads,
-			    kv->head_dim, out);
-	e = nmse(out, want, qsz);
+	be->ops->attention(be, &lv, block, q, hs, seqs, n_seqs, scale, lanes,
+			   NULL);
+	e = nmse(lanes, want, qsz);
 	CHECK(e <= 1e-9, "%s in two lanes on %s: nmse %.3g", what,
 	      be_name(be), e);
-	for (size_t i = 0; i < nrh; i++) {
-		double a = parts[qsz + i], b = parts[part + qsz + i];
-		double m = fmax(a, b), l = m + log(exp(a - m) + exp(b - m));
-
-		worst = fmax(worst, fabs(l - lse[i]));
+	/* CP rank r's store: half r of every page's slots */
+	cp.page_tokens = lt;
+	cp.page_bytes = kv->page_bytes / 2;
+	cp.cp_size = 2;
+	cp.base = xmalloc(cp.page_bytes * (size_t)n_pages);
+	for (cp.cp_rank = 0; cp.cp_rank < 2; cp.cp_rank++) {
+		for (int pg = 0; pg < n_pages; pg++)
+			for (int k = 0; k < kv->n_blocks * 2 * kv->n_kv_heads; k++)
+				memcpy((uint8_t *)cp.base + pg * cp.page_bytes +
+				       (size_t)k * run,
+				       (const uint8_t *)kv->base +
+				       pg * kv->page_bytes + (size_t)k * 2 * run +
+				       (size_t)cp.cp_rank * run, run);
+		be->ops->attention(be, &cp, block, q, hs, seqs, n_seqs, scale,
+				   parts + cp.cp_rank * part,
+				   parts + cp.cp_rank * part + qsz);
 	}
-	CHECK(worst <= 1e-4, "%s in two lanes on %s: their lse together off by %.3g",
-	      what, be_name(be), worst);
-	free(parts), free(lse), free(out);
+	be->ops->attn_merge(be, parts, part, 2, rows, hs->n_heads,
+			    kv->head_dim, out);
+	CHECK(!memcmp(out, lanes, qsz * 4),
+	      "%s in two lanes on %s: not the bits of two CP ranks merged",
+	      what, be_name(be));
+	free(parts), free(out), free(lanes), free(cp.base);
 }
 
 static void check_attn_case(const struct attn_case *ac)
@@ -698,8 +717,8 @@ static void check_attn_case(const struct attn_case *ac)
 				       NULL);
 		compare(what, i, out, want, 1e-9, first, qsz);
 		if (ac->page_tokens % 2 == 0)
-			check_lanes(bes[i], &kv, BLOCK, q, &hs, seqs, ac->n_seqs,
-				    qsz, want, what);
+			check_lanes(bes[i], &kv, n_pages, BLOCK, q, &hs, seqs,
+				    ac->n_seqs, qsz, want, what);
 	}
 	for (int s = 0; s < ac->n_seqs; s++)
 		free(pages[s]);
@@ -725,7 +744,7 @@ static void check_attention(void)
 		check_attn_case(&cases[c]);
 	printf("kv_write, attention: F32/F16/BF16, pages 16 and 7, "
 	       "head_dim 20, 40, 64 and 128, GQA 1, 2, 3, 4; "
-	       "pages of 16 in two lanes\n");
+	       "pages of 16 in two lanes = two CP ranks merged, bit for bit\n");
 }
 
 /* ---- the ISA tables' inner loops, directly ---- */
@@ -812,10 +831,11 @@ static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
 		}
 	if (dot4)
 		for (int j = 0; j < 2; j++)
-			dot4(cols, m.data, m.row_bytes, xq + j * xs, got[1][j]);
+			dot4(cols, m.data, m.row_bytes, xq + j * xs, got[1][j],
+			     NULL);
 	memcpy(got[2], got[1], sizeof(got[1]));
 	if (dot4x2)
-		dot4x2(cols, m.data, m.row_bytes, xq, xs, got[2][0], 4);
+		dot4x2(cols, m.data, m.row_bytes, xq, xs, got[2][0], 4, NULL);
 	for (int v = 0; v < 3; v++)
 		for (int j = 0; j < 2; j++)
 			for (int r = 0; r < 4; r++)
@@ -912,15 +932,14 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	pg_gemm_prep(vt, xq, (int64_t)n * (cols / 32), xp);
 	for (int64_t r = 0; r + 8 <= rows; r += 8)
 		gemm8(cols, (const uint8_t *)m.data + r * m.row_bytes,
-		      m.row_bytes, xp, (size_t)(cols / 32) * PG_GEMM_XP_BYTES(vt),
-		      n, got + r, (size_t)rows, work);
+		      m.row_bytes, xp, n, got + r, (size_t)rows, work, NULL);
 	for (int j = 0; j < n; j++)
 		for (int64_t r = 0; r < rows / 8 * 8; r += 4) {
 			size_t i = (size_t)j * (size_t)rows + (size_t)r;
 			float d4[4];
 
 			dot4(cols, (const uint8_t *)m.data + r * m.row_bytes,
-			     m.row_bytes, xq + (size_t)j * xs, d4);
+			     m.row_bytes, xq + (size_t)j * xs, d4, NULL);
 			if (memcmp(d4, got + i, sizeof(d4)) && !differ++)
 				CHECK(0, "%s gemm8 %s %lldx%lld n=%d: token %d "
 				      "rows %lld..: %.9g vs dot4 %.9g",

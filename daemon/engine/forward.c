@@ -42,8 +42,9 @@
  *    parts too and the sums differ in rounding only.  The price: a TP
  *    rank sends its parts (about PG_PLAN_EXACT_SPLITS / tp vectors a
  *    token) instead of one vector, and each part pays a horizontal sum;
- *  - attention without CP is computed as two lanes, the first and the
- *    second half of every page's slots, merged by attn_merge: what two
+ *  - attention without CP is computed in two lanes, the first and the
+ *    second half of every page's slots, each with its own softmax, merged
+ *    as attn_merge merges CP ranks' parts (pg_kv_layout.lanes): what two
  *    CP ranks compute and merge, since a CP rank's store holds one such
  *    half of every page.  So CP 2 is exact; wider CP merges in another
  *    order (within rounding).
@@ -93,9 +94,8 @@ struct scratch {
 	float *k;		/* (B, nkv * head_dim) */
 	float *v;		/* (B, nkv * head_dim) */
 	float *att;		/* (B, nq * head_dim + nq): output, then lse */
-	float *parts;		/* (cp or lanes, B, nq * head_dim + nq):
-				   gathered, or one part a lane */
-	float *wparts;		/* exact: (this rank's parts, B, n_embd) */
+	float *parts;		/* (cp, B, nq * head_dim + nq) gathered */
+	float *wparts;		/* exact TP: (most parts, B, n_embd) */
 	float *wgath;		/* exact TP: (tp, most parts, B, n_embd) */
 	float *hb;		/* (B, nff) gate, then silu(gate) * up */
 	float *hb2;		/* (B, nff) up */
@@ -557,16 +557,17 @@ static int alloc_scratch(struct pg_forward *fw, struct device *d)
 	size_t q_dim = (size_t)d->nq * hd, kv_dim = (size_t)d->nkv * hd;
 	size_t att = B * (q_dim + (size_t)d->nq);
 	int cp, tp = fw->plan.tp;
-	size_t floats, bytes, mine, all = 0, be = B * (size_t)hp->n_embd;
+	size_t floats, bytes, mine = 0, all = 0, be = B * (size_t)hp->n_embd;
 	struct scratch *s = &d->s;
 	char *a;
 
 	setup_exact(fw, d);
-	cp = fw->plan.cp > d->lanes ? fw->plan.cp : d->lanes;
-	mine = d->max_parts[0] > d->max_parts[1] ? d->max_parts[0] :
-	       d->max_parts[1];	/* 0 unless exact */
-	if (tp > 1)
+	cp = fw->plan.cp;
+	if (tp > 1) {		/* the parts to gather; 0 unless exact */
+		mine = d->max_parts[0] > d->max_parts[1] ? d->max_parts[0] :
+		       d->max_parts[1];
 		all = (size_t)tp * mine;
+	}
 	floats = B * (3 * (size_t)hp->n_embd + q_dim + 2 * kv_dim +
 		      2 * (size_t)d->nff) + att +
 		 (cp > 1 ? (size_t)cp * att : 0) + (mine + all) * be;
@@ -1433,7 +1434,7 @@ static int row_split(struct device *d, const struct pg_matrix *w,
 {
 	const struct pg_backend_ops *ops = d->be->ops;
 	struct scratch *s = &d->s;
-	size_t pf = (size_t)n * (size_t)d->fw->m->hp.n_embd;
+	size_t pf = (size_t)n * (size_t)d->fw->m->hp.n_embd, most;
 	int rc, k = 0;
 
 	if (!d->exact) {
@@ -1443,23 +1444,24 @@ static int row_split(struct device *d, const struct pg_matrix *w,
 		ops->add(d->be, s->x, s->xb2, (int64_t)pf);
 		return 0;
 	}
-	ops->matmul_parts(d->be, w, in, n, d->n_parts[which],
-			  d->part_cols[which], s->wparts);
 	if (!d->tp) {
-		for (; k < d->n_parts[which]; k++)
-			d->part_ptr[k] = s->wparts + (size_t)k * pf;
-	} else {
-		size_t most = (size_t)d->max_parts[which];
-
-		rc = d->tp->ops->all_gather(d->tp, s->wparts,
-					    most * pf * sizeof(float), s->wgath);
-		if (rc)
-			return rc;
-		for (int t = 0; t < d->fw->plan.tp; t++)
-			for (int i = 0; i < d->rank_parts[which][t]; i++)
-				d->part_ptr[k++] = s->wgath +
-					((size_t)t * most + (size_t)i) * pf;
+		/* the parts summed in the kernels, as add_parts would */
+		ops->matmul_parts(d->be, w, in, n, d->n_parts[which],
+				  d->part_cols[which], 1, s->xb2);
+		ops->add(d->be, s->x, s->xb2, (int64_t)pf);
+		return 0;
 	}
+	ops->matmul_parts(d->be, w, in, n, d->n_parts[which],
+			  d->part_cols[which], 0, s->wparts);
+	most = (size_t)d->max_parts[which];
+	rc = d->tp->ops->all_gather(d->tp, s->wparts, most * pf * sizeof(float),
+				    s->wgath);
+	if (rc)
+		return rc;
+	for (int t = 0; t < d->fw->plan.tp; t++)
+		for (int i = 0; i < d->rank_parts[which][t]; i++)
+			d->part_ptr[k++] = s->wgath +
+				((size_t)t * most + (size_t)i) * pf;
 	ops->add_parts(d->be, s->x, d->part_ptr, k, (int64_t)pf);
 	return 0;
 }
@@ -1489,19 +1491,12 @@ static int attention_layer(struct device *d, const struct job *j,
 		  hp->rope_mode);
 	ops->kv_write(be, kv, lb, s->k, s->v, n, s->slots);
 	if (d->lanes > 1) {
-		/* lane by lane, as CP ranks would, then merged as they do */
+		/* in lanes merged as CP ranks' parts are: CP's bits */
 		struct pg_kv_layout lv = *kv;
 
 		lv.lanes = d->lanes;
-		for (lv.lane = 0; lv.lane < d->lanes; lv.lane++) {
-			float *o = s->parts + (size_t)lv.lane * part;
-
-			ops->attention(be, &lv, lb, s->q, &heads, j->aseqs,
-				       j->n_seqs, 1.0f / sqrtf((float)hd), o,
-				       o + (size_t)n * d->nq * hd);
-		}
-		ops->attn_merge(be, s->parts, part, d->lanes, n, d->nq, hd,
-				s->att);
+		ops->attention(be, &lv, lb, s->q, &heads, j->aseqs, j->n_seqs,
+			       1.0f / sqrtf((float)hd), s->att, NULL);
 	} else if (!d->cp) {
 		ops->attention(be, kv, lb, s->q, &heads, j->aseqs, j->n_seqs,
 			       1.0f / sqrtf((float)hd), s->att, NULL);

@@ -16,6 +16,9 @@
 
 #define PG_ATTN_CHUNK 64
 #define PG_ATTN_MAX_HEAD_DIM 1024
+#define PG_ATTN_MAX_LANES 4
+#define PG_ATTN_MAX_MERGE 64	/* CP ranks attn_merge takes (the plan's
+				   devices at most) */
 
 struct attn_ctx {
 	const struct pg_cpu_kernels *k;
@@ -63,15 +66,65 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
 }
 
 /*
+ * Merge n partial attentions of one query over disjoint key sets: out_p
+ * (hd values) with lse_p each, weights exp(lse_p - max) summed in part
+ * order.  One function, not inlined, for attn_merge and for the lanes of
+ * attn_one, so that both round alike: a device's lanes give what CP
+ * ranks give once gathered.
+ */
+static __attribute__((noinline)) void
+merge_parts(const float *const *outs, const float *lses, int n, int hd,
+	    float *o)
+{
+	float mx = -INFINITY, sum = 0.0f;
+
+	for (int p = 0; p < n; p++)
+		mx = lses[p] > mx ? lses[p] : mx;
+	for (int d = 0; d < hd; d++)
+		o[d] = 0.0f;
+	if (mx == -INFINITY)
+		return;
+	for (int p = 0; p < n; p++) {
+		float w;
+
+		if (lses[p] == -INFINITY)
+			continue;
+		w = expf(lses[p] - mx);
+		sum += w;
+		for (int d = 0; d < hd; d++)
+			o[d] += w * outs[p][d];
+	}
+	for (int d = 0; d < hd; d++)
+		o[d] /= sum;
+}
+
+/* out = acc / l and *lse = log sum exp of st, or 0 and -inf when empty. */
+static void attn_finish(const struct attn_state *st, int hd, float *out,
+			float *lse)
+{
+	if (st->l == 0.0f) {
+		for (int i = 0; i < hd; i++)
+			out[i] = 0.0f;
+		*lse = -INFINITY;
+		return;
+	}
+	for (int i = 0; i < hd; i++)
+		out[i] = st->acc[i] / st->l;
+	*lse = st->m + logf(st->l);
+}
+
+/*
  * out = softmax(q K^T * scale) V over the positions 0 .. n_keys - 1 that
  * this store holds: page table entry j covers page_tokens * cp_size
  * positions, of which this store holds the run starting cp_rank *
- * page_tokens (all of them without CP); of that run the view holds the
- * page_tokens / lanes starting at lane * page_tokens / lanes (all of it
- * without lanes).  So a lane of one device's store is read in runs of
- * the same length and order as a CP rank's store of as many ranks as
- * lanes: the same bits.  *lse = log sum exp(scores), or -inf (and out =
- * 0) when no position is held.
+ * page_tokens (all of them without CP).  *lse = log sum exp(scores), or
+ * -inf (and out = 0) when no position is held.
+ *
+ * With lanes (kv->lanes > 1), each lane of that run (page_tokens / lanes
+ * slots) has a softmax of its own, read in runs of the same length and
+ * order as a CP rank's store of one lane, and the lanes are merged as
+ * attn_merge merges CP ranks' parts: the same bits as that many CP ranks.
+ * lse is then NULL.
  */
 static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 		     int n_keys, int kvh, const float *q, float *out,
@@ -80,47 +133,53 @@ static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 	const struct pg_kv_layout *kv = c->kv;
 	int pt = kv->page_tokens, hd = kv->head_dim;
 	int cps = kv->cp_size > 1 ? kv->cp_size : 1;
-	int lt = kv->lanes > 1 ? pt / kv->lanes : pt;
-	int lo = kv->lanes > 1 ? kv->lane * lt : 0;
-	int span = pt * cps, first = (cps > 1 ? kv->cp_rank * pt : 0) + lo;
-	float acc[PG_ATTN_MAX_HEAD_DIM], qr[PG_ATTN_MAX_HEAD_DIM];
-	uint16_t q16[PG_ATTN_MAX_HEAD_DIM];
-	struct attn_state st = { .m = -INFINITY, .l = 0.0f, .acc = acc };
+	int nl = kv->lanes > 1 ? kv->lanes : 1, lt = pt / nl;
+	int span = pt * cps, first = cps > 1 ? kv->cp_rank * pt : 0;
+	float acc[PG_ATTN_MAX_LANES][PG_ATTN_MAX_HEAD_DIM];
+	float qr[PG_ATTN_MAX_HEAD_DIM], lses[PG_ATTN_MAX_LANES];
+	const float *outs[PG_ATTN_MAX_LANES];
+	struct attn_state st[PG_ATTN_MAX_LANES];
 
-	for (int i = 0; i < hd; i++)
-		acc[i] = 0.0f;
+	for (int l = 0; l < nl; l++) {
+		st[l] = (struct attn_state){ .m = -INFINITY, .l = 0.0f,
+					     .acc = acc[l] };
+		for (int i = 0; i < hd; i++)
+			acc[l][i] = 0.0f;
+	}
 	/*
 	 * The keys are stored as F16 (or BF16): q is rounded to the same
 	 * type, so that each score sums exact products of two 16-bit values,
 	 * as llama.cpp and the CUDA backend compute them.
 	 */
 	if (kv->type != PG_F32) {
-		pg_quantize_row(kv->type, q, q16, hd);
-		pg_dequantize_row(kv->type, q16, qr, hd);
+		c->k->round_kv(kv->type, hd, q, qr);
 		q = qr;
 	}
-	for (int j = 0; j * span + first < n_keys; j++) {
-		int p0 = j * span + first;
-		int end = p0 + lt < n_keys ? p0 + lt : n_keys;
+	for (int j = 0; j * span + first < n_keys; j++)
+		for (int l = 0; l < nl; l++) {
+			int p0 = j * span + first + l * lt;
+			int end = p0 + lt < n_keys ? p0 + lt : n_keys;
 
-		for (int p = p0; p < end; p += PG_ATTN_CHUNK) {
-			int n = end - p < PG_ATTN_CHUNK ? end - p : PG_ATTN_CHUNK;
+			for (int p = p0; p < end; p += PG_ATTN_CHUNK) {
+				int n = end - p < PG_ATTN_CHUNK ?
+					end - p : PG_ATTN_CHUNK;
 
-			attn_run(c, kvh, seq->pages[j] * pt + lo + (p - p0), n,
-				 q, &st);
+				attn_run(c, kvh, seq->pages[j] * pt + l * lt +
+					 (p - p0), n, q, &st[l]);
+			}
 		}
-	}
-	if (st.l == 0.0f) {
-		for (int i = 0; i < hd; i++)
-			out[i] = 0.0f;
-		if (lse)
-			*lse = -INFINITY;
+	if (nl == 1) {
+		float lse1;
+
+		attn_finish(&st[0], hd, out, lse ? lse : &lse1);
 		return;
 	}
-	for (int i = 0; i < hd; i++)
-		out[i] = acc[i] / st.l;
-	if (lse)
-		*lse = st.m + logf(st.l);
+	/* each lane as a CP rank would store it, then attn_merge's merge */
+	for (int l = 0; l < nl; l++) {
+		attn_finish(&st[l], hd, acc[l], &lses[l]);
+		outs[l] = acc[l];
+	}
+	merge_parts(outs, lses, nl, hd, out);
 }
 
 /* Query heads h0 .. h1 - 1 of one row, in order: heads sharing a KV head
@@ -189,40 +248,26 @@ void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
 
 /*
  * Merge partial attentions: per (row, head), weights exp(lse_p - max) in
- * part order, so every rank that merges the same parts gets the same bits.
- * Cheap (rows × heads × head_dim × parts): run on the caller's thread.
+ * part order (merge_parts), so every rank that merges the same parts gets
+ * the same bits.  Cheap (rows × heads × head_dim × parts): run on the
+ * caller's thread.
  */
 void pg_cpu_attn_merge(struct pg_backend *be, const float *parts,
 		       size_t part_floats, int n_parts, int rows, int n_heads,
 		       int head_dim, float *out)
 {
 	size_t n_rh = (size_t)rows * (size_t)n_heads, hd = (size_t)head_dim;
+	const float *outs[PG_ATTN_MAX_MERGE];
+	float lses[PG_ATTN_MAX_MERGE];
 
 	(void)be;
 	for (size_t rh = 0; rh < n_rh; rh++) {
-		float mx = -INFINITY, sum = 0.0f, *o = out + rh * hd;
-
-		for (int p = 0; p < n_parts; p++) {
-			float l = parts[(size_t)p * part_floats + n_rh * hd + rh];
-
-			mx = l > mx ? l : mx;
-		}
-		for (size_t d = 0; d < hd; d++)
-			o[d] = 0.0f;
-		if (mx == -INFINITY)
-			continue;
 		for (int p = 0; p < n_parts; p++) {
 			const float *part = parts + (size_t)p * part_floats;
-			float l = part[n_rh * hd + rh], w;
 
-			if (l == -INFINITY)
-				continue;
-			w = expf(l - mx);
-			sum += w;
-			for (size_t d = 0; d < hd; d++)
-				o[d] += w * part[rh * hd + d];
+			outs[p] = part + rh * hd;
+			lses[p] = part[n_rh * hd + rh];
 		}
-		for (size_t d = 0; d < hd; d++)
-			o[d] /= sum;
+		merge_parts(outs, lses, n_parts, head_dim, out + rh * hd);
 	}
 }

@@ -155,3 +155,16 @@ float pg_exp_sum_avx2(int n, float *s, float max)
 	}
 	return hsum256(sum) + pg_exp_sum_ref(n - j, s + j, max);
 }
+
+/* F16 through F16C (round to nearest even, as pg_fp32_to_fp16 rounds
+ * finite values); BF16 by the reference. */
+void pg_round_kv_avx2(enum pg_dtype t, int n, const float *x, float *out)
+{
+	int i = 0;
+
+	if (t == PG_F16)
+		for (; i + 8 <= n; i += 8)
+			_mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(
+				_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+	pg_round_kv_ref(t, n - i, x + i, out + i);
+}

@@ -22,19 +22,53 @@
 typedef float (*pg_dot_fn)(int64_t n, const void *w, const void *x);
 
 /*
+ * Where the multi-row loops below close a part of the columns
+ * (matmul_parts): n parts, part p being blocks end[p - 1] .. end[p] - 1
+ * (end[-1] taken as 0; end[n - 1] = all the blocks), its outputs `stride`
+ * floats after part p - 1's.  The loops restart their accumulators at
+ * each part and sum it up as they sum a whole row, so part p is bit for
+ * bit what a matrix of just its columns gives; they still stream and
+ * prefetch whole rows.  With sum set, every part goes to part 0's
+ * outputs, added in order (((p0 + p1) + p2) ..), and stride is unused.
+ * NULL: one part.
+ */
+struct pg_cuts {
+	int n;
+	const int64_t *end;
+	size_t stride;
+	int sum;
+};
+
+/* Where part p's outputs go: out, or stride floats a part further. */
+static inline float *pg_cuts_out(const struct pg_cuts *cuts, int p,
+				 float *out)
+{
+	return cuts && !cuts->sum ? out + (size_t)p * cuts->stride : out;
+}
+
+/* Store v as part p's output at o: added to the earlier parts' when sum. */
+static inline void pg_cuts_store(const struct pg_cuts *cuts, int p, float *o,
+				 float v)
+{
+	*o = p && cuts->sum ? *o + v : v;
+}
+
+/*
  * The same for 4 weight rows at once (rows w, w + w_stride, ...; stride in
- * bytes) into out[0..3]: the activation block is loaded once for all four.
+ * bytes) into out[0..3] (and out[p * stride + 0..3] for part p of cuts):
+ * the activation block is loaded once for all four.
  */
 typedef void (*pg_dot4_fn)(int64_t n, const void *w, size_t w_stride,
-			   const void *x, float *out);
+			   const void *x, float *out,
+			   const struct pg_cuts *cuts);
 
 /*
  * A tile of 4 weight rows x 2 tokens: out[t * out_stride + r] = row r . x_t,
- * rows w_stride bytes apart, tokens x_stride bytes apart.
+ * rows w_stride bytes apart, tokens x_stride bytes apart; parts as dot4.
  */
 typedef void (*pg_dot4x2_fn)(int64_t n, const void *w, size_t w_stride,
 			     const void *x, size_t x_stride, float *out,
-			     size_t out_stride);
+			     size_t out_stride, const struct pg_cuts *cuts);
 
 /*
  * 8 weight rows (w_stride bytes apart) x n_tok tokens: out[t * out_stride
@@ -42,12 +76,13 @@ typedef void (*pg_dot4x2_fn)(int64_t n, const void *w, size_t w_stride,
  * each half of the rows; the weights repacked once for all tokens into
  * work (n / 32 * PG_GEMM8_WORK bytes, 32-byte aligned).  xp: the tokens'
  * quantised rows as pg_gemm_prep lays them out, PG_GEMM_XP_BYTES(vec
- * type) bytes a block, n / 32 blocks a token, token t at xp + t *
- * xp_stride bytes.
+ * type) bytes a block, n / 32 blocks a token, tokens one after another;
+ * parts as dot4.
  */
 typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
-			    const void *xp, size_t xp_stride, int n_tok,
-			    float *out, size_t out_stride, void *work);
+			    const void *xp, int n_tok, float *out,
+			    size_t out_stride, void *work,
+			    const struct pg_cuts *cuts);
 #define PG_GEMM8_WORK 320
 #define PG_GEMM_XP_BYTES(vt) ((vt) == PG_Q8_1 ? 40 : 72)
 
@@ -94,6 +129,8 @@ struct pg_cpu_kernels {
 			    const void *v, float *acc);
 	/* s[j] = exp(s[j] - max) for n values; returns their sum */
 	float (*exp_sum)(int n, float *s, float max);
+	/* out[i] = x[i] rounded to KV type t (F16 or BF16) and back, n values */
+	void (*round_kv)(enum pg_dtype t, int n, const float *x, float *out);
 	/* gate[i] = silu(gate[i]) * up[i] */
 	void (*silu_mul)(int64_t n, float *gate, const float *up);
 	/* x[i] += y[i] */
@@ -164,6 +201,7 @@ void pg_attn_scores_ref(enum pg_dtype t, int n, int hd, const void *k,
 void pg_attn_values_ref(enum pg_dtype t, int n, int hd, const float *p,
 			const void *v, float *acc);
 float pg_exp_sum_ref(int n, float *s, float max);
+void pg_round_kv_ref(enum pg_dtype t, int n, const float *x, float *out);
 void pg_add_ref(int64_t n, float *x, const float *y);
 
 /* The AVX2 loops the AVX-512 table reuses where 512 bits give nothing. */
@@ -174,26 +212,28 @@ float pg_dot_q8_0_avx2(int64_t n, const void *w, const void *x);
 float pg_dot_q4_0_avx2(int64_t n, const void *w, const void *x);
 float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x);
 void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t w_stride,
-		       const void *x, float *out);
+		       const void *x, float *out, const struct pg_cuts *cuts);
 void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
-		       const void *x, float *out);
+		       const void *x, float *out, const struct pg_cuts *cuts);
 void pg_dot4_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
-		       const void *x, float *out);
+		       const void *x, float *out, const struct pg_cuts *cuts);
 void pg_dot4x2_q8_0_avx2(int64_t n, const void *w, size_t w_stride,
 			 const void *x, size_t x_stride, float *out,
-			 size_t out_stride);
+			 size_t out_stride, const struct pg_cuts *cuts);
 void pg_dot4x2_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
 			 const void *x, size_t x_stride, float *out,
-			 size_t out_stride);
+			 size_t out_stride, const struct pg_cuts *cuts);
 void pg_dot4x2_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
 			 const void *x, size_t x_stride, float *out,
-			 size_t out_stride);
+			 size_t out_stride, const struct pg_cuts *cuts);
 void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
-			const void *xp, size_t xp_stride, int n_tok, float *out,
-			size_t out_stride, void *work);
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
 void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
-			const void *xp, size_t xp_stride, int n_tok, float *out,
-			size_t out_stride, void *work);
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
 void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n);
 void pg_axpy_f32_avx2(int n, float a, const void *v, float *acc);
@@ -210,6 +250,7 @@ void pg_attn_scores_avx2(enum pg_dtype t, int n, int hd, const void *k,
 void pg_attn_values_avx2(enum pg_dtype t, int n, int hd, const float *p,
 			 const void *v, float *acc);
 float pg_exp_sum_avx2(int n, float *s, float max);
+void pg_round_kv_avx2(enum pg_dtype t, int n, const float *x, float *out);
 
 /* The ops, one per file. */
 void pg_cpu_get_rows(struct pg_backend *be, const struct pg_matrix *m,
@@ -220,7 +261,7 @@ void pg_cpu_matmul(struct pg_backend *be, const struct pg_matrix *w,
 		   const float *x, int n, const float *bias, float *y);
 void pg_cpu_matmul_parts(struct pg_backend *be, const struct pg_matrix *w,
 			 const float *x, int n, int n_parts,
-			 const int64_t *cols, float *parts);
+			 const int64_t *cols, int sum, float *out);
 void pg_cpu_rope(struct pg_backend *be, float *x, int n, int n_heads,
 		 int head_dim, int n_rot, const int32_t *pos,
 		 float freq_base, enum pg_rope_mode mode);

@@ -88,72 +88,83 @@ static inline __m256i block_dot(enum tile_kind k, __m256i wq, __m256i xq)
 static inline __attribute__((always_inline)) void
 tile_4x2(enum tile_kind k, int64_t n, const void *w,
 			    size_t ws, const void *x, size_t xs, float *out,
-			    size_t os)
+			    size_t os, const struct pg_cuts *cuts)
 {
-	__m256 acc[2][4], ms[2];
 	const uint8_t *wp = w, *xp = x;
+	int np = cuts ? cuts->n : 1;
+	int64_t i = 0;
 
-	for (int t = 0; t < 2; t++) {
-		ms[t] = _mm256_setzero_ps();
-		for (int r = 0; r < 4; r++)
-			acc[t][r] = _mm256_setzero_ps();
-	}
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		const uint8_t *wb = wp + (size_t)i * wblock_bytes(k);
-		const uint8_t *xb = xp + (size_t)i * xblock_bytes(k);
-		__m256 wsc = row_scales(wb, ws);
-		__m256i xq[2];
-		/* products of scales, read back as broadcasts: load ports are
-		 * idle here, shuffle ports are not */
-		float f[2][8] __attribute__((aligned(32)));
+	for (int p = 0; p < np; p++) {
+		int64_t end = cuts ? cuts->end[p] : n / PG_QK;
+		float *o = pg_cuts_out(cuts, p, out);
+		__m256 acc[2][4], ms[2];
 
 		for (int t = 0; t < 2; t++) {
-			const uint8_t *xt = xb + (size_t)t * xs;
-			__m256 ft = _mm256_mul_ps(wsc, tok_scales(xt));
-
-			xq[t] = _mm256_loadu_si256((const void *)(xt + xqs_offset(k)));
-			_mm256_store_ps(f[t], ft);
-			if (k == TILE_Q4_1)
-				ms[t] = _mm256_add_ps(ms[t], ft);
+			ms[t] = _mm256_setzero_ps();
+			for (int r = 0; r < 4; r++)
+				acc[t][r] = _mm256_setzero_ps();
 		}
+		for (; i < end; i++) {
+			const uint8_t *wb = wp + (size_t)i * wblock_bytes(k);
+			const uint8_t *xb = xp + (size_t)i * xblock_bytes(k);
+			__m256 wsc = row_scales(wb, ws);
+			__m256i xq[2];
+			/* products of scales, read back as broadcasts: load
+			 * ports are idle here, shuffle ports are not */
+			float f[2][8] __attribute__((aligned(32)));
+
+			for (int t = 0; t < 2; t++) {
+				const uint8_t *xt = xb + (size_t)t * xs;
+				__m256 ft = _mm256_mul_ps(wsc, tok_scales(xt));
+
+				xq[t] = _mm256_loadu_si256((const void *)(xt + xqs_offset(k)));
+				_mm256_store_ps(f[t], ft);
+				if (k == TILE_Q4_1)
+					ms[t] = _mm256_add_ps(ms[t], ft);
+			}
 #pragma GCC unroll 4
-		for (int r = 0; r < 4; r++) {
-			__m256i wq = wquants(k, wb + (size_t)r * ws);
+			for (int r = 0; r < 4; r++) {
+				__m256i wq = wquants(k, wb + (size_t)r * ws);
 
 #pragma GCC unroll 2
-			for (int t = 0; t < 2; t++) {
-				__m256i p = block_dot(k, wq, xq[t]);
+				for (int t = 0; t < 2; t++) {
+					__m256i q = block_dot(k, wq, xq[t]);
 
-				acc[t][r] = _mm256_fmadd_ps(
-					_mm256_broadcast_ss(&f[t][2 * r]),
-					_mm256_cvtepi32_ps(p), acc[t][r]);
+					acc[t][r] = _mm256_fmadd_ps(
+						_mm256_broadcast_ss(&f[t][2 * r]),
+						_mm256_cvtepi32_ps(q), acc[t][r]);
+				}
 			}
 		}
-	}
-	for (int t = 0; t < 2; t++) {
-		float m[8];
+		for (int t = 0; t < 2; t++) {
+			float m[8];
 
-		_mm256_storeu_ps(m, ms[t]);
-		for (int r = 0; r < 4; r++)
-			out[(size_t)t * os + (size_t)r] = hsum256(acc[t][r]) +
-				(k == TILE_Q4_1 ? m[2 * r + 1] : 0.0f);
+			_mm256_storeu_ps(m, ms[t]);
+			for (int r = 0; r < 4; r++)
+				pg_cuts_store(cuts, p, &o[(size_t)t * os + (size_t)r],
+					      hsum256(acc[t][r]) +
+					      (k == TILE_Q4_1 ? m[2 * r + 1] : 0.0f));
+		}
 	}
 }
 
 void pg_dot4x2_q8_0_avx2(int64_t n, const void *w, size_t ws, const void *x,
-			 size_t xs, float *out, size_t os)
+			 size_t xs, float *out, size_t os,
+			 const struct pg_cuts *cuts)
 {
-	tile_4x2(TILE_Q8_0, n, w, ws, x, xs, out, os);
+	tile_4x2(TILE_Q8_0, n, w, ws, x, xs, out, os, cuts);
 }
 
 void pg_dot4x2_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *x,
-			 size_t xs, float *out, size_t os)
+			 size_t xs, float *out, size_t os,
+			 const struct pg_cuts *cuts)
 {
-	tile_4x2(TILE_Q4_0, n, w, ws, x, xs, out, os);
+	tile_4x2(TILE_Q4_0, n, w, ws, x, xs, out, os, cuts);
 }
 
 void pg_dot4x2_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *x,
-			 size_t xs, float *out, size_t os)
+			 size_t xs, float *out, size_t os,
+			 const struct pg_cuts *cuts)
 {
-	tile_4x2(TILE_Q4_1, n, w, ws, x, xs, out, os);
+	tile_4x2(TILE_Q4_1, n, w, ws, x, xs, out, os, cuts);
 }

@@ -186,55 +186,71 @@ static inline void prefetch_group(const void *w, size_t stride, int64_t i,
 		_mm_prefetch(ahead + o, _MM_HINT_T0);
 }
 
+/* Part p of cuts: its last block (exclusive) and where its outputs go. */
+static inline int64_t part_end(const struct pg_cuts *cuts, int p, int64_t nb)
+{
+	return cuts ? cuts->end[p] : nb;
+}
+
 void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t stride,
-		       const void *x, float *out)
+		       const void *x, float *out, const struct pg_cuts *cuts)
 {
 	const struct pg_block_q8_0 *b = x;
-	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
-			  _mm256_setzero_ps(), _mm256_setzero_ps() };
+	int64_t i = 0;
 
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		__m256i qy = _mm256_loadu_si256((const void *)b[i].qs);
-		float dy = h2f(b[i].d);
+	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+		__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
+				  _mm256_setzero_ps(), _mm256_setzero_ps() };
+		float *o = pg_cuts_out(cuts, p, out);
 
-		prefetch_group(w, stride, i, sizeof(struct pg_block_q8_0));
+		for (int64_t end = part_end(cuts, p, n / PG_QK); i < end; i++) {
+			__m256i qy = _mm256_loadu_si256((const void *)b[i].qs);
+			float dy = h2f(b[i].d);
+
+			prefetch_group(w, stride, i, sizeof(struct pg_block_q8_0));
 #pragma GCC unroll 4
-		for (int r = 0; r < 4; r++) {
-			const struct pg_block_q8_0 *a =
-				ROW(struct pg_block_q8_0, w, r, stride) + i;
-			__m256i p = dot_s8s8(_mm256_loadu_si256((const void *)a->qs), qy);
+			for (int r = 0; r < 4; r++) {
+				const struct pg_block_q8_0 *a =
+					ROW(struct pg_block_q8_0, w, r, stride) + i;
+				__m256i q = dot_s8s8(_mm256_loadu_si256((const void *)a->qs), qy);
 
-			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a->d) * dy),
-						 _mm256_cvtepi32_ps(p), acc[r]);
+				acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a->d) * dy),
+							 _mm256_cvtepi32_ps(q), acc[r]);
+			}
 		}
+		for (int r = 0; r < 4; r++)
+			pg_cuts_store(cuts, p, &o[r], hsum256(acc[r]));
 	}
-	for (int r = 0; r < 4; r++)
-		out[r] = hsum256(acc[r]);
 }
 
 void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t stride,
-		       const void *x, float *out)
+		       const void *x, float *out, const struct pg_cuts *cuts)
 {
 	const struct pg_block_q8_0 *b = x;
-	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
-			  _mm256_setzero_ps(), _mm256_setzero_ps() };
+	int64_t i = 0;
 
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		float dy = h2f(b[i].d);
+	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+		__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
+				  _mm256_setzero_ps(), _mm256_setzero_ps() };
+		float *o = pg_cuts_out(cuts, p, out);
 
-		prefetch_group(w, stride, i, sizeof(struct pg_block_q4_0));
+		for (int64_t end = part_end(cuts, p, n / PG_QK); i < end; i++) {
+			float dy = h2f(b[i].d);
+
+			prefetch_group(w, stride, i, sizeof(struct pg_block_q4_0));
 #pragma GCC unroll 4
-		for (int r = 0; r < 4; r++) {
-			const struct pg_block_q4_0 *a =
-				ROW(struct pg_block_q4_0, w, r, stride) + i;
-			__m256i p = dot_q4_0_block(a, &b[i]);
+			for (int r = 0; r < 4; r++) {
+				const struct pg_block_q4_0 *a =
+					ROW(struct pg_block_q4_0, w, r, stride) + i;
+				__m256i q = dot_q4_0_block(a, &b[i]);
 
-			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a->d) * dy),
-						 _mm256_cvtepi32_ps(p), acc[r]);
+				acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a->d) * dy),
+							 _mm256_cvtepi32_ps(q), acc[r]);
+			}
 		}
+		for (int r = 0; r < 4; r++)
+			pg_cuts_store(cuts, p, &o[r], hsum256(acc[r]));
 	}
-	for (int r = 0; r < 4; r++)
-		out[r] = hsum256(acc[r]);
 }
 
 /*
@@ -243,33 +259,39 @@ void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t stride,
  * second lane collects the minimum terms.
  */
 void pg_dot4_q4_1_avx2(int64_t n, const void *w, size_t stride,
-		       const void *x, float *out)
+		       const void *x, float *out, const struct pg_cuts *cuts)
 {
 	const struct pg_block_q8_1 *b = x;
-	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
-			  _mm256_setzero_ps(), _mm256_setzero_ps() };
-	__m128 ms[4] = { _mm_setzero_ps(), _mm_setzero_ps(),
-			 _mm_setzero_ps(), _mm_setzero_ps() };
+	int64_t i = 0;
 
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		__m256i qy = _mm256_loadu_si256((const void *)b[i].qs);
-		__m128 ds = load_f16x2(&b[i].d);
+	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+		__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
+				  _mm256_setzero_ps(), _mm256_setzero_ps() };
+		__m128 ms[4] = { _mm_setzero_ps(), _mm_setzero_ps(),
+				 _mm_setzero_ps(), _mm_setzero_ps() };
+		float *o = pg_cuts_out(cuts, p, out);
 
-		prefetch_group(w, stride, i, sizeof(struct pg_block_q4_1));
+		for (int64_t end = part_end(cuts, p, n / PG_QK); i < end; i++) {
+			__m256i qy = _mm256_loadu_si256((const void *)b[i].qs);
+			__m128 ds = load_f16x2(&b[i].d);
+
+			prefetch_group(w, stride, i, sizeof(struct pg_block_q4_1));
 #pragma GCC unroll 4
-		for (int r = 0; r < 4; r++) {
-			const struct pg_block_q4_1 *a =
-				ROW(struct pg_block_q4_1, w, r, stride) + i;
-			__m128 f = _mm_mul_ps(load_f16x2(&a->d), ds);
-			__m256i p = dot_u8s8(unpack_nibbles(a->qs), qy);
+			for (int r = 0; r < 4; r++) {
+				const struct pg_block_q4_1 *a =
+					ROW(struct pg_block_q4_1, w, r, stride) + i;
+				__m128 f = _mm_mul_ps(load_f16x2(&a->d), ds);
+				__m256i q = dot_u8s8(unpack_nibbles(a->qs), qy);
 
-			acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
-						 _mm256_cvtepi32_ps(p), acc[r]);
-			ms[r] = _mm_add_ps(ms[r], f);
+				acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
+							 _mm256_cvtepi32_ps(q), acc[r]);
+				ms[r] = _mm_add_ps(ms[r], f);
+			}
 		}
+		for (int r = 0; r < 4; r++)
+			pg_cuts_store(cuts, p, &o[r], hsum256(acc[r]) +
+				      _mm_cvtss_f32(_mm_movehdup_ps(ms[r])));
 	}
-	for (int r = 0; r < 4; r++)
-		out[r] = hsum256(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(ms[r]));
 }
 
 /*

@@ -134,15 +134,17 @@ static inline __m256i bcast4(const uint8_t *p)
 }
 
 /*
- * out[t * os + r] = row r . token t for r < 8, t < n_tok; see the
- * pg_gemm8_fn comment in cpu_impl.h for xp and work.
+ * out[t * os + r] = row r . token t for r < 8, t < n_tok (part p of cuts
+ * at out + p * cuts->stride); see the pg_gemm8_fn comment in cpu_impl.h
+ * for xp and work.
  */
 static inline __attribute__((always_inline)) void
 gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
-      size_t xs, int n_tok, float *out, size_t os, void *work)
+      int n_tok, float *out, size_t os, void *work, const struct pg_cuts *cuts)
 {
 	struct gemm_block *buf = work;
 	int64_t nb = n / PG_QK;
+	int np = cuts ? cuts->n : 1;
 	size_t pb = k == G_Q4_1 ? PG_GEMM_XP_BYTES(PG_Q8_1) :
 		    PG_GEMM_XP_BYTES(PG_Q8_0);
 	__m256i hi16 = _mm256_set1_epi32((int32_t)0xffff0000u);
@@ -150,60 +152,71 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 	for (int64_t i = 0; i < nb; i++)
 		repack(k, w, ws, i, &buf[i]);
 	for (int t = 0; t < n_tok; t++) {
-		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * xs;
-		__m256 acc[8], ms = _mm256_setzero_ps();
+		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
+		int64_t i = 0;
 
-		for (int j = 0; j < 8; j++)
-			acc[j] = _mm256_setzero_ps();
-		for (int64_t i = 0; i < nb; i++, xb += pb) {
-			const struct gemm_block *b = &buf[i];
-			const float *xf = (const float *)(xb + 32);
-			__m256 f = _mm256_mul_ps(b->d, _mm256_broadcast_ss(xf));
+		for (int p = 0; p < np; p++) {
+			int64_t end = cuts ? cuts->end[p] : nb;
+			__m256 acc[8], ms = _mm256_setzero_ps();
+
+			for (int j = 0; j < 8; j++)
+				acc[j] = _mm256_setzero_ps();
+			for (; i < end; i++, xb += pb) {
+				const struct gemm_block *b = &buf[i];
+				const float *xf = (const float *)(xb + 32);
+				__m256 f = _mm256_mul_ps(b->d, _mm256_broadcast_ss(xf));
 
 #pragma GCC unroll 4
-			for (int c = 0; c < 4; c++) {
-				__m256i s = _mm256_add_epi16(
-					_mm256_maddubs_epi16(b->wa[c], bcast4(xb + 8 * c)),
-					_mm256_maddubs_epi16(b->wb[c], bcast4(xb + 8 * c + 4)));
-				__m256i lo = _mm256_slli_epi32(s, 16);
-				__m256i hi = _mm256_and_si256(s, hi16);
+				for (int c = 0; c < 4; c++) {
+					__m256i s = _mm256_add_epi16(
+						_mm256_maddubs_epi16(b->wa[c], bcast4(xb + 8 * c)),
+						_mm256_maddubs_epi16(b->wb[c], bcast4(xb + 8 * c + 4)));
+					__m256i lo = _mm256_slli_epi32(s, 16);
+					__m256i hi = _mm256_and_si256(s, hi16);
 
-				if (k == G_Q4_0) {	/* - 8 x the chunk's sum */
-					lo = _mm256_add_epi32(lo, _mm256_castps_si256(
-						_mm256_broadcast_ss(xf + 2 + c)));
-					hi = _mm256_add_epi32(hi, _mm256_castps_si256(
-						_mm256_broadcast_ss(xf + 6 + c)));
+					if (k == G_Q4_0) {	/* - 8 x the chunk's sum */
+						lo = _mm256_add_epi32(lo, _mm256_castps_si256(
+							_mm256_broadcast_ss(xf + 2 + c)));
+						hi = _mm256_add_epi32(hi, _mm256_castps_si256(
+							_mm256_broadcast_ss(xf + 6 + c)));
+					}
+					acc[c] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(lo),
+								 acc[c]);
+					acc[c + 4] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(hi),
+								     acc[c + 4]);
 				}
-				acc[c] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(lo),
-							 acc[c]);
-				acc[c + 4] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(hi),
-							     acc[c + 4]);
+				if (k == G_Q4_1)
+					ms = _mm256_add_ps(ms, _mm256_mul_ps(b->m,
+							_mm256_broadcast_ss(xf + 1)));
 			}
-			if (k == G_Q4_1)
-				ms = _mm256_add_ps(ms, _mm256_mul_ps(b->m,
-						_mm256_broadcast_ss(xf + 1)));
-		}
-		/* hsum256's order, lane by lane */
-		__m256 s = _mm256_add_ps(
-			_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]),
-				      _mm256_add_ps(acc[2], acc[6])),
-			_mm256_add_ps(_mm256_add_ps(acc[1], acc[5]),
-				      _mm256_add_ps(acc[3], acc[7])));
+			/* hsum256's order, lane by lane */
+			__m256 s = _mm256_add_ps(
+				_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]),
+					      _mm256_add_ps(acc[2], acc[6])),
+				_mm256_add_ps(_mm256_add_ps(acc[1], acc[5]),
+					      _mm256_add_ps(acc[3], acc[7])));
 
-		if (k == G_Q4_1)
-			s = _mm256_add_ps(s, ms);
-		_mm256_storeu_ps(out + (size_t)t * os, s);
+			float *o = pg_cuts_out(cuts, p, out) + (size_t)t * os;
+
+			if (k == G_Q4_1)
+				s = _mm256_add_ps(s, ms);
+			if (p && cuts->sum)	/* the earlier parts, then this */
+				s = _mm256_add_ps(_mm256_loadu_ps(o), s);
+			_mm256_storeu_ps(o, s);
+		}
 	}
 }
 
 void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *xp,
-			size_t xs, int n_tok, float *out, size_t os, void *work)
+			int n_tok, float *out, size_t os, void *work,
+			const struct pg_cuts *cuts)
 {
-	gemm8(G_Q4_0, n, w, ws, xp, xs, n_tok, out, os, work);
+	gemm8(G_Q4_0, n, w, ws, xp, n_tok, out, os, work, cuts);
 }
 
 void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *xp,
-			size_t xs, int n_tok, float *out, size_t os, void *work)
+			int n_tok, float *out, size_t os, void *work,
+			const struct pg_cuts *cuts)
 {
-	gemm8(G_Q4_1, n, w, ws, xp, xs, n_tok, out, os, work);
+	gemm8(G_Q4_1, n, w, ws, xp, n_tok, out, os, work, cuts);
 }

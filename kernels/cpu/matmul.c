@@ -12,12 +12,12 @@
  * instead (rows left over take the tiles).  The dot loops come from the
  * ISA table; this file holds no intrinsics.
  *
- * matmul_parts runs the same loops over runs of the input columns, one
- * output per run ("part"): each part's numbers are those of a matmul of
- * just its columns, since the loops start a part with fresh accumulators
- * and its activations quantise block by block the same way.  forward.c
- * uses it to make one device's row-split products the sum of the very
- * parts TP ranks compute.
+ * matmul_parts runs the same loops over whole rows but closes a part at
+ * each cut of the input columns (struct pg_cuts), one output per part:
+ * each part's numbers are those of a matmul of just its columns, since
+ * the loops start a part with fresh accumulators and its activations
+ * quantise block by block the same way.  forward.c uses it to make one
+ * device's row-split products the sum of the very parts TP ranks compute.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -30,6 +30,7 @@
 #define PG_MM_CHUNKS 8		/* chunks per thread, for load balance */
 #define PG_MM_QUANT_PAR 64	/* blocks per thread worth a parallel run */
 #define PG_MM_GEMM_MIN 4	/* tokens from which gemm8 pays */
+#define PG_MM_MAX_PARTS 64	/* matmul_parts' parts the loops take at once */
 
 struct mm_ctx {
 	const struct pg_cpu_kernels *k;
@@ -45,6 +46,8 @@ struct mm_ctx {
 	int n_parts;		/* runs of columns, each with its own y */
 	const int64_t *cols;	/* (n_parts + 1) their bounds */
 	size_t part_floats;	/* floats from one part's y to the next */
+	int sum;		/* parts summed in order into one y instead */
+	const struct pg_cuts *cuts;	/* the same for the loops, or NULL */
 	pg_dot_fn dot;
 	pg_dot4_fn dot4;	/* or NULL */
 	pg_dot4x2_fn dot4x2;	/* or NULL */
@@ -76,98 +79,74 @@ static void mm_quant_worker(void *arg, int ith, int nth)
 			     c->xp + (size_t)lo * PG_GEMM_XP_BYTES(c->vt));
 }
 
-/* Part p of the columns: where its weights and activations start. */
-struct mm_part {
-	const uint8_t *wd;	/* row 0's first weight of the part */
-	int64_t nc;		/* its columns */
-	size_t xo;		/* its offset in a token's activations, bytes */
-	size_t po;		/* and in a token's gemm8 layout, bytes */
-	float *y;		/* (n, n_rows) its outputs */
-};
-
-static struct mm_part mm_part(const struct mm_ctx *c, int p)
+/*
+ * yt[r0 .. r1 - 1] = rows r0 .. r1 - 1 of W . token xt, 4 rows a call if
+ * we can (every part at once); other rows part by part.
+ */
+static void mm_token(const struct mm_ctx *c, int64_t r0, int64_t r1,
+		     const uint8_t *xt, float *yt)
 {
-	int64_t c0 = c->cols[p];
-
-	return (struct mm_part){
-		.wd = (const uint8_t *)c->w->data +
-		      pg_dtype_row_bytes(c->w->type, (uint64_t)c0),
-		.nc = c->cols[p + 1] - c0,
-		.xo = pg_dtype_row_bytes(c->vt, (uint64_t)c0),
-		.po = (size_t)(c0 / PG_QK) * PG_GEMM_XP_BYTES(c->vt),
-		.y = c->y + (size_t)p * c->part_floats,
-	};
-}
-
-/* yt[r0 .. r1 - 1] = rows r0 .. r1 - 1 of part p of W . token xt, 4 rows
- * a call if we can. */
-static void mm_token(const struct mm_ctx *c, const struct mm_part *p,
-		     int64_t r0, int64_t r1, const uint8_t *xt, float *yt)
-{
+	const uint8_t *wd = c->w->data;
 	size_t rb = c->w->row_bytes;
 	int64_t r = r0;
 
-	xt += p->xo;
 	if (c->dot4)
 		for (; r + 4 <= r1; r += 4)
-			c->dot4(p->nc, p->wd + (size_t)r * rb, rb, xt, yt + r);
-	for (; r < r1; r++)
-		yt[r] = c->dot(p->nc, p->wd + (size_t)r * rb, xt);
+			c->dot4(c->w->n_cols, wd + (size_t)r * rb, rb, xt,
+				yt + r, c->cuts);
+	for (int p = 0; p < c->n_parts && r < r1; p++) {
+		int64_t c0 = c->cols[p], nc = c->cols[p + 1] - c0;
+		const uint8_t *wp = wd + pg_dtype_row_bytes(c->w->type,
+							    (uint64_t)c0);
+		const uint8_t *xp = xt + pg_dtype_row_bytes(c->vt, (uint64_t)c0);
+		float *yp = c->sum ? yt : yt + (size_t)p * c->part_floats;
+
+		for (int64_t q = r; q < r1; q++) {
+			float v = c->dot(nc, wp + (size_t)q * rb, xp);
+
+			yp[q] = p && c->sum ? yp[q] + v : v;
+		}
+	}
 }
 
-/* Tokens t and t + 1 against rows r0 .. r1 - 1 of part p, in 4 x 2 tiles. */
-static void mm_pair(const struct mm_ctx *c, const struct mm_part *p,
-		    int64_t r0, int64_t r1, int t)
+/* Tokens t and t + 1 against rows r0 .. r1 - 1, in 4 x 2 tiles. */
+static void mm_pair(const struct mm_ctx *c, int64_t r0, int64_t r1, int t)
 {
+	const uint8_t *wd = c->w->data;
 	const uint8_t *xt = (const uint8_t *)c->xq + (size_t)t * c->xq_row_bytes;
 	size_t rb = c->w->row_bytes, nr = (size_t)c->w->n_rows;
-	float *yt = p->y + (size_t)t * nr;
+	float *yt = c->y + (size_t)t * nr;
 	int64_t r = r0;
 
 	for (; r + 4 <= r1; r += 4)
-		c->dot4x2(p->nc, p->wd + (size_t)r * rb, rb, xt + p->xo,
-			  c->xq_row_bytes, yt + r, nr);
-	mm_token(c, p, r, r1, xt, yt);
-	mm_token(c, p, r, r1, xt + c->xq_row_bytes, yt + nr);
+		c->dot4x2(c->w->n_cols, wd + (size_t)r * rb, rb, xt,
+			  c->xq_row_bytes, yt + r, nr, c->cuts);
+	mm_token(c, r, r1, xt, yt);
+	mm_token(c, r, r1, xt + c->xq_row_bytes, yt + nr);
 }
 
-/* Rows r0 .. r1 - 1 of part p of W against every token; work: this
- * thread's. */
-static void mm_part_rows(const struct mm_ctx *c, const struct mm_part *p,
-			 int64_t r0, int64_t r1, void *work)
+/* Rows r0 .. r1 - 1 of W against every token; work: this thread's. */
+static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 {
-	size_t nr = (size_t)c->w->n_rows, rb = c->w->row_bytes;
-	int64_t r = r0;
+	int64_t nr = c->w->n_rows, r = r0;
 	int t = 0;
 
 	if (c->xp)
 		for (; r + 8 <= r1; r += 8)
-			c->gemm8(p->nc, p->wd + (size_t)r * rb, rb, c->xp + p->po,
-				 (size_t)(c->w->n_cols / PG_QK) *
-				 PG_GEMM_XP_BYTES(c->vt), c->n, p->y + r, nr,
-				 work);
+			c->gemm8(c->w->n_cols, (const uint8_t *)c->w->data +
+				 (size_t)r * c->w->row_bytes, c->w->row_bytes,
+				 c->xp, c->n, c->y + r, (size_t)nr, work,
+				 c->cuts);
 	if (c->dot4x2)
 		for (; t + 2 <= c->n; t += 2)
-			mm_pair(c, p, r, r1, t);
+			mm_pair(c, r, r1, t);
 	for (; t < c->n; t++)
-		mm_token(c, p, r, r1, (const uint8_t *)c->xq +
-			 (size_t)t * c->xq_row_bytes, p->y + (size_t)t * nr);
-}
-
-/* Rows r0 .. r1 - 1 of W against every token, part by part. */
-static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
-{
-	int64_t nr = c->w->n_rows;
-
-	for (int i = 0; i < c->n_parts; i++) {
-		struct mm_part p = mm_part(c, i);
-
-		mm_part_rows(c, &p, r0, r1, work);
-	}
+		mm_token(c, r, r1, (const uint8_t *)c->xq +
+			 (size_t)t * c->xq_row_bytes, c->y + (size_t)t * nr);
 	if (!c->bias)
 		return;
-	for (int t = 0; t < c->n; t++)
-		for (int64_t r = r0; r < r1; r++)
+	for (t = 0; t < c->n; t++)
+		for (r = r0; r < r1; r++)
 			c->y[(size_t)t * nr + r] += c->bias[r];
 }
 
@@ -318,18 +297,30 @@ static pg_gemm8_fn mm_gemm8_for(const struct pg_cpu_kernels *k,
 /* y = W x (+ bias) in n_parts runs of columns (see mm_ctx). */
 static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	       const float *x, int n, const float *bias, int n_parts,
-	       const int64_t *cols, float *y)
+	       const int64_t *cols, int sum, float *y)
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	enum pg_dtype vt;
+	int64_t end[PG_MM_MAX_PARTS];
+	struct pg_cuts cuts = {
+		.n = n_parts, .end = end,
+		.stride = (size_t)n * (size_t)w->n_rows, .sum = sum,
+	};
 	struct mm_ctx c = {
 		.k = cpu->k, .w = w, .bias = bias, .n_parts = n_parts,
-		.cols = cols, .part_floats = (size_t)n * (size_t)w->n_rows,
+		.cols = cols, .part_floats = cuts.stride, .sum = sum,
+		.cuts = n_parts > 1 ? &cuts : NULL,
 	};
 
+	for (int p = 0; p < n_parts && p < PG_MM_MAX_PARTS; p++)
+		end[p] = cols[p + 1] / PG_QK;
 	c.dot = pg_cpu_dot_for(cpu->k, w->type, &vt);
 	c.dot4 = pg_cpu_dot4_for(cpu->k, w->type);
 	c.dot4x2 = pg_cpu_dot4x2_for(cpu->k, w->type);
+	if (n_parts > PG_MM_MAX_PARTS || vt == PG_F32)
+		c.cuts = NULL;	/* no multi-row loops: dot part by part */
+	if (!c.cuts && n_parts > 1)
+		c.dot4 = NULL, c.dot4x2 = NULL;
 	c.vt = vt;
 	if (vt == PG_F32) {
 		c.xq = x;
@@ -340,7 +331,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 		return;
 	}
 	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 : cpu->k->quant_q8_0;
-	c.gemm8 = mm_gemm8_for(cpu->k, w->type);
+	c.gemm8 = c.dot4 ? mm_gemm8_for(cpu->k, w->type) : NULL;
 	c.xq_row_bytes = pg_dtype_row_bytes(vt, (uint64_t)w->n_cols);
 	mm_quantised(cpu, &c, x, n, y);
 }
@@ -351,13 +342,13 @@ void pg_cpu_matmul(struct pg_backend *be, const struct pg_matrix *w,
 {
 	int64_t cols[2] = { 0, w->n_cols };
 
-	mm(be, w, x, n, bias, 1, cols, y);
+	mm(be, w, x, n, bias, 1, cols, 0, y);
 }
 
-/* parts: (n_parts, n, n_rows); see backend.h */
+/* out: (n_parts, n, n_rows), or (n, n_rows) with sum; see backend.h */
 void pg_cpu_matmul_parts(struct pg_backend *be, const struct pg_matrix *w,
 			 const float *x, int n, int n_parts,
-			 const int64_t *cols, float *parts)
+			 const int64_t *cols, int sum, float *out)
 {
-	mm(be, w, x, n, NULL, n_parts, cols, parts);
+	mm(be, w, x, n, NULL, n_parts, cols, sum, out);
 }

@@ -98,6 +98,13 @@ float pg_exp_sum_ref(int n, float *s, float max)
 	return sum;
 }
 
+void pg_round_kv_ref(enum pg_dtype t, int n, const float *x, float *out)
+{
+	for (int i = 0; i < n; i++)
+		out[i] = t == PG_BF16 ? pg_bf16_to_fp32(pg_fp32_to_bf16(x[i])) :
+			 pg_fp16_to_fp32(pg_fp32_to_fp16(x[i]));
+}
+
 void pg_add_ref(int64_t n, float *x, const float *y)
 {
 	for (int64_t i = 0; i < n; i++)
@@ -123,6 +130,7 @@ const struct pg_cpu_kernels pg_cpu_kernels_scalar = {
 	.attn_scores = pg_attn_scores_ref,
 	.attn_values = pg_attn_values_ref,
 	.exp_sum = pg_exp_sum_ref,
+	.round_kv = pg_round_kv_ref,
 	.silu_mul = pg_silu_mul_ref,
 	.add = pg_add_ref,
 };

@@ -124,6 +124,7 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx512 = {
 	.attn_scores = pg_attn_scores_avx2,
 	.attn_values = pg_attn_values_avx2,
 	.exp_sum = pg_exp_sum_avx2,
+	.round_kv = pg_round_kv_avx2,
 	.silu_mul = pg_silu_mul_avx2,
 	.add = pg_add_avx2,
 };
