@@ -1407,17 +1407,18 @@ static void print_comm(FILE *out, const struct pg_plan *p,
 	uint64_t n_ag = p->cp > 1 ? (uint64_t)f->n_blocks : 0;
 	int hh = max_heads_held(p, f);
 	uint64_t part = 4ull * (uint64_t)(hh * f->head_dim + hh) * (uint64_t)p->cp;
-	/* CPU devices gather partial sums (exact), GPUs all-reduce */
+	/* CPU devices gather partial sums (exact), GPUs all-reduce; bytes
+	 * are what one rank sends */
 	int exact = p->n_devices > 0 && p->dev[0].kind == PG_DEV_CPU;
 	uint64_t tp_bytes = exact && n_ar ?
-		(uint64_t)f->n_blocks * (uint64_t)p->tp *
-		(uint64_t)max_parts_held(p, f) * vec : n_ar * vec;
+		(uint64_t)f->n_blocks * (uint64_t)max_parts_held(p, f) * vec :
+		n_ar * vec;
 	uint64_t total = tp_bytes + (uint64_t)(p->pp - 1) * vec + n_ag * part;
 	char b1[32], b2[32];
 
 	fprintf(out, "\ncommunication per token\n");
 	if (n_ar && exact)
-		fprintf(out, "  TP: %llu all-gathers (2 per block) of partial sums of %s (%d floats) each, up to %d parts a rank and block, summed in one order (one device's bits): %s\n",
+		fprintf(out, "  TP: %llu all-gathers (2 per block) of partial sums of %s (%d floats) each, up to %d a rank and block, summed in one order (one device's bits): %s a rank\n",
 			(unsigned long long)n_ar, fmt_bytes(b1, sizeof(b1), vec),
 			f->n_embd, max_parts_held(p, f), fmt_bytes(b2, sizeof(b2), tp_bytes));
 	else if (n_ar)

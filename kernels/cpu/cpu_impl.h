@@ -46,11 +46,24 @@ static inline float *pg_cuts_out(const struct pg_cuts *cuts, int p,
 	return cuts && !cuts->sum ? out + (size_t)p * cuts->stride : out;
 }
 
-/* Store v as part p's output at o: added to the earlier parts' when sum. */
-static inline void pg_cuts_store(const struct pg_cuts *cuts, int p, float *o,
-				 float v)
+/*
+ * Part p's output v of one row: stored at o, or with sum added to the
+ * earlier parts' in *run, a local the caller stores once every part is in
+ * (so that the running sum stays in a register, not a store and a load
+ * between parts).
+ */
+static inline void pg_cuts_put(const struct pg_cuts *cuts, int p, float *o,
+			       float *run, float v)
 {
-	*o = p && cuts->sum ? *o + v : v;
+	if (cuts && cuts->sum)
+		*run = p ? *run + v : v;
+	else
+		*o = v;
+}
+
+static inline int pg_cuts_summed(const struct pg_cuts *cuts)
+{
+	return cuts && cuts->sum;
 }
 
 /*

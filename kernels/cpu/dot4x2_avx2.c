@@ -93,14 +93,17 @@ tile_4x2(enum tile_kind k, int64_t n, const void *w,
 	const uint8_t *wp = w, *xp = x;
 	int np = cuts ? cuts->n : 1;
 	int64_t i = 0;
+	float run[2][4];
 
 	for (int p = 0; p < np; p++) {
 		int64_t end = cuts ? cuts->end[p] : n / PG_QK;
 		float *o = pg_cuts_out(cuts, p, out);
 		__m256 acc[2][4], ms[2];
 
+#pragma GCC unroll 2
 		for (int t = 0; t < 2; t++) {
 			ms[t] = _mm256_setzero_ps();
+#pragma GCC unroll 4
 			for (int r = 0; r < 4; r++)
 				acc[t][r] = _mm256_setzero_ps();
 		}
@@ -141,11 +144,15 @@ tile_4x2(enum tile_kind k, int64_t n, const void *w,
 
 			_mm256_storeu_ps(m, ms[t]);
 			for (int r = 0; r < 4; r++)
-				pg_cuts_store(cuts, p, &o[(size_t)t * os + (size_t)r],
-					      hsum256(acc[t][r]) +
-					      (k == TILE_Q4_1 ? m[2 * r + 1] : 0.0f));
+				pg_cuts_put(cuts, p, &o[(size_t)t * os + (size_t)r],
+					    &run[t][r], hsum256(acc[t][r]) +
+					    (k == TILE_Q4_1 ? m[2 * r + 1] : 0.0f));
 		}
 	}
+	if (pg_cuts_summed(cuts))
+		for (int t = 0; t < 2; t++)
+			for (int r = 0; r < 4; r++)
+				out[(size_t)t * os + (size_t)r] = run[t][r];
 }
 
 void pg_dot4x2_q8_0_avx2(int64_t n, const void *w, size_t ws, const void *x,

@@ -176,8 +176,13 @@ float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x)
  */
 #define PG_DOT4_AHEAD 2
 
-static inline void prefetch_group(const void *w, size_t stride, int64_t i,
-				  size_t block_bytes)
+/*
+ * always_inline: a prefetch has no side effects, so GCC (12) finds a
+ * function made of prefetches "const" and deletes its calls when it is
+ * not inlined early, as happened when dot4 became a template.
+ */
+static inline __attribute__((always_inline)) void
+prefetch_group(const void *w, size_t stride, int64_t i, size_t block_bytes)
 {
 	const char *ahead = (const char *)w + PG_DOT4_AHEAD * 4 * stride;
 	size_t lo = (size_t)i * 4 * block_bytes, hi = lo + 4 * block_bytes;
@@ -186,71 +191,108 @@ static inline void prefetch_group(const void *w, size_t stride, int64_t i,
 		_mm_prefetch(ahead + o, _MM_HINT_T0);
 }
 
-/* Part p of cuts: its last block (exclusive) and where its outputs go. */
+/* Part p of cuts: its last block (exclusive). */
 static inline int64_t part_end(const struct pg_cuts *cuts, int p, int64_t nb)
 {
 	return cuts ? cuts->end[p] : nb;
 }
 
-void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t stride,
-		       const void *x, float *out, const struct pg_cuts *cuts)
+enum d4_kind { D4_Q8_0, D4_Q4_0, D4_Q4_1 };
+
+/*
+ * One block of one row, a, against the activation block xb (its quants
+ * qy; (d, s) as ds for Q8_1, d as dy for Q8_0): acc += (d_a d_x) x the 8
+ * int32 sums; Q4_1 also *ms += (d_a d_x, m_a s_x).  The one-row dots
+ * above compute the same.
+ */
+static inline __attribute__((always_inline)) __m256
+d4_step(enum d4_kind k, const uint8_t *a, const uint8_t *xb, __m256i qy,
+	__m128 ds, float dy, __m256 acc, __m128 *ms)
 {
-	const struct pg_block_q8_0 *b = x;
+	if (k == D4_Q4_1) {
+		const struct pg_block_q4_1 *wq = (const void *)a;
+		__m128 f = _mm_mul_ps(load_f16x2(&wq->d), ds);
+		__m256i q = dot_u8s8(unpack_nibbles(wq->qs), qy);
+
+		*ms = _mm_add_ps(*ms, f);
+		return _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
+				       _mm256_cvtepi32_ps(q), acc);
+	}
+	if (k == D4_Q4_0) {
+		const struct pg_block_q4_0 *wq = (const void *)a;
+		__m256i q = dot_q4_0_block(wq, (const void *)xb);
+
+		return _mm256_fmadd_ps(_mm256_set1_ps(h2f(wq->d) * dy),
+				       _mm256_cvtepi32_ps(q), acc);
+	}
+	const struct pg_block_q8_0 *wq = (const void *)a;
+	__m256i q = dot_s8s8(_mm256_loadu_si256((const void *)wq->qs), qy);
+
+	return _mm256_fmadd_ps(_mm256_set1_ps(h2f(wq->d) * dy),
+			       _mm256_cvtepi32_ps(q), acc);
+}
+
+
+/*
+ * 4 rows, part by part; the accumulators are named variables, not an
+ * array, so that they stay in registers from one part to the next.
+ */
+static inline __attribute__((always_inline)) void
+dot4(enum d4_kind k, int64_t n, const void *w, size_t stride, const void *x,
+     float *out, const struct pg_cuts *cuts)
+{
+	size_t wb = k == D4_Q8_0 ? sizeof(struct pg_block_q8_0) :
+		    k == D4_Q4_0 ? sizeof(struct pg_block_q4_0) :
+		    sizeof(struct pg_block_q4_1);
+	size_t xbb = k == D4_Q4_1 ? sizeof(struct pg_block_q8_1) :
+		     sizeof(struct pg_block_q8_0);
+	const uint8_t *wp = w, *xp = x;
+	__m128 run = _mm_setzero_ps(), v;
 	int64_t i = 0;
 
 	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
-		__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
-				  _mm256_setzero_ps(), _mm256_setzero_ps() };
-		float *o = pg_cuts_out(cuts, p, out);
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		__m128 m0 = _mm_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
 
 		for (int64_t end = part_end(cuts, p, n / PG_QK); i < end; i++) {
-			__m256i qy = _mm256_loadu_si256((const void *)b[i].qs);
-			float dy = h2f(b[i].d);
+			const uint8_t *xb = xp + (size_t)i * xbb;
+			const uint8_t *wr = wp + (size_t)i * wb;
+			__m256i qy = _mm256_loadu_si256((const void *)
+				(xb + (k == D4_Q4_1 ? 4 : 2)));
+			__m128 ds = k == D4_Q4_1 ?
+				load_f16x2((const uint16_t *)(const void *)xb) :
+				_mm_setzero_ps();
+			float dy = k == D4_Q4_1 ? 0.0f :
+				h2f(((const struct pg_block_q8_0 *)(const void *)xb)->d);
 
-			prefetch_group(w, stride, i, sizeof(struct pg_block_q8_0));
-#pragma GCC unroll 4
-			for (int r = 0; r < 4; r++) {
-				const struct pg_block_q8_0 *a =
-					ROW(struct pg_block_q8_0, w, r, stride) + i;
-				__m256i q = dot_s8s8(_mm256_loadu_si256((const void *)a->qs), qy);
-
-				acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a->d) * dy),
-							 _mm256_cvtepi32_ps(q), acc[r]);
-			}
+			prefetch_group(w, stride, i, wb);
+			a0 = d4_step(k, wr, xb, qy, ds, dy, a0, &m0);
+			a1 = d4_step(k, wr + stride, xb, qy, ds, dy, a1, &m1);
+			a2 = d4_step(k, wr + 2 * stride, xb, qy, ds, dy, a2, &m2);
+			a3 = d4_step(k, wr + 3 * stride, xb, qy, ds, dy, a3, &m3);
 		}
-		for (int r = 0; r < 4; r++)
-			pg_cuts_store(cuts, p, &o[r], hsum256(acc[r]));
+		v = hsum256x4(a0, a1, a2, a3);
+		if (k == D4_Q4_1)	/* the minimum terms */
+			v = _mm_add_ps(v, lane1x4(m0, m1, m2, m3));
+		if (!pg_cuts_summed(cuts))
+			_mm_storeu_ps(pg_cuts_out(cuts, p, out), v);
+		else	/* the earlier parts, then this */
+			run = p ? _mm_add_ps(run, v) : v;
 	}
+	if (pg_cuts_summed(cuts))
+		_mm_storeu_ps(out, run);
+}
+
+void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t stride,
+		       const void *x, float *out, const struct pg_cuts *cuts)
+{
+	dot4(D4_Q8_0, n, w, stride, x, out, cuts);
 }
 
 void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t stride,
 		       const void *x, float *out, const struct pg_cuts *cuts)
 {
-	const struct pg_block_q8_0 *b = x;
-	int64_t i = 0;
-
-	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
-		__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
-				  _mm256_setzero_ps(), _mm256_setzero_ps() };
-		float *o = pg_cuts_out(cuts, p, out);
-
-		for (int64_t end = part_end(cuts, p, n / PG_QK); i < end; i++) {
-			float dy = h2f(b[i].d);
-
-			prefetch_group(w, stride, i, sizeof(struct pg_block_q4_0));
-#pragma GCC unroll 4
-			for (int r = 0; r < 4; r++) {
-				const struct pg_block_q4_0 *a =
-					ROW(struct pg_block_q4_0, w, r, stride) + i;
-				__m256i q = dot_q4_0_block(a, &b[i]);
-
-				acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a->d) * dy),
-							 _mm256_cvtepi32_ps(q), acc[r]);
-			}
-		}
-		for (int r = 0; r < 4; r++)
-			pg_cuts_store(cuts, p, &o[r], hsum256(acc[r]));
-	}
+	dot4(D4_Q4_0, n, w, stride, x, out, cuts);
 }
 
 /*
@@ -261,37 +303,7 @@ void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t stride,
 void pg_dot4_q4_1_avx2(int64_t n, const void *w, size_t stride,
 		       const void *x, float *out, const struct pg_cuts *cuts)
 {
-	const struct pg_block_q8_1 *b = x;
-	int64_t i = 0;
-
-	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
-		__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
-				  _mm256_setzero_ps(), _mm256_setzero_ps() };
-		__m128 ms[4] = { _mm_setzero_ps(), _mm_setzero_ps(),
-				 _mm_setzero_ps(), _mm_setzero_ps() };
-		float *o = pg_cuts_out(cuts, p, out);
-
-		for (int64_t end = part_end(cuts, p, n / PG_QK); i < end; i++) {
-			__m256i qy = _mm256_loadu_si256((const void *)b[i].qs);
-			__m128 ds = load_f16x2(&b[i].d);
-
-			prefetch_group(w, stride, i, sizeof(struct pg_block_q4_1));
-#pragma GCC unroll 4
-			for (int r = 0; r < 4; r++) {
-				const struct pg_block_q4_1 *a =
-					ROW(struct pg_block_q4_1, w, r, stride) + i;
-				__m128 f = _mm_mul_ps(load_f16x2(&a->d), ds);
-				__m256i q = dot_u8s8(unpack_nibbles(a->qs), qy);
-
-				acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
-							 _mm256_cvtepi32_ps(q), acc[r]);
-				ms[r] = _mm_add_ps(ms[r], f);
-			}
-		}
-		for (int r = 0; r < 4; r++)
-			pg_cuts_store(cuts, p, &o[r], hsum256(acc[r]) +
-				      _mm_cvtss_f32(_mm_movehdup_ps(ms[r])));
-	}
+	dot4(D4_Q4_1, n, w, stride, x, out, cuts);
 }
 
 /*

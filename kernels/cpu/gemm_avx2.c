@@ -153,12 +153,15 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 		repack(k, w, ws, i, &buf[i]);
 	for (int t = 0; t < n_tok; t++) {
 		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
+		__m256 run = _mm256_setzero_ps();
 		int64_t i = 0;
 
 		for (int p = 0; p < np; p++) {
 			int64_t end = cuts ? cuts->end[p] : nb;
 			__m256 acc[8], ms = _mm256_setzero_ps();
 
+			/* unrolled: a loop here became a memset of a stack copy */
+#pragma GCC unroll 8
 			for (int j = 0; j < 8; j++)
 				acc[j] = _mm256_setzero_ps();
 			for (; i < end; i++, xb += pb) {
@@ -196,14 +199,16 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 				_mm256_add_ps(_mm256_add_ps(acc[1], acc[5]),
 					      _mm256_add_ps(acc[3], acc[7])));
 
-			float *o = pg_cuts_out(cuts, p, out) + (size_t)t * os;
-
 			if (k == G_Q4_1)
 				s = _mm256_add_ps(s, ms);
-			if (p && cuts->sum)	/* the earlier parts, then this */
-				s = _mm256_add_ps(_mm256_loadu_ps(o), s);
-			_mm256_storeu_ps(o, s);
+			if (!pg_cuts_summed(cuts))
+				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
+						 (size_t)t * os, s);
+			else	/* the earlier parts, then this */
+				run = p ? _mm256_add_ps(run, s) : s;
 		}
+		if (pg_cuts_summed(cuts))
+			_mm256_storeu_ps(out + (size_t)t * os, run);
 	}
 }
 

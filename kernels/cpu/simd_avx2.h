@@ -20,6 +20,35 @@ static inline float hsum256(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
+/*
+ * hsum256 of four vectors at once, bit for bit: lane i = hsum256(a_i).
+ * The lanes meet in hsum256's order ((lo + hi), then lanes 0 + 2 and
+ * 1 + 3, then those two), only side by side, and stay in registers.
+ */
+static inline __m128 hsum256x4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+	__m256 s01 = _mm256_add_ps(_mm256_permute2f128_ps(a0, a1, 0x20),
+				   _mm256_permute2f128_ps(a0, a1, 0x31));
+	__m256 s23 = _mm256_add_ps(_mm256_permute2f128_ps(a2, a3, 0x20),
+				   _mm256_permute2f128_ps(a2, a3, 0x31));
+	__m256 t01 = _mm256_add_ps(s01, _mm256_permute_ps(s01, 0xee));
+	__m256 t23 = _mm256_add_ps(s23, _mm256_permute_ps(s23, 0xee));
+	__m256 u = _mm256_shuffle_ps(t01, t23, 0x44);
+	__m256 v = _mm256_add_ps(u, _mm256_movehdup_ps(u));
+	/* v: a0's sum in lane 0, a2's in 2, a1's in 4, a3's in 6 */
+	__m128 r = _mm_shuffle_ps(_mm256_castps256_ps128(v),
+				  _mm256_extractf128_ps(v, 1), 0x88);
+
+	return _mm_permute_ps(r, 0xd8);	/* (a0, a2, a1, a3) -> in order */
+}
+
+/* Lane 1 of each of four vectors, in order. */
+static inline __m128 lane1x4(__m128 m0, __m128 m1, __m128 m2, __m128 m3)
+{
+	return _mm_shuffle_ps(_mm_shuffle_ps(m0, m1, 0x55),
+			      _mm_shuffle_ps(m2, m3, 0x55), 0x88);
+}
+
 static inline int hsum256_i32(__m256i v)
 {
 	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v),
