@@ -1233,14 +1233,15 @@ void pg_forward_destroy(struct pg_forward *fw)
 			d->be->ops->free(d->be, d->s.lg_all);
 			d->arena = d->s.lg = d->s.lg_all = NULL;
 		}
-		if (d->be)
-			d->be->ops->destroy(d->be);
+		/* communicators first: an NCCL one needs its device's context */
 		if (d->world)
 			d->world->ops->destroy(d->world);
 		if (d->tp)
 			d->tp->ops->destroy(d->tp);
 		if (d->cp)
 			d->cp->ops->destroy(d->cp);
+		if (d->be)
+			d->be->ops->destroy(d->be);
 		free(d->w);
 		if (d->local)
 			numa_free(d->local, d->local_bytes);
