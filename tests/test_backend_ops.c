@@ -68,6 +68,7 @@
 #ifdef HAVE_CUDA_BACKEND
 #include "kernels/cuda/backend_cuda.h"
 #endif
+#include "tests/check.h"
 
 #define MAX_TARGETS 3
 #define MAX_FAMILIES 96
@@ -98,7 +99,7 @@ struct family {
 };
 
 static struct family fams[MAX_FAMILIES];
-static int n_fams, failures;
+static int n_fams;
 static char current[160];	/* the case running, for device errors */
 
 static void die(const char *fmt, ...)
@@ -111,15 +112,6 @@ static void die(const char *fmt, ...)
 	fprintf(stderr, "\n");
 	va_end(ap);
 	exit(1);
-}
-
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-
-	if (!p)
-		die("out of memory (%zu bytes)", n);
-	return p;
 }
 
 static uint32_t rng = 12345;

@@ -12,18 +12,7 @@
 #include <string.h>
 
 #include "daemon/engine/chat.h"
-
-static int n_fail;
-
-#define CHECK(cond, ...)                                                    \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                       \
-			fputc('\n', stderr);                                \
-			n_fail++;                                           \
-		}                                                           \
-	} while (0)
+#include "tests/check.h"
 
 #define SMOL_SYSTEM "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -177,7 +166,7 @@ int main(void)
 	test_llama3();
 	test_llama2();
 	test_errors();
-	if (n_fail)
-		fprintf(stderr, "%d checks failed\n", n_fail);
-	return n_fail ? 1 : 0;
+	if (failures)
+		fprintf(stderr, "%d checks failed\n", failures);
+	return failures ? 1 : 0;
 }

@@ -23,19 +23,9 @@
 #include <time.h>
 
 #include "kernels/cpu/comm_shm.h"
+#include "tests/check.h"
 
 #define MAX_RANKS 5
-
-static atomic_int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);	\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		atomic_fetch_add(&failures, 1);				\
-	}								\
-} while (0)
 
 static int64_t now_ns(void)
 {
@@ -72,17 +62,6 @@ static float rng_float(uint64_t *s)
 
 	memcpy(&f, &u, sizeof(f));
 	return f;
-}
-
-static void *xmalloc(size_t bytes)
-{
-	void *p = malloc(bytes ? bytes : 1);
-
-	if (!p) {
-		fprintf(stderr, "out of memory\n");
-		exit(1);
-	}
-	return p;
 }
 
 /* ---- running a group: one thread per rank, the main thread beside ---- */

@@ -25,22 +25,12 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/comm_nccl.h"
+#include "tests/check.h"
 
 #define MAX_GPUS 8
 #define N_FLOATS (1 << 20)
 #define GATHER_BYTES 4099
 #define RING_BYTES (1 << 20)
-
-static atomic_int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);	\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		atomic_fetch_add(&failures, 1);				\
-	}								\
-} while (0)
 
 struct group {
 	int size;
@@ -53,17 +43,6 @@ struct rank_arg {
 	int rank;
 	pthread_t tid;
 };
-
-static void *xmalloc(size_t bytes)
-{
-	void *p = malloc(bytes);
-
-	if (!p) {
-		fprintf(stderr, "out of memory\n");
-		exit(1);
-	}
-	return p;
-}
 
 /* A device buffer of `bytes`, or exit. */
 static void *dev_alloc(size_t bytes)

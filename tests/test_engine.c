@@ -26,13 +26,8 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/forward.h"
 #include "daemon/engine/model.h"
+#include "tests/check.h"
 #include "tests/gen/ggufgen.h"
-
-static int failures;
-
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; \
-	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
 #define MAX_REQ 64
 #define MAX_GEN 64

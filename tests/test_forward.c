@@ -24,13 +24,8 @@
 #include "daemon/engine/forward.h"
 #include "daemon/engine/generate.h"
 #include "daemon/engine/model.h"
+#include "tests/check.h"
 #include "tests/gen/ggufgen.h"
-
-static int failures;
-
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; \
-	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
 /* ---- the reference ---- */
 

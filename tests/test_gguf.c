@@ -10,13 +10,8 @@
 #include <unistd.h>
 
 #include "daemon/engine/gguf.h"
+#include "tests/check.h"
 #include "tests/gguf_build.h"
-
-static int failures;
-
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; \
-	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
 /* What a case may change in the otherwise valid file. */
 struct spec {

@@ -39,17 +39,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"	/* the ISA tables, for direct checks */
 #include "kernels/cpu/threadpool.h"
-
-static int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);	\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		failures++;						\
-	}								\
-} while (0)
+#include "tests/check.h"
 
 /* The backends under test: every level present, 1 and 2 threads. */
 #define MAX_BE 6
@@ -69,17 +59,6 @@ static void fill(float *x, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		x[i] = frand();
-}
-
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-
-	if (!p) {
-		perror("malloc");
-		exit(1);
-	}
-	return p;
 }
 
 static double nmse(const float *a, const double *b, size_t n)

@@ -12,13 +12,8 @@
 #include <unistd.h>
 
 #include "daemon/engine/model.h"
+#include "tests/check.h"
 #include "tests/gen/ggufgen.h"
-
-static int failures;
-
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; \
-	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
 static void *model_buf;
 static size_t model_len;

@@ -34,13 +34,8 @@
 #include "daemon/engine/model.h"
 #include "daemon/engine/plan.h"
 #include "daemon/engine/tokenizer.h"
+#include "tests/check.h"
 #include "tests/gen/ggufgen.h"
-
-static int failures;
-
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; \
-	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
 #define PT 16		/* KV page tokens */
 #define N_PAGES 64

@@ -12,17 +12,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-
-static int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);	\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		failures++;						\
-	}								\
-} while (0)
+#include "tests/check.h"
 
 static float bits_f32(uint32_t u)
 {

@@ -19,18 +19,7 @@
 #include "daemon/engine/gguf.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
-
-static int n_fail;
-
-#define CHECK(cond, ...)                                                    \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                       \
-			fputc('\n', stderr);                                \
-			n_fail++;                                           \
-		}                                                           \
-	} while (0)
+#include "tests/check.h"
 
 /* ---- helpers ---- */
 
@@ -862,7 +851,7 @@ int main(void)
 	if (access(path, R_OK)) {
 		printf("SKIP: %s is absent (set PAGODA_MODEL or run scripts/fetch-model)\n",
 		       path);
-		return n_fail ? 1 : 77;
+		return failures ? 1 : 77;
 	}
 	rc = gguf_open(path, &f, err, sizeof(err));
 	CHECK(rc == 0, "gguf_open: %s", err);
@@ -880,7 +869,7 @@ int main(void)
 	test_long_runs(t);
 	test_speed(t);
 	pg_tokenizer_free(t);
-	if (n_fail)
-		fprintf(stderr, "%d checks failed\n", n_fail);
-	return n_fail ? 1 : 0;
+	if (failures)
+		fprintf(stderr, "%d checks failed\n", failures);
+	return failures ? 1 : 0;
 }
