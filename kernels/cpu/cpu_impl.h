@@ -61,6 +61,7 @@ static inline void pg_cuts_put(const struct pg_cuts *cuts, int p, float *o,
 		*o = v;
 }
 
+/* Whether the parts go summed into part 0's outputs (cuts->sum). */
 static inline int pg_cuts_summed(const struct pg_cuts *cuts)
 {
 	return cuts && cuts->sum;
