@@ -261,6 +261,74 @@ static int test_tp_split(void)
 	return 0;
 }
 
+/*
+ * The canonical parts of n units of `unit` columns (qb-column blocks):
+ * one device's bounds are increasing, whole blocks, at most
+ * PG_PLAN_EXACT_SPLITS + 1 parts; for each TP size, every rank's parts
+ * (split [t * n / tp, (t + 1) * n / tp)) are whole blocks inside its
+ * share, and put end to end they are one device's parts exactly when tp
+ * divides PG_PLAN_EXACT_SPLITS (and their union of bounds contains one
+ * device's otherwise).  Returns 1 on a failed check.
+ */
+static int check_parts(int n, int unit, int qb)
+{
+	int64_t one[PG_PLAN_EXACT_SPLITS + 2], r[PG_PLAN_EXACT_SPLITS + 2];
+	int64_t all[2 * PG_PLAN_EXACT_SPLITS + 64];
+	int n1 = pg_plan_tp_parts(n, unit, qb, 0, n, one);
+
+	CHECK(n1 >= 1 && n1 <= PG_PLAN_EXACT_SPLITS + 1 && one[0] == 0 &&
+	      one[n1] == (int64_t)n * unit, "n %d unit %d: %d parts", n, unit, n1);
+	for (int i = 0; i < n1; i++)
+		CHECK(one[i] < one[i + 1] && one[i] % qb == 0,
+		      "n %d unit %d: bound %d = %lld", n, unit, i, (long long)one[i]);
+	for (int tp = 1; tp <= 12 && tp <= n; tp++) {
+		int k = 0;
+
+		all[0] = 0;
+		for (int t = 0; t < tp; t++) {
+			int lo = t * n / tp, hi = (t + 1) * n / tp;
+			int m = pg_plan_tp_parts(n, unit, qb, lo, hi, r);
+
+			if (((int64_t)lo * unit) % qb)
+				return 0;	/* a split plan.c refuses */
+			CHECK(m >= 1 && r[0] == 0 && r[m] == (int64_t)(hi - lo) * unit,
+			      "n %d tp %d rank %d: %d parts", n, tp, t, m);
+			for (int i = 1; i <= m; i++)
+				all[++k] = (int64_t)lo * unit + r[i];
+		}
+		if (PG_PLAN_EXACT_SPLITS % tp == 0) {
+			CHECK(k == n1 && !memcmp(all, one, sizeof(int64_t) * (size_t)(k + 1)),
+			      "n %d unit %d tp %d: the ranks' parts are not one device's",
+			      n, unit, tp);
+		} else {
+			for (int i = 0, j = 0; i <= n1; i++) {
+				while (j < k && all[j] < one[i])
+					j++;
+				CHECK(all[j] == one[i], "n %d tp %d: bound %lld missing",
+				      n, tp, (long long)one[i]);
+			}
+		}
+	}
+	return 0;
+}
+
+static int test_tp_parts(void)
+{
+	int64_t c[PG_PLAN_EXACT_SPLITS + 2];
+
+	for (int n = 1; n <= 64; n++)
+		if (check_parts(n, 64, 32) || check_parts(n, 32, 32) ||
+		    check_parts(n, 1, 1) || check_parts(n, 16, 32))
+			return 1;
+	/* SmolLM2: 9 heads of 64 (Wo) and 48 FFN blocks (Wdown) */
+	CHECK(pg_plan_tp_parts(9, 64, 32, 0, 9, c) == 9, "9 heads: one a part");
+	CHECK(pg_plan_tp_parts(48, 32, 32, 0, 48, c) == 12 && c[1] == 128,
+	      "48 blocks: 12 parts of 4");
+	CHECK(pg_plan_tp_parts(9, 64, 32, 4, 9, c) == 5 && c[5] == 5 * 64,
+	      "TP 2 rank 1 of 9 heads: 5 parts");
+	return 0;
+}
+
 /* ---- the stage cut ---- */
 
 static uint64_t max_stage(const uint64_t *cost, int n, uint64_t extra,
@@ -553,6 +621,7 @@ int main(void)
 	test_devices_good();
 	test_devices_bad();
 	test_tp_split();
+	test_tp_parts();
 	test_cut();
 	test_manual();
 	test_auto();
