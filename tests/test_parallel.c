@@ -2,7 +2,7 @@
  * test_parallel.c - parallel plans on CPU devices give what one device
  * gives.
  *
- * For pipeline (PP 2, 3), tensor (TP 2, 3; with KV heads that do not
+ * For pipeline (PP 2, 3), tensor (TP 2, 3, 4; with KV heads that do not
  * divide, so shared ones are replicated), PP 2 × TP 2, context (CP 2) and
  * TP 2 × CP 2 plans, on generated models of uneven shapes (F32, Q8_0 and
  * Q4_1 weights, llama and qwen2) and on the default model when it is there:
@@ -64,8 +64,8 @@ static int have_gpu(void)
 }
 
 static const struct shape shapes[] = {
-	{ 2, 1, 1 }, { 3, 1, 1 }, { 1, 2, 1 }, { 1, 3, 1 }, { 2, 2, 1 },
-	{ 1, 1, 2 }, { 1, 2, 2 },
+	{ 2, 1, 1 }, { 3, 1, 1 }, { 1, 2, 1 }, { 1, 3, 1 }, { 1, 4, 1 },
+	{ 2, 2, 1 }, { 1, 1, 2 }, { 1, 2, 2 },
 };
 
 /* A plan of pp × tp × cp one-thread CPU devices, blocks cut evenly. */
