@@ -158,7 +158,6 @@ struct device {
 	 * part count of every TP rank, and the most any rank has.
 	 */
 	int exact, lanes;
-	int n_parts[2];
 	int64_t part_cols[2][PG_PLAN_EXACT_SPLITS + 2];
 	int rank_parts[2][PG_PLAN_MAX_DEVICES];
 	int max_parts[2];
@@ -530,24 +529,16 @@ static void setup_exact(struct pg_forward *fw, struct device *d)
 	if (!d->exact)
 		return;
 	d->max_parts[0] = d->max_parts[1] = 0;
-	for (int t = 0; t < tp; t++) {
-		int h0, h1, k0, k1, f0, f1, n[2];
-
-		pg_plan_tp_heads(hp->n_heads, hp->n_kv_heads, tp, t, &h0, &h1,
-				 &k0, &k1);
-		pg_plan_tp_ffn(hp->n_ff, qd, tp, t, &f0, &f1);
-		n[0] = pg_plan_tp_parts(hp->n_heads, hd, qo, h0, h1,
-				t == d->t ? d->part_cols[0] : cols);
-		n[1] = pg_plan_tp_parts(hp->n_ff / qd, qd, qd, f0 / qd, f1 / qd,
-				t == d->t ? d->part_cols[1] : cols);
+	for (int t = 0; t < tp; t++)
 		for (int w = 0; w < 2; w++) {
-			d->rank_parts[w][t] = n[w];
-			if (n[w] > d->max_parts[w])
-				d->max_parts[w] = n[w];
+			int n = pg_plan_tp_rank_parts(hp->n_heads, hp->n_kv_heads,
+						      hd, hp->n_ff, w, w ? qd : qo,
+						      tp, t, t == d->t ?
+						      d->part_cols[w] : cols);
+
+			d->rank_parts[w][t] = n;
+			d->max_parts[w] = n > d->max_parts[w] ? n : d->max_parts[w];
 		}
-	}
-	d->n_parts[0] = d->rank_parts[0][d->t];
-	d->n_parts[1] = d->rank_parts[1][d->t];
 }
 
 static int alloc_scratch(struct pg_forward *fw, struct device *d)
@@ -556,13 +547,12 @@ static int alloc_scratch(struct pg_forward *fw, struct device *d)
 	size_t B = (size_t)fw->p.max_batch_tokens, hd = (size_t)hp->head_dim;
 	size_t q_dim = (size_t)d->nq * hd, kv_dim = (size_t)d->nkv * hd;
 	size_t att = B * (q_dim + (size_t)d->nq);
-	int cp, tp = fw->plan.tp;
+	int cp = fw->plan.cp, tp = fw->plan.tp;
 	size_t floats, bytes, mine = 0, all = 0, be = B * (size_t)hp->n_embd;
 	struct scratch *s = &d->s;
 	char *a;
 
 	setup_exact(fw, d);
-	cp = fw->plan.cp;
 	if (tp > 1) {		/* the parts to gather; 0 unless exact */
 		mine = d->max_parts[0] > d->max_parts[1] ? d->max_parts[0] :
 		       d->max_parts[1];
@@ -1447,12 +1437,12 @@ static int row_split(struct device *d, const struct pg_matrix *w,
 	}
 	if (!d->tp) {
 		/* the parts summed in the kernels, as add_parts would */
-		ops->matmul_parts(d->be, w, in, n, d->n_parts[which],
+		ops->matmul_parts(d->be, w, in, n, d->rank_parts[which][d->t],
 				  d->part_cols[which], 1, s->xb2);
 		ops->add(d->be, s->x, s->xb2, (int64_t)pf);
 		return 0;
 	}
-	ops->matmul_parts(d->be, w, in, n, d->n_parts[which],
+	ops->matmul_parts(d->be, w, in, n, d->rank_parts[which][d->t],
 			  d->part_cols[which], 0, s->wparts);
 	most = (size_t)d->max_parts[which];
 	rc = d->tp->ops->all_gather(d->tp, s->wparts, most * pf * sizeof(float),

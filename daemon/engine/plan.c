@@ -557,6 +557,21 @@ int pg_plan_tp_parts(int n, int unit, int qblock, int lo, int hi,
 	return k;
 }
 
+int pg_plan_tp_rank_parts(int n_heads, int n_kv_heads, int head_dim,
+			  int n_ff, int wdown, int qblock, int tp, int t,
+			  int64_t *cols)
+{
+	int h0, h1, k0, k1, f0, f1;
+
+	if (!wdown) {
+		pg_plan_tp_heads(n_heads, n_kv_heads, tp, t, &h0, &h1, &k0, &k1);
+		return pg_plan_tp_parts(n_heads, head_dim, qblock, h0, h1, cols);
+	}
+	pg_plan_tp_ffn(n_ff, qblock, tp, t, &f0, &f1);
+	return pg_plan_tp_parts(n_ff / qblock, qblock, qblock, f0 / qblock,
+				f1 / qblock, cols);
+}
+
 /*
  * Fill stages from the last backwards, each with as many blocks as bound
  * allows (the last stage starts at last_extra).  start[k] = the first block
@@ -1385,18 +1400,17 @@ static int max_parts_held(const struct pg_plan *p,
 			  const struct pg_model_facts *f)
 {
 	int64_t cols[PG_PLAN_EXACT_SPLITS + 2];
-	int h0, h1, k0, k1, f0, f1, qb = f->qblock > 0 ? f->qblock : 1;
-	int most_o = 0, most_d = 0, n;
+	int qb = f->qblock > 0 ? f->qblock : 1, most[2] = { 0, 0 };
 
-	for (int t = 0; t < p->tp; t++) {
-		pg_plan_tp_heads(f->n_heads, f->n_kv_heads, p->tp, t, &h0, &h1, &k0, &k1);
-		pg_plan_tp_ffn(f->n_ff, qb, p->tp, t, &f0, &f1);
-		n = pg_plan_tp_parts(f->n_heads, f->head_dim, qb, h0, h1, cols);
-		most_o = n > most_o ? n : most_o;
-		n = pg_plan_tp_parts(f->n_ff / qb, qb, qb, f0 / qb, f1 / qb, cols);
-		most_d = n > most_d ? n : most_d;
-	}
-	return most_o + most_d;
+	for (int t = 0; t < p->tp; t++)
+		for (int w = 0; w < 2; w++) {
+			int n = pg_plan_tp_rank_parts(f->n_heads, f->n_kv_heads,
+						      f->head_dim, f->n_ff, w,
+						      qb, p->tp, t, cols);
+
+			most[w] = n > most[w] ? n : most[w];
+		}
+	return most[0] + most[1];
 }
 
 static void print_comm(FILE *out, const struct pg_plan *p,

@@ -199,6 +199,17 @@ int pg_plan_tp_parts(int n, int unit, int qblock, int lo, int hi,
 		     int64_t *cols);
 
 /*
+ * pg_plan_tp_rank_parts - TP rank t's canonical parts of Wo (wdown 0:
+ * n_heads heads of head_dim columns, the rank's heads as pg_plan_tp_heads
+ * gives them) or of Wdown (wdown 1: n_ff columns, the rank's as
+ * pg_plan_tp_ffn gives them), cut on qblock-column blocks: cols and the
+ * count as pg_plan_tp_parts gives them.
+ */
+int pg_plan_tp_rank_parts(int n_heads, int n_kv_heads, int head_dim,
+			  int n_ff, int wdown, int qblock, int tp, int t,
+			  int64_t *cols);
+
+/*
  * pg_plan_print - the plan as pagodad --plan shows it: devices, stages and
  * their blocks, memory per device (weights and KV for req's context; req
  * may be NULL for the defaults), the communication per token (bytes and

@@ -47,21 +47,9 @@ static inline float *pg_cuts_out(const struct pg_cuts *cuts, int p,
 }
 
 /*
- * Part p's output v of one row: stored at o, or with sum added to the
- * earlier parts' in *run, a local the caller stores once every part is in
- * (so that the running sum stays in a register, not a store and a load
- * between parts).
+ * Whether the parts go summed into part 0's outputs (cuts->sum); the loops
+ * keep that running sum in a register and store it once every part is in.
  */
-static inline void pg_cuts_put(const struct pg_cuts *cuts, int p, float *o,
-			       float *run, float v)
-{
-	if (cuts && cuts->sum)
-		*run = p ? *run + v : v;
-	else
-		*o = v;
-}
-
-/* Whether the parts go summed into part 0's outputs (cuts->sum). */
 static inline int pg_cuts_summed(const struct pg_cuts *cuts)
 {
 	return cuts && cuts->sum;

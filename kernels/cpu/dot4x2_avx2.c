@@ -93,11 +93,10 @@ tile_4x2(enum tile_kind k, int64_t n, const void *w,
 	const uint8_t *wp = w, *xp = x;
 	int np = cuts ? cuts->n : 1;
 	int64_t i = 0;
-	float run[2][4];
+	__m128 run[2] = { _mm_setzero_ps(), _mm_setzero_ps() };
 
 	for (int p = 0; p < np; p++) {
 		int64_t end = cuts ? cuts->end[p] : n / PG_QK;
-		float *o = pg_cuts_out(cuts, p, out);
 		__m256 acc[2][4], ms[2];
 
 #pragma GCC unroll 2
@@ -139,20 +138,25 @@ tile_4x2(enum tile_kind k, int64_t n, const void *w,
 				}
 			}
 		}
+		/* dot4's epilogue, a token at a time */
 		for (int t = 0; t < 2; t++) {
-			float m[8];
+			__m128 v = hsum256x4(acc[t][0], acc[t][1], acc[t][2],
+					     acc[t][3]);
 
-			_mm256_storeu_ps(m, ms[t]);
-			for (int r = 0; r < 4; r++)
-				pg_cuts_put(cuts, p, &o[(size_t)t * os + (size_t)r],
-					    &run[t][r], hsum256(acc[t][r]) +
-					    (k == TILE_Q4_1 ? m[2 * r + 1] : 0.0f));
+			if (k == TILE_Q4_1)	/* lanes 2r + 1: the minimum terms */
+				v = _mm_add_ps(v, _mm_shuffle_ps(
+					_mm256_castps256_ps128(ms[t]),
+					_mm256_extractf128_ps(ms[t], 1), 0xdd));
+			if (!pg_cuts_summed(cuts))
+				_mm_storeu_ps(pg_cuts_out(cuts, p, out) +
+					      (size_t)t * os, v);
+			else	/* the earlier parts, then this */
+				run[t] = p ? _mm_add_ps(run[t], v) : v;
 		}
 	}
 	if (pg_cuts_summed(cuts))
 		for (int t = 0; t < 2; t++)
-			for (int r = 0; r < 4; r++)
-				out[(size_t)t * os + (size_t)r] = run[t][r];
+			_mm_storeu_ps(out + (size_t)t * os, run[t]);
 }
 
 void pg_dot4x2_q8_0_avx2(int64_t n, const void *w, size_t ws, const void *x,

@@ -87,84 +87,119 @@ float pg_dot_bf16_avx2(int64_t n, const void *w, const void *x)
 }
 
 /*
- * The one-row dots compute exactly what one row of the 4-row dots below
- * does (one accumulator, the same products and order), so that a row's
- * result does not depend on whether matmul reached it in a group of 4 or
- * as a leftover: a TP rank's slice, or a vocabulary slice, puts other
- * rows in the leftovers than one device does.
+ * Quantised dots: one block step (qblock_step) serves the one-row dots and
+ * the 4-row dots, so a row's result is the same bits whichever loop
+ * reached it: a TP rank's slice, or a vocabulary slice, leaves other rows
+ * over for the one-row dot than one device does.
  */
+enum qkind { K_Q8_0, K_Q4_0, K_Q4_1 };
+
+static inline size_t wblock_bytes(enum qkind k)
+{
+	return k == K_Q8_0 ? sizeof(struct pg_block_q8_0) :
+	       k == K_Q4_0 ? sizeof(struct pg_block_q4_0) :
+	       sizeof(struct pg_block_q4_1);
+}
+
+/* An activation block (Q8_1 for Q4_1, else Q8_0): its 32 quants, and its
+ * (d, s) as a pair for Q8_1, its d otherwise. */
+struct xblock {
+	__m256i q;
+	__m128 ds;
+	float d;
+};
+
+static inline __attribute__((always_inline)) struct xblock
+x_block(enum qkind k, const void *x, int64_t i)
+{
+	struct xblock b;
+
+	if (k == K_Q4_1) {
+		const struct pg_block_q8_1 *xb = (const struct pg_block_q8_1 *)x + i;
+
+		b.q = _mm256_loadu_si256((const void *)xb->qs);
+		b.ds = load_f16x2(&xb->d);
+		b.d = 0.0f;
+	} else {
+		const struct pg_block_q8_0 *xb = (const struct pg_block_q8_0 *)x + i;
+
+		b.q = _mm256_loadu_si256((const void *)xb->qs);
+		b.ds = _mm_setzero_ps();
+		b.d = h2f(xb->d);
+	}
+	return b;
+}
+
+/*
+ * One weight block a against activation block x: acc += (d_a d_x) x the
+ * 8 int32 sums of 4 products each; Q4_1 also *ms += (d_a d_x, m_a s_x),
+ * whose second lane collects the minimum terms.
+ */
+static inline __attribute__((always_inline)) __m256
+qblock_step(enum qkind k, const uint8_t *a, const struct xblock *x,
+	    __m256 acc, __m128 *ms)
+{
+	if (k == K_Q4_1) {
+		const struct pg_block_q4_1 *wq = (const void *)a;
+		__m128 f = _mm_mul_ps(load_f16x2(&wq->d), x->ds);
+		__m256i q = dot_u8s8(unpack_nibbles(wq->qs), x->q);
+
+		*ms = _mm_add_ps(*ms, f);
+		return _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
+				       _mm256_cvtepi32_ps(q), acc);
+	}
+	if (k == K_Q4_0) {
+		const struct pg_block_q4_0 *wq = (const void *)a;
+		__m256i q = dot_s8s8(_mm256_sub_epi8(unpack_nibbles(wq->qs),
+						     _mm256_set1_epi8(8)), x->q);
+
+		return _mm256_fmadd_ps(_mm256_set1_ps(h2f(wq->d) * x->d),
+				       _mm256_cvtepi32_ps(q), acc);
+	}
+	const struct pg_block_q8_0 *wq = (const void *)a;
+	__m256i q = dot_s8s8(_mm256_loadu_si256((const void *)wq->qs), x->q);
+
+	return _mm256_fmadd_ps(_mm256_set1_ps(h2f(wq->d) * x->d),
+			       _mm256_cvtepi32_ps(q), acc);
+}
+
+/* One row: w (n / 32 blocks of kind k) . x. */
+static inline __attribute__((always_inline)) float
+dot1(enum qkind k, int64_t n, const void *w, const void *x)
+{
+	__m256 acc = _mm256_setzero_ps();
+	__m128 ms = _mm_setzero_ps();
+	float v;
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		struct xblock xb = x_block(k, x, i);
+
+		acc = qblock_step(k, (const uint8_t *)w + (size_t)i * wblock_bytes(k),
+				  &xb, acc, &ms);
+	}
+	v = hsum256(acc);
+	if (k == K_Q4_1)
+		v += _mm_cvtss_f32(_mm_movehdup_ps(ms));
+	return v;
+}
 
 /* w: (n / 32) Q8_0; x: (n / 32) Q8_0 */
 float pg_dot_q8_0_avx2(int64_t n, const void *w, const void *x)
 {
-	const struct pg_block_q8_0 *a = w, *b = x;
-	__m256 acc = _mm256_setzero_ps();
-
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		__m256i p = dot_s8s8(_mm256_loadu_si256((const void *)a[i].qs),
-				     _mm256_loadu_si256((const void *)b[i].qs));
-
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
-				      _mm256_cvtepi32_ps(p), acc);
-	}
-	return hsum256(acc);
-}
-
-/* One Q4_0 block against one Q8_0 block: 8 partial int32 sums. */
-static inline __m256i dot_q4_0_block(const struct pg_block_q4_0 *a,
-				     const struct pg_block_q8_0 *b)
-{
-	__m256i q = _mm256_sub_epi8(unpack_nibbles(a->qs), _mm256_set1_epi8(8));
-
-	return dot_s8s8(q, _mm256_loadu_si256((const void *)b->qs));
+	return dot1(K_Q8_0, n, w, x);
 }
 
 /* w: (n / 32) Q4_0; x: (n / 32) Q8_0 */
 float pg_dot_q4_0_avx2(int64_t n, const void *w, const void *x)
 {
-	const struct pg_block_q4_0 *a = w;
-	const struct pg_block_q8_0 *b = x;
-	__m256 acc = _mm256_setzero_ps();
-
-	for (int64_t i = 0; i < n / PG_QK; i++)
-		acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
-				      _mm256_cvtepi32_ps(dot_q4_0_block(&a[i], &b[i])),
-				      acc);
-	return hsum256(acc);
-}
-
-/* One Q4_1 block against one Q8_1 block: unsigned nibbles x signed q8. */
-static inline __m256i dot_q4_1_block(const struct pg_block_q4_1 *a,
-				     const struct pg_block_q8_1 *b)
-{
-	return dot_u8s8(unpack_nibbles(a->qs),
-			_mm256_loadu_si256((const void *)b->qs));
+	return dot1(K_Q4_0, n, w, x);
 }
 
 /* w: (n / 32) Q4_1; x: (n / 32) Q8_1.  Minimum terms summed on the side. */
 float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x)
 {
-	const struct pg_block_q4_1 *a = w;
-	const struct pg_block_q8_1 *b = x;
-	__m256 acc = _mm256_setzero_ps();
-	__m128 ms = _mm_setzero_ps();
-
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		__m128 f = _mm_mul_ps(load_f16x2(&a[i].d), load_f16x2(&b[i].d));
-
-		acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
-				      _mm256_cvtepi32_ps(dot_q4_1_block(&a[i], &b[i])),
-				      acc);
-		ms = _mm_add_ps(ms, f);
-	}
-	return hsum256(acc) + _mm_cvtss_f32(_mm_movehdup_ps(ms));
+	return dot1(K_Q4_1, n, w, x);
 }
-
-/*
- * The 4-row dots: block i of the activations against block i of rows
- * w, w + stride, w + 2 stride, w + 3 stride, four accumulators in flight.
- */
-#define ROW(T, w, r, stride) ((const T *)((const uint8_t *)(w) + (r) * (stride)))
 
 /*
  * Decode reads each weight once, from memory, and matmul walks groups of
@@ -191,62 +226,18 @@ prefetch_group(const void *w, size_t stride, int64_t i, size_t block_bytes)
 		_mm_prefetch(ahead + o, _MM_HINT_T0);
 }
 
-/* Part p of cuts: its last block (exclusive). */
-static inline int64_t part_end(const struct pg_cuts *cuts, int p, int64_t nb)
-{
-	return cuts ? cuts->end[p] : nb;
-}
-
-enum d4_kind { D4_Q8_0, D4_Q4_0, D4_Q4_1 };
-
 /*
- * One block of one row, a, against the activation block xb (its quants
- * qy; (d, s) as ds for Q8_1, d as dy for Q8_0): acc += (d_a d_x) x the 8
- * int32 sums; Q4_1 also *ms += (d_a d_x, m_a s_x).  The one-row dots
- * above compute the same.
- */
-static inline __attribute__((always_inline)) __m256
-d4_step(enum d4_kind k, const uint8_t *a, const uint8_t *xb, __m256i qy,
-	__m128 ds, float dy, __m256 acc, __m128 *ms)
-{
-	if (k == D4_Q4_1) {
-		const struct pg_block_q4_1 *wq = (const void *)a;
-		__m128 f = _mm_mul_ps(load_f16x2(&wq->d), ds);
-		__m256i q = dot_u8s8(unpack_nibbles(wq->qs), qy);
-
-		*ms = _mm_add_ps(*ms, f);
-		return _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
-				       _mm256_cvtepi32_ps(q), acc);
-	}
-	if (k == D4_Q4_0) {
-		const struct pg_block_q4_0 *wq = (const void *)a;
-		__m256i q = dot_q4_0_block(wq, (const void *)xb);
-
-		return _mm256_fmadd_ps(_mm256_set1_ps(h2f(wq->d) * dy),
-				       _mm256_cvtepi32_ps(q), acc);
-	}
-	const struct pg_block_q8_0 *wq = (const void *)a;
-	__m256i q = dot_s8s8(_mm256_loadu_si256((const void *)wq->qs), qy);
-
-	return _mm256_fmadd_ps(_mm256_set1_ps(h2f(wq->d) * dy),
-			       _mm256_cvtepi32_ps(q), acc);
-}
-
-
-/*
- * 4 rows, part by part; the accumulators are named variables, not an
- * array, so that they stay in registers from one part to the next.
+ * The 4-row dots: block i of the activations against block i of rows w,
+ * w + stride, w + 2 stride, w + 3 stride, part by part (struct pg_cuts);
+ * the accumulators are named variables, not an array, so that they stay
+ * in registers from one part to the next.
  */
 static inline __attribute__((always_inline)) void
-dot4(enum d4_kind k, int64_t n, const void *w, size_t stride, const void *x,
+dot4(enum qkind k, int64_t n, const void *w, size_t stride, const void *x,
      float *out, const struct pg_cuts *cuts)
 {
-	size_t wb = k == D4_Q8_0 ? sizeof(struct pg_block_q8_0) :
-		    k == D4_Q4_0 ? sizeof(struct pg_block_q4_0) :
-		    sizeof(struct pg_block_q4_1);
-	size_t xbb = k == D4_Q4_1 ? sizeof(struct pg_block_q8_1) :
-		     sizeof(struct pg_block_q8_0);
-	const uint8_t *wp = w, *xp = x;
+	size_t wb = wblock_bytes(k);
+	const uint8_t *wp = w;
 	__m128 run = _mm_setzero_ps(), v;
 	int64_t i = 0;
 
@@ -254,25 +245,18 @@ dot4(enum d4_kind k, int64_t n, const void *w, size_t stride, const void *x,
 		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 		__m128 m0 = _mm_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
 
-		for (int64_t end = part_end(cuts, p, n / PG_QK); i < end; i++) {
-			const uint8_t *xb = xp + (size_t)i * xbb;
+		for (int64_t end = cuts ? cuts->end[p] : n / PG_QK; i < end; i++) {
 			const uint8_t *wr = wp + (size_t)i * wb;
-			__m256i qy = _mm256_loadu_si256((const void *)
-				(xb + (k == D4_Q4_1 ? 4 : 2)));
-			__m128 ds = k == D4_Q4_1 ?
-				load_f16x2((const uint16_t *)(const void *)xb) :
-				_mm_setzero_ps();
-			float dy = k == D4_Q4_1 ? 0.0f :
-				h2f(((const struct pg_block_q8_0 *)(const void *)xb)->d);
+			struct xblock xb = x_block(k, x, i);
 
 			prefetch_group(w, stride, i, wb);
-			a0 = d4_step(k, wr, xb, qy, ds, dy, a0, &m0);
-			a1 = d4_step(k, wr + stride, xb, qy, ds, dy, a1, &m1);
-			a2 = d4_step(k, wr + 2 * stride, xb, qy, ds, dy, a2, &m2);
-			a3 = d4_step(k, wr + 3 * stride, xb, qy, ds, dy, a3, &m3);
+			a0 = qblock_step(k, wr, &xb, a0, &m0);
+			a1 = qblock_step(k, wr + stride, &xb, a1, &m1);
+			a2 = qblock_step(k, wr + 2 * stride, &xb, a2, &m2);
+			a3 = qblock_step(k, wr + 3 * stride, &xb, a3, &m3);
 		}
 		v = hsum256x4(a0, a1, a2, a3);
-		if (k == D4_Q4_1)	/* the minimum terms */
+		if (k == K_Q4_1)	/* the minimum terms */
 			v = _mm_add_ps(v, lane1x4(m0, m1, m2, m3));
 		if (!pg_cuts_summed(cuts))
 			_mm_storeu_ps(pg_cuts_out(cuts, p, out), v);
@@ -286,24 +270,20 @@ dot4(enum d4_kind k, int64_t n, const void *w, size_t stride, const void *x,
 void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t stride,
 		       const void *x, float *out, const struct pg_cuts *cuts)
 {
-	dot4(D4_Q8_0, n, w, stride, x, out, cuts);
+	dot4(K_Q8_0, n, w, stride, x, out, cuts);
 }
 
 void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t stride,
 		       const void *x, float *out, const struct pg_cuts *cuts)
 {
-	dot4(D4_Q4_0, n, w, stride, x, out, cuts);
+	dot4(K_Q4_0, n, w, stride, x, out, cuts);
 }
 
-/*
- * The hot path of Q4_1 models.  Each block's (d, m) and the activation's
- * (d, s) are converted as pairs: (dw dx, mw sx) in one multiply; the
- * second lane collects the minimum terms.
- */
+/* The hot path of Q4_1 models. */
 void pg_dot4_q4_1_avx2(int64_t n, const void *w, size_t stride,
 		       const void *x, float *out, const struct pg_cuts *cuts)
 {
-	dot4(D4_Q4_1, n, w, stride, x, out, cuts);
+	dot4(K_Q4_1, n, w, stride, x, out, cuts);
 }
 
 /*
