@@ -33,6 +33,7 @@
 
 #include "access.h"
 #include "config.h"
+#include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/plan.h"
 #include "log.h"
@@ -52,6 +53,7 @@ enum key_type {
 	T_KV_TYPE,	/* enum pg_dtype: f16, bf16, f32 */
 	T_LOG_LEVEL,	/* int: enum pgd_log_level */
 	T_PARALLEL,	/* int: 1 for auto, 0 for manual */
+	T_NUMERICS,	/* int, enum pg_numerics: pagoda, llama.cpp */
 };
 
 #define F_RELOAD 1u	/* SIGHUP changes it in a running daemon */
@@ -88,6 +90,7 @@ static const struct key keys[] = {
 	  PG_PLAN_MAX_DEVICES, C(cp), F_UNSET, "1, or chosen by parallel = auto" },
 	{ "devices", "threads", "threads", T_INT, 0, 1024, C(threads), F_UNSET,
 	  "2 on the one unpinned CPU device; one per CPU of each device of a plan" },
+	{ "devices", "numerics", "numerics", T_NUMERICS, 0, 1, C(numerics), 0, NULL },
 
 	{ "kv", "ctx_size", "ctx-size", T_INT, 1, MAX_TOKENS, C(ctx_size), F_POOL, NULL },
 	{ "kv", "kv_size", "kv-size", T_SIZE, 1, 1ll << 50, C(kv_bytes),
@@ -417,6 +420,7 @@ static void expected(const struct key *k, char *buf, size_t len)
 	case T_KV_TYPE: snprintf(buf, len, "expected f16, bf16 or f32"); break;
 	case T_LOG_LEVEL: snprintf(buf, len, "expected error, warn, info or debug"); break;
 	case T_PARALLEL: snprintf(buf, len, "expected auto or manual"); break;
+	case T_NUMERICS: snprintf(buf, len, "expected pagoda or llama.cpp"); break;
 	}
 }
 
@@ -505,6 +509,13 @@ static int parse_value(struct pgd_conf *c, const struct key *k, const char *s)
 			return -1;
 		*(int *)v = !strcmp(s, "auto");
 		return 0;
+	case T_NUMERICS:
+		if (strcmp(s, "pagoda") && strcmp(s, "llama.cpp"))
+			return -1;
+		*(int *)v = strcmp(s, "pagoda") ?
+					 PG_NUMERICS_LLAMA_CPP :
+					 PG_NUMERICS_PAGODA;
+		return 0;
 	default:
 		return parse_number(k, s, v);
 	}
@@ -550,6 +561,10 @@ static void format_value(const struct pgd_conf *c, const struct key *k,
 	case T_KV_TYPE: snprintf(buf, len, "%s", kv_type_name(*(const enum pg_dtype *)v)); break;
 	case T_LOG_LEVEL: snprintf(buf, len, "%s", level_names[*(const int *)v]); break;
 	case T_PARALLEL: snprintf(buf, len, "%s", *(const int *)v ? "auto" : "manual"); break;
+	case T_NUMERICS:
+		snprintf(buf, len, "%s", *(const int *)v ==
+			 PG_NUMERICS_LLAMA_CPP ? "llama.cpp" : "pagoda");
+		break;
 	default: buf[0] = '\0'; break;
 	}
 }

@@ -42,6 +42,7 @@ struct pgd_conf {
 	/* [devices] */
 	char *devices;			/* NULL: one CPU device, not pinned */
 	int autoplan;			/* parallel = auto */
+	int numerics;			/* enum pg_numerics: numerics = pagoda | llama.cpp */
 	int pp, tp, cp;			/* 0: not given */
 	int threads;			/* -1: not given (2 without a plan,
 					   else one per CPU of each device) */

@@ -89,6 +89,7 @@ static const struct option long_opts[] = {
 	{ "max-batch-seqs", required_argument, NULL, OPT_KEY },
 	{ "page-tokens", required_argument, NULL, OPT_KEY },
 	{ "kv-type", required_argument, NULL, OPT_KEY },
+	{ "numerics", required_argument, NULL, OPT_KEY },
 	{ "kv-size", required_argument, NULL, OPT_KEY },
 	{ "kv-fraction", required_argument, NULL, OPT_KEY },
 	{ "kv-lock", no_argument, NULL, OPT_KEY },
@@ -169,6 +170,9 @@ static void usage(FILE *out)
 "                            (default manual: the counts given)\n"
 "      --plan                print the plan (devices, stages, memory and\n"
 "                            communication per token) and exit; loads no weights\n"
+"      --numerics pagoda|llama.cpp  pagoda (default): every parallel plan gives\n"
+"                            one device's bits; llama.cpp: one CPU device gives\n"
+"                            llama.cpp's logits bit for bit (AVX2, F16 KV)\n"
 "      --ctx-size N          KV cache capacity in tokens (default 8192)\n"
 "      --kv-size SIZE        KV cache in bytes (K, M, G, T suffixes)\n"
 "      --kv-fraction F       KV cache as a fraction (0..1] of available memory\n"
@@ -693,6 +697,7 @@ static int make_forward(const struct options *o, const struct pg_model *m,
 	fp.n_threads = c->threads >= 0 ? c->threads : 2;
 	fp.max_batch_tokens = c->max_batch_tokens;
 	fp.kv_type = c->kv_type;
+	fp.numerics = c->numerics;
 	fp.kv_bytes = c->kv_bytes;
 	fp.kv_fraction = c->kv_fraction;
 	fp.kv_mem = c->kv_mem;

@@ -38,6 +38,7 @@ path = $tmp/tiny.gguf
 [devices]
 parallel = manual
 threads = 1
+numerics = llama.cpp
 
 [kv]
   kv_size = 256K   ; indented, with an inline comment
@@ -83,11 +84,12 @@ check "--print-config exits 0" test $rc -eq 0
 for kv in "kv_size = 256K" "page_tokens = 8" "kv_type = bf16" "socket_mode = 0600" \
 	"max_payload = 64K" "drain_timeout = 2.5" "log_level = warn" \
 	"allow_users = root" "stats_interval_ms = 250" "threads = 1" \
+	"numerics = llama.cpp" \
 	"path = $tmp/tiny.gguf" "# ctx_size is not used: kv_size gives the pool's size"; do
 	check "--print-config shows '$kv'" has "$tmp/p1" "$kv"
 done
 n_keys=$(grep -c '^\(# \)\{0,1\}[a-z_]* \(=\|is not\)' "$tmp/p1")
-check "--print-config names all 38 keys ($n_keys)" test "$n_keys" -eq 38
+check "--print-config names all 39 keys ($n_keys)" test "$n_keys" -eq 39
 $bin --config "$tmp/p1" --check-config >/dev/null 2>"$tmp/e"; rc=$?
 check "--print-config's output passes --check-config" test $rc -eq 0
 $bin --config "$tmp/p1" --print-config >"$tmp/p2"
@@ -171,6 +173,9 @@ done
 check "a key under an unknown section is not reported again" test "$(grep -c "$bad:28:" "$tmp/e")" -eq 0
 check "the error count: 22 errors" has "$tmp/e" "22 errors in the configuration"
 check "errors: nothing on standard output" test ! -s "$tmp/o"
+$bin --model "$tmp/tiny.gguf" --numerics exact --check-config >/dev/null 2>"$tmp/e"; rc=$?
+check "a bad --numerics: exit 2 (usage)" test $rc -eq 2
+check "a bad --numerics: says what it takes" has "$tmp/e" "--numerics 'exact': expected pagoda or llama.cpp"
 $bin --config "$tmp/bad.conf" --print-config >"$tmp/o" 2>/dev/null; rc=$?
 check "errors: --print-config exits 1 and prints nothing" test $rc -eq 1 -a ! -s "$tmp/o"
 printf '[limits]\nmax_inflight = 4\0junk\n' >"$tmp/nul.conf"

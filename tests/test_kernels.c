@@ -24,6 +24,10 @@
  *     rows 13, 27, 70 for every n in 1..37: each output within 1e-5 of
  *     sum |w x| of the scalar dot, and the matmul's outputs for n tokens
  *     bit-identical to each token's alone.
+ *   - llama.cpp numerics (kernels/cpu/llamacpp.c): each table's attention
+ *     loop and silu bit-identical to the references; the reference
+ *     attention loop within 1e-5 nmse of softmax attention in double (its
+ *     F16 accumulator); its expf within 3e-7 relative of exp in double.
  * The same level on 1 and 2 threads must agree bit for bit: each output is
  * computed by the same code whatever the split.
  * Exits 0 on success, 1 on failure; levels the processor lacks are skipped
@@ -848,6 +852,128 @@ static void check_tables(void)
 	printf("tables: quantisers bit-identical, dots within bounds\n");
 }
 
+/* ---- llama.cpp numerics (llamacpp.c): tables against the references ---- */
+
+/* expf_llama against exp in double, and at its edges. */
+static void check_expf_llama(void)
+{
+	double worst = 0;
+
+	for (int i = 0; i <= 40000; i++) {
+		float x = -87.0f + 175.0f * (float)i / 40000.0f;
+		double want = exp((double)x);
+		double e = fabs(pg_expf_llama(x) - want) / want;
+
+		worst = e > worst ? e : worst;
+	}
+	CHECK(worst < 3e-7, "expf_llama: relative error %.3g (bound 3e-7)", worst);
+	CHECK(pg_expf_llama(0.0f) == 1.0f, "expf_llama(0) = %g",
+	      pg_expf_llama(0.0f));
+	CHECK(pg_expf_llama(-200.0f) == 0.0f, "expf_llama(-200) = %g",
+	      pg_expf_llama(-200.0f));
+	CHECK(isinf(pg_expf_llama(100.0f)), "expf_llama(100) = %g",
+	      pg_expf_llama(100.0f));
+	CHECK(fabs(pg_expf_llama(-100.0f) / exp(-100.0) - 1) < 1e-3,
+	      "expf_llama(-100) = %g, a subnormal", pg_expf_llama(-100.0f));
+}
+
+/*
+ * fa16_run of table k against the reference, bit for bit, over keys fed in
+ * three runs (the state carries), for head sizes with and without a tail
+ * past the last 32 (and not a multiple of 8); and the reference against
+ * softmax attention in double (its F16 accumulator: within 1e-5).
+ */
+static void check_fa16(const struct pg_cpu_kernels *k)
+{
+	enum { NK = 37, MAXD = 128 };
+	static const int hds[] = { 64, 128, 40, 36 };
+	static uint16_t kk[NK * MAXD], vv[NK * MAXD], q16[MAXD];
+	uint16_t a[MAXD], b[MAXD];
+	float out[MAXD];
+	double want[MAXD], sc[NK];
+
+	for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
+		int hd = hds[h], runs[] = { 5, 16, NK - 21 }, j = 0;
+		float ma = -INFINITY, la = 0, mb = -INFINITY, lb = 0, mx = -INFINITY;
+		double sum = 0;
+
+		for (int i = 0; i < NK * hd; i++) {
+			kk[i] = pg_fp32_to_fp16(2.0f * frand());
+			vv[i] = pg_fp32_to_fp16(frand());
+		}
+		for (int i = 0; i < hd; i++) {
+			q16[i] = pg_fp32_to_fp16(frand());
+			a[i] = b[i] = 0;
+		}
+		for (int r = 0; r < 3; j += runs[r], r++) {
+			pg_fa16_run_ref(runs[r], hd, kk + j * hd, vv + j * hd, q16,
+					0.125f, &ma, &la, a);
+			k->fa16_run(runs[r], hd, kk + j * hd, vv + j * hd, q16,
+				    0.125f, &mb, &lb, b);
+		}
+		CHECK(ma == mb && la == lb && !memcmp(a, b, sizeof(uint16_t) * hd),
+		      "%s fa16_run, head size %d: differs from the reference",
+		      pg_cpu_isa_name(k->isa), hd);
+		for (int n = 0; n < NK; n++) {
+			sc[n] = 0;
+			for (int i = 0; i < hd; i++)
+				sc[n] += (double)pg_fp16_to_fp32(kk[n * hd + i]) *
+					 pg_fp16_to_fp32(q16[i]);
+			sc[n] *= 0.125;
+			mx = sc[n] > mx ? (float)sc[n] : mx;
+		}
+		for (int i = 0; i < hd; i++)
+			want[i] = 0;
+		for (int n = 0; n < NK; n++) {
+			double w = exp(sc[n] - mx);
+
+			sum += w;
+			for (int i = 0; i < hd; i++)
+				want[i] += w * pg_fp16_to_fp32(vv[n * hd + i]);
+		}
+		for (int i = 0; i < hd; i++) {
+			want[i] /= sum;
+			out[i] = pg_fp16_to_fp32(a[i]) * (1.0f / la);
+		}
+		CHECK(nmse(out, want, (size_t)hd) < 1e-5,
+		      "fa16_run_ref, head size %d: nmse %.3g against double",
+		      hd, nmse(out, want, (size_t)hd));
+	}
+}
+
+/* silu_mul_llama of table k against the reference, bit for bit. */
+static void check_silu_llama(const struct pg_cpu_kernels *k)
+{
+	enum { N = 1543 };
+	static float g[N], u[N], a[N], b[N];
+
+	fill(g, N);
+	fill(u, N);
+	for (int i = 0; i < N; i++)
+		g[i] *= 12.0f;
+	g[3] = 90.0f;			/* the far branches of expf_llama */
+	g[4] = -95.0f;
+	g[5] = -200.0f;
+	g[6] = 0.0f;
+	memcpy(a, g, sizeof(g));
+	memcpy(b, g, sizeof(g));
+	pg_silu_mul_llama_ref(N, a, u);
+	k->silu_mul_llama(N, b, u);
+	CHECK(!memcmp(a, b, sizeof(a)),
+	      "%s silu_mul_llama differs from the reference",
+	      pg_cpu_isa_name(k->isa));
+}
+
+static void check_llama_numerics(void)
+{
+	check_expf_llama();
+	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_best(); isa++) {
+		check_fa16(table_of((enum pg_cpu_isa)isa));
+		check_silu_llama(table_of((enum pg_cpu_isa)isa));
+	}
+	printf("llama.cpp numerics: expf within 3e-7, attention loop and silu bit-identical to the references\n");
+}
+
 /* ---- gemm8: 8 rows x many tokens, repacked weights ---- */
 
 /*
@@ -1138,6 +1264,7 @@ int main(void)
 	check_matmul_tokens();
 	check_matmul_parts();
 	check_attention();
+	check_llama_numerics();
 	for (int i = 0; i < n_bes; i++)
 		bes[i]->ops->destroy(bes[i]);
 	if (failures)

@@ -523,7 +523,8 @@ static void setup_exact(struct pg_forward *fw, struct device *d)
 	int qd = pg_dtype_block_size(b->w_down.type);
 	int64_t cols[PG_PLAN_EXACT_SPLITS + 2];
 
-	d->exact = d->be->ops->exact_parallel && !fw->p.one_accumulator;
+	d->exact = d->be->ops->exact_parallel &&
+		   fw->p.numerics != PG_NUMERICS_LLAMA_CPP;
 	d->lanes = d->exact && fw->plan.cp == 1 && pt % PG_FW_LANES == 0 ?
 		   PG_FW_LANES : 1;
 	if (!d->exact)
@@ -845,6 +846,8 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 			 n_threads, strerror(errno));
 		return rc;
 	}
+	pg_cpu_backend_llama_numerics(d->be,
+				      fw->p.numerics == PG_NUMERICS_LLAMA_CPP);
 	if (d->info && d->info->n_cpus > 0)
 		pg_cpu_backend_pin(d->be, d->info->cpus, d->info->n_cpus);
 	if (fw->p.device_path)
@@ -1107,6 +1110,17 @@ int pg_forward_create(const struct pg_model *m,
 		snprintf(err, err_len, "forward: max_batch_tokens and page_tokens must be >= 1, n_pages >= 0, kv_fraction in 0..1");
 		return -EINVAL;
 	}
+	if (p->numerics == PG_NUMERICS_LLAMA_CPP &&
+	    (p->plan || p->device_path || p->kv_type != PG_F16)) {
+		snprintf(err, err_len, "llama.cpp numerics run on one CPU device with an F16 KV cache only: drop the parallel plan or --kv-type");
+		return -EINVAL;
+	}
+	if (p->numerics == PG_NUMERICS_LLAMA_CPP &&
+	    pg_cpu_isa_best() < PG_ISA_AVX2) {
+		snprintf(err, err_len, "llama.cpp numerics need a CPU with AVX2, FMA and F16C (they reproduce llama.cpp's AVX2 build); this one has only %s",
+			 pg_cpu_isa_name(pg_cpu_isa_best()));
+		return -ENOTSUP;
+	}
 	page_bytes = pg_kv_page_bytes_for(p->page_tokens, hp->n_blocks,
 					  hp->n_kv_heads, hp->head_dim,
 					  p->kv_type);
@@ -1116,6 +1130,8 @@ int pg_forward_create(const struct pg_model *m,
 	fw->m = m;
 	fw->p = *p;
 	fw->p.plan = NULL;
+	if (p->numerics == PG_NUMERICS_LLAMA_CPP)
+		fw->p.isa = PG_ISA_AVX2;	/* the build llama.cpp's bits are of */
 	pthread_mutex_init(&fw->lock, NULL);
 	pthread_cond_init(&fw->cond, NULL);
 	fw->p.n_pages = pages_wanted(m, p, page_bytes);
@@ -1513,7 +1529,6 @@ static int ffn_layer(struct device *d, const struct job *j,
 	struct pg_backend *be = d->be;
 	struct scratch *s = &d->s;
 	int n = j->n_tokens;
-
 	ops->rmsnorm(be, s->x, w->ffn_norm, n, hp->n_embd, hp->rms_eps, s->xb);
 	ops->matmul(be, &w->w_gate, s->xb, n, NULL, s->hb);
 	ops->matmul(be, &w->w_up, s->xb, n, NULL, s->hb2);

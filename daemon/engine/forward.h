@@ -22,6 +22,24 @@
 #include "model.h"
 #include "plan.h"
 
+/*
+ * How the forward pass rounds.  PG_NUMERICS_PAGODA: every parallel plan
+ * gives one device's bits (forward.c's exact sums), attention accumulates
+ * in float.  PG_NUMERICS_LLAMA_CPP: one CPU device only (no plan), F16
+ * KV, a CPU with AVX2 (whose kernels are used even where AVX-512 is
+ * present), computing as llama.cpp's CPU backend built for AVX2 does with
+ * flash attention on: Wo and Wdown in one accumulator each, and
+ * attention, SwiGLU and RMSNorm's sum as kernels/cpu/llamacpp.c says, so
+ * that the logits are llama.cpp's bit for bit (tests/test_golden.c checks
+ * it on the default model), for comparing with llama.cpp or reproducing
+ * its output; slower (attention goes key by key with its sum in F16) and
+ * no more accurate.
+ */
+enum pg_numerics {
+	PG_NUMERICS_PAGODA = 0,
+	PG_NUMERICS_LLAMA_CPP,
+};
+
 struct pg_forward_params {
 	int n_threads;		/* CPU threads; <= 0: all online CPUs */
 	enum pg_cpu_isa isa;	/* clamped to what the CPU has */
@@ -41,13 +59,8 @@ struct pg_forward_params {
 					   run (weights uploaded, KV and
 					   activations in the backend's
 					   alloc(), logits downloaded) */
-	int one_accumulator;		/* tests: no exact parallel sums
-					   (forward.c): Wo and Wdown in one
-					   product each, attention in one
-					   pass, so that one device's
-					   arithmetic is llama.cpp's one-token
-					   arithmetic; TP and CP plans then
-					   differ from it in rounding */
+	enum pg_numerics numerics;	/* PG_NUMERICS_PAGODA (default) or
+					   PG_NUMERICS_LLAMA_CPP */
 };
 
 /* pg_forward_params_default - 2 threads, best ISA, 512 tokens, F16 KV. */

@@ -8,6 +8,8 @@
  * table's attention loops, which read F32, F16 or BF16 pages directly.
  * Scores take q rounded to the pages' type, the keys' precision.
  * Work is shared by rows (prompts) or by runs of heads (decode).
+ * With llama.cpp numerics (pg_cpu_backend_llama_numerics), each query runs
+ * llama.cpp's loop instead (llamacpp.c).
  * It does not write the KV pages (kv_write.c does).
  */
 #include <math.h>
@@ -22,6 +24,7 @@
 
 struct attn_ctx {
 	const struct pg_cpu_kernels *k;
+	int llama;			/* llama.cpp's loop (llamacpp.c) */
 	const struct pg_kv_layout *kv;
 	int block;
 	const float *q;			/* (rows, n_heads * head_dim) */
@@ -113,6 +116,32 @@ static void attn_finish(const struct attn_state *st, int hd, float *out,
 	*lse = st->m + logf(st->l);
 }
 
+/* llama.cpp numerics: llama.cpp's attention of one query (llamacpp.c). */
+static void attn_llama(const struct attn_ctx *c, const struct pg_attn_seq *seq,
+		       int n_keys, int kvh, const float *q, float *out)
+{
+	const struct pg_kv_layout *kv = c->kv;
+	int pt = kv->page_tokens, hd = kv->head_dim;
+	uint16_t q16[PG_ATTN_MAX_HEAD_DIM], acc[PG_ATTN_MAX_HEAD_DIM];
+	float m = -INFINITY, l = 0.0f, inv;
+
+	for (int i = 0; i < hd; i++) {
+		q16[i] = pg_fp32_to_fp16(q[i]);
+		acc[i] = 0;
+	}
+	for (int j = 0; j * pt < n_keys; j++) {
+		int n = n_keys - j * pt < pt ? n_keys - j * pt : pt;
+		int32_t slot = seq->pages[j] * pt;
+
+		c->k->fa16_run(n, hd, pg_kv_row(kv, c->block, 0, kvh, slot),
+			       pg_kv_row(kv, c->block, 1, kvh, slot), q16,
+			       c->scale, &m, &l, acc);
+	}
+	inv = l == 0.0f ? 0.0f : 1.0f / l;
+	for (int i = 0; i < hd; i++)
+		out[i] = pg_fp16_to_fp32(acc[i]) * inv;
+}
+
 /*
  * out = softmax(q K^T * scale) V over the positions 0 .. n_keys - 1 that
  * this store holds: page table entry j covers page_tokens * cp_size
@@ -196,8 +225,13 @@ static void attn_heads(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 		size_t rh = row * (size_t)c->n_heads + (size_t)h;
 		int kvh = (hs->head0 + h) / hs->group - hs->kv_head0;
 
-		attn_one(c, seq, n_keys, kvh, c->q + rh * (size_t)hd,
-			 c->out + rh * (size_t)hd, c->lse ? c->lse + rh : NULL);
+		if (c->llama)
+			attn_llama(c, seq, n_keys, kvh, c->q + rh * (size_t)hd,
+				   c->out + rh * (size_t)hd);
+		else
+			attn_one(c, seq, n_keys, kvh, c->q + rh * (size_t)hd,
+				 c->out + rh * (size_t)hd,
+				 c->lse ? c->lse + rh : NULL);
 	}
 }
 
@@ -238,7 +272,7 @@ void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	struct attn_ctx c = {
-		.k = cpu->k, .kv = kv, .block = block, .q = q,
+		.k = cpu->k, .llama = cpu->llama, .kv = kv, .block = block, .q = q,
 		.n_heads = heads->n_heads, .heads = *heads, .seqs = seqs,
 		.n_seqs = n_seqs, .scale = scale, .out = out, .lse = lse,
 	};

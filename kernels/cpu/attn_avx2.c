@@ -3,11 +3,15 @@
  * against one query, the exponentials of a softmax run, and the weighted
  * sum of a run of V rows, for F32, F16 and BF16 pages.
  *
+ * Also fa16.c's llama.cpp attention loop (pg_fa16_run_avx2).
+ *
  * Scores are taken 8 keys at a time and reduced together; V rows are summed
  * into 64-dim slices of the accumulator held in registers across the run.
  * head_dim must be a multiple of 8 here (else the reference loops run).
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
+#include <math.h>
+
 #include "cpu_impl.h"
 #include "simd_avx2.h"
 
@@ -167,4 +171,65 @@ void pg_round_kv_avx2(enum pg_dtype t, int n, const float *x, float *out)
 			_mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(
 				_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
 	pg_round_kv_ref(t, n - i, x + i, out + i);
+}
+
+/* fa16.c's score: ggml_vec_dot_f16's order, in its registers. */
+static inline float fa16_dot8(int hd, const uint16_t *x, const uint16_t *y)
+{
+	__m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),
+			_mm256_setzero_ps(), _mm256_setzero_ps() };
+	int np = hd & ~31;
+	__m128 t0, t1;
+	double sum;
+
+	for (int i = 0; i < np; i += 32)
+		for (int j = 0; j < 4; j++)
+			a[j] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * j),
+					       load_f16x8(y + i + 8 * j), a[j]);
+	a[0] = _mm256_add_ps(a[0], a[2]);
+	a[1] = _mm256_add_ps(a[1], a[3]);
+	a[0] = _mm256_add_ps(a[0], a[1]);
+	t0 = _mm_add_ps(_mm256_castps256_ps128(a[0]),
+			_mm256_extractf128_ps(a[0], 1));
+	t1 = _mm_hadd_ps(t0, t0);
+	sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+	for (int i = np; i < hd; i++)
+		sum += (double)(pg_fp16_to_fp32(x[i]) * pg_fp16_to_fp32(y[i]));
+	return (float)sum;
+}
+
+static inline void store_f16x8(uint16_t *p, __m256 v)
+{
+	_mm_storeu_si128((__m128i *)p,
+			 _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* pg_fa16_run_ref's bits; head_dim a multiple of 8 (else the reference). */
+void pg_fa16_run_avx2(int n, int hd, const uint16_t *k, const uint16_t *v,
+		      const uint16_t *q16, float scale, float *m, float *l,
+		      uint16_t *acc)
+{
+	if (hd % 8) {
+		pg_fa16_run_ref(n, hd, k, v, q16, scale, m, l, acc);
+		return;
+	}
+	for (int j = 0; j < n; j++, k += hd, v += hd) {
+		float s = fa16_dot8(hd, k, q16) * scale, ms = 1.0f, vs = 1.0f;
+		__m256 w;
+
+		if (s > *m) {
+			ms = expf(*m - s);
+			*m = s;
+			w = _mm256_set1_ps(ms);
+			for (int d = 0; d < hd; d += 8)
+				store_f16x8(acc + d, _mm256_mul_ps(load_f16x8(acc + d), w));
+		} else {
+			vs = expf(s - *m);
+		}
+		w = _mm256_set1_ps(vs);
+		for (int d = 0; d < hd; d += 8)
+			store_f16x8(acc + d, _mm256_fmadd_ps(load_f16x8(v + d), w,
+							     load_f16x8(acc + d)));
+		*l = fmaf(*l, ms, vs);
+	}
 }

@@ -189,6 +189,11 @@ out_nomem:
 	return NULL;
 }
 
+void pg_cpu_backend_llama_numerics(struct pg_backend *be, int on)
+{
+	pg_cpu(be)->llama = !!on;
+}
+
 enum pg_cpu_isa pg_cpu_backend_isa(const struct pg_backend *be)
 {
 	return ((const struct pg_cpu_backend *)be)->k->isa;

@@ -37,6 +37,15 @@ const char *pg_cpu_isa_name(enum pg_cpu_isa isa);
 struct pg_backend *pg_cpu_backend_create(int n_threads, enum pg_cpu_isa isa);
 
 /*
+ * pg_cpu_backend_llama_numerics - with on set, the silu_mul and attention
+ * ops compute as llama.cpp's CPU backend (built for AVX2/FMA/F16C, flash
+ * attention on) does, bit for bit (kernels/cpu/llamacpp.c), for forward.h's
+ * PG_NUMERICS_LLAMA_CPP.  Attention then reads an F16 store with one lane
+ * and no CP, and gives no lse.  Off by default.
+ */
+void pg_cpu_backend_llama_numerics(struct pg_backend *be, int on);
+
+/*
  * pg_cpu_backend_pin - pin the backend's pool threads to cpus (thread i to
  * cpus[i % n_cpus]; thread 0 is the caller's, which the caller pins).
  * Returns 0 or -errno.

@@ -133,8 +133,19 @@ struct pg_cpu_kernels {
 	float (*exp_sum)(int n, float *s, float max);
 	/* out[i] = x[i] rounded to KV type t (F16 or BF16) and back, n values */
 	void (*round_kv)(enum pg_dtype t, int n, const float *x, float *out);
+	/*
+	 * llama.cpp's flash attention loop (llamacpp.c) for one query q16 (F16)
+	 * over n F16 keys and values (rows hd apart), in position order:
+	 * folds them into the running maximum *m, sum *l and weighted V acc
+	 * (F16, hd values).  Start with *m = -inf, *l = 0, acc = 0.
+	 */
+	void (*fa16_run)(int n, int hd, const uint16_t *k, const uint16_t *v,
+			 const uint16_t *q16, float scale, float *m, float *l,
+			 uint16_t *acc);
 	/* gate[i] = silu(gate[i]) * up[i] */
 	void (*silu_mul)(int64_t n, float *gate, const float *up);
+	/* the same as llama.cpp's AVX2 build computes it (llamacpp.c) */
+	void (*silu_mul_llama)(int64_t n, float *gate, const float *up);
 	/* x[i] += y[i] */
 	void (*add)(int64_t n, float *x, const float *y);
 };
@@ -147,6 +158,7 @@ extern const struct pg_cpu_kernels pg_cpu_kernels_avx512;
 struct pg_cpu_backend {
 	struct pg_backend be;
 	const struct pg_cpu_kernels *k;
+	int llama;			/* pg_cpu_backend_llama_numerics */
 	struct pg_pool *pool;
 	int n_threads;
 	void *scratch;			/* quantised activations */
@@ -204,6 +216,12 @@ void pg_attn_values_ref(enum pg_dtype t, int n, int hd, const float *p,
 			const void *v, float *acc);
 float pg_exp_sum_ref(int n, float *s, float max);
 void pg_round_kv_ref(enum pg_dtype t, int n, const float *x, float *out);
+void pg_silu_mul_llama_ref(int64_t n, float *gate, const float *up);
+float pg_expf_llama(float x);
+double pg_sumsq_llama(int64_t n, const float *x);
+void pg_fa16_run_ref(int n, int hd, const uint16_t *k, const uint16_t *v,
+		     const uint16_t *q16, float scale, float *m, float *l,
+		     uint16_t *acc);
 void pg_add_ref(int64_t n, float *x, const float *y);
 
 /* The AVX2 loops the AVX-512 table reuses where 512 bits give nothing. */
@@ -253,6 +271,10 @@ void pg_attn_values_avx2(enum pg_dtype t, int n, int hd, const float *p,
 			 const void *v, float *acc);
 float pg_exp_sum_avx2(int n, float *s, float max);
 void pg_round_kv_avx2(enum pg_dtype t, int n, const float *x, float *out);
+void pg_silu_mul_llama_avx2(int64_t n, float *gate, const float *up);
+void pg_fa16_run_avx2(int n, int hd, const uint16_t *k, const uint16_t *v,
+		      const uint16_t *q16, float scale, float *m, float *l,
+		      uint16_t *acc);
 
 /* The ops, one per file. */
 void pg_cpu_get_rows(struct pg_backend *be, const struct pg_matrix *m,

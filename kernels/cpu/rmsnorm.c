@@ -2,7 +2,8 @@
  * rmsnorm.c - the rmsnorm op: each row divided by its root mean square,
  * then multiplied by a weight vector.
  *
- * Rows are shared among the pool's threads only when there are enough of
+ * With llama.cpp numerics the mean square is summed as llama.cpp sums it
+ * (pg_sumsq_llama).  Rows are shared among the pool's threads only when there are enough of
  * them to pay for the hand-off; the inner loops come from the ISA table.
  */
 #include <math.h>
@@ -11,6 +12,7 @@
 
 struct rmsnorm_ctx {
 	const struct pg_cpu_kernels *k;
+	int llama;		/* the mean square as llama.cpp sums it */
 	const float *x;		/* (n, dim) */
 	const float *w;		/* (dim) */
 	float *out;		/* (n, dim) */
@@ -22,7 +24,8 @@ static void rmsnorm_rows(const struct rmsnorm_ctx *c, int64_t lo, int64_t hi)
 {
 	for (int64_t i = lo; i < hi; i++) {
 		const float *x = c->x + i * c->dim;
-		float ms = c->k->sumsq(c->dim, x) / (float)c->dim;
+		float ms = c->llama ? (float)(pg_sumsq_llama(c->dim, x) / c->dim) :
+			   c->k->sumsq(c->dim, x) / (float)c->dim;
 
 		c->k->scale_mul(c->dim, x, 1.0f / sqrtf(ms + c->eps), c->w,
 				c->out + i * c->dim);
@@ -43,7 +46,7 @@ void pg_cpu_rmsnorm(struct pg_backend *be, const float *x, const float *w,
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	struct rmsnorm_ctx c = {
-		.k = cpu->k, .x = x, .w = w, .out = out,
+		.k = cpu->k, .llama = cpu->llama, .x = x, .w = w, .out = out,
 		.n = n, .dim = dim, .eps = eps,
 	};
 

@@ -4,6 +4,8 @@
  *
  * theta_i = pos * freq_base^(-2i / n_rot), built by repeated products of
  * the per-pair factor as llama.cpp does, so that angles round the same.
+ * Each output is one product plus the other product rounded, in one fused
+ * multiply-add, as llama.cpp's build (FMA on, contraction on) rounds it.
  * The sines and cosines of a token are computed once for all its heads.
  * Dims at or beyond n_rot are left alone.  Scalar only: it is cheap.
  */
@@ -34,8 +36,8 @@ static void rope_pairs(const struct rope_ctx *c, float *x, int i0, int np,
 			int b = c->mode == PG_ROPE_NEOX ? a + half : a + 1;
 			float x0 = x[a], x1 = x[b];
 
-			x[a] = x0 * cs[i] - x1 * sn[i];
-			x[b] = x0 * sn[i] + x1 * cs[i];
+			x[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
+			x[b] = fmaf(x0, sn[i], x1 * cs[i]);
 		}
 	}
 }

@@ -2,6 +2,9 @@
  * silu_mul.c - the silu_mul op: gate = silu(gate) * up, the SwiGLU of the
  * feed-forward block.
  *
+ * With llama.cpp numerics, llama.cpp's silu (llamacpp.c); rows of the
+ * feed-forward width are then taken as one vector, which gives llama.cpp's
+ * bits when that width is a multiple of 8, as in every model we know.
  * Long vectors (prompts) are split among threads; one token's vector is
  * done by the caller alone.
  */
@@ -11,7 +14,7 @@
 #define PG_SILU_PAR_MIN 32768
 
 struct silu_ctx {
-	const struct pg_cpu_kernels *k;
+	void (*fn)(int64_t n, float *gate, const float *up);
 	float *gate;		/* (n) */
 	const float *up;	/* (n) */
 	int64_t n;
@@ -27,17 +30,20 @@ static void silu_worker(void *arg, int ith, int nth)
 	lo *= 16;
 	hi = hi * 16 < c->n ? hi * 16 : c->n;
 	if (hi > lo)
-		c->k->silu_mul(hi - lo, c->gate + lo, c->up + lo);
+		c->fn(hi - lo, c->gate + lo, c->up + lo);
 }
 
 void pg_cpu_silu_mul(struct pg_backend *be, float *gate, const float *up,
 		     int64_t n)
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
-	struct silu_ctx c = { .k = cpu->k, .gate = gate, .up = up, .n = n };
+	struct silu_ctx c = {
+		.fn = cpu->llama ? cpu->k->silu_mul_llama : cpu->k->silu_mul,
+		.gate = gate, .up = up, .n = n,
+	};
 
 	if (n >= PG_SILU_PAR_MIN && cpu->n_threads > 1)
 		pg_pool_run(cpu->pool, silu_worker, &c);
 	else
-		cpu->k->silu_mul(n, gate, up);
+		c.fn(n, gate, up);
 }

@@ -131,6 +131,8 @@ const struct pg_cpu_kernels pg_cpu_kernels_scalar = {
 	.attn_values = pg_attn_values_ref,
 	.exp_sum = pg_exp_sum_ref,
 	.round_kv = pg_round_kv_ref,
+	.fa16_run = pg_fa16_run_ref,
 	.silu_mul = pg_silu_mul_ref,
+	.silu_mul_llama = pg_silu_mul_llama_ref,
 	.add = pg_add_ref,
 };

@@ -142,6 +142,57 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx2 = {
 	.attn_values = pg_attn_values_avx2,
 	.exp_sum = pg_exp_sum_avx2,
 	.round_kv = pg_round_kv_avx2,
+	.fa16_run = pg_fa16_run_avx2,
 	.silu_mul = pg_silu_mul_avx2,
+	.silu_mul_llama = pg_silu_mul_llama_avx2,
 	.add = pg_add_avx2,
 };
+
+/* pg_expf_llama for 8 lanes, the same operations lane by lane. */
+static inline __m256 expf_llama8(__m256 x)
+{
+	const __m256 shift = _mm256_set1_ps(0x1.8p23f);
+	__m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift);
+	__m256 n = _mm256_sub_ps(z, shift);
+	__m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+				    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+	__m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+	__m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e,
+				_mm256_castps_si256(_mm256_set1_ps(1.0f))));
+	__m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+	__m256 big = _mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+	__m256 u = _mm256_mul_ps(b, b);
+	__m256 j = _mm256_fmadd_ps(
+		_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b,
+						_mm256_set1_ps(0x1.573e2ep-5f)), u,
+				_mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b,
+						_mm256_set1_ps(0x1.fffdb6p-2f))),
+		u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+	__m256 r = _mm256_fmadd_ps(k, j, k), s1, s2, far;
+	__m256i g;
+
+	if (!_mm256_movemask_ps(big))
+		return r;
+	g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+			     _mm256_set1_epi32((int)0x82000000u));
+	s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+	s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+	far = _mm256_cmp_ps(an, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+	r = _mm256_blendv_ps(r, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1), big);
+	return _mm256_blendv_ps(r, _mm256_mul_ps(s1, s1), far);
+}
+
+void pg_silu_mul_llama_avx2(int64_t n, float *gate, const float *up)
+{
+	__m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(gate + i);
+		__m256 e = expf_llama8(_mm256_sub_ps(zero, x));
+
+		_mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
+							 _mm256_loadu_ps(up + i)));
+	}
+	pg_silu_mul_ref(n - i, gate + i, up + i);
+}
