@@ -13,7 +13,10 @@
  *    the AVX2 kernels): its logits are llama.cpp's bit for bit, so every
  *    logit of every pos line must equal the stored one to its 4 decimals
  *    (LLAMA_TOL), the argmax must agree at >= LLAMA_AGREE of positions
- *    and every greedy completion must be identical;
+ *    and every greedy completion must be identical; and the same prompts,
+ *    submitted at once to a serving engine with these numerics (chunked
+ *    prefill beside other sequences' decodes), must each complete exactly
+ *    as llama.cpp's greedy output: batching changes no bit;
  *
  *  - pagoda's own numerics, the engine as it serves: Wo and Wdown summed
  *    in canonical parts, so that every parallel plan gives one device's
@@ -42,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/engine/engine.h"
 #include "daemon/engine/forward.h"
 #include "daemon/engine/generate.h"
 #include "daemon/engine/model.h"
@@ -53,6 +57,8 @@
 #define LLAMA_TOL 6e-5		/* 4 decimals stored: 5e-5, and strtof's error */
 #define LLAMA_AGREE 0.99
 #define NEAR_TIE 0.5
+#define MAX_RECORDS 64
+#define SERVE_BATCH 64	/* tokens per engine step: prompts go in chunks */
 #define TOP_K 16
 #define MAX_TOK 1024
 
@@ -297,6 +303,78 @@ static void check_greedy(struct engine *e, const struct pg_model *m,
 	free(lg);
 }
 
+/*
+ * Served: every prompt submitted at once to a serving engine with llama.cpp
+ * numerics, steps of SERVE_BATCH tokens (chunked prefill beside other
+ * sequences' decodes); each completion must be llama.cpp's greedy one.
+ */
+struct served {
+	int32_t prompt[MAX_TOK], want[MAX_TOK], got[MAX_TOK];
+	int n_prompt, n_want, n_got;
+	uint64_t id;
+};
+
+static struct served *served;
+static int n_served;
+
+static void on_served(void *ctx, const struct pg_engine_event *ev)
+{
+	(void)ctx;
+	for (int i = 0; i < n_served; i++)
+		if (served[i].id == ev->id && ev->type == PG_ENGINE_EV_TOKEN &&
+		    served[i].n_got < MAX_TOK)
+			served[i].got[served[i].n_got++] = ev->token;
+}
+
+static int check_served(const struct pg_model *m)
+{
+	struct pg_forward_params fp = pg_forward_params_default();
+	struct pg_engine_config ec = pg_engine_config_default();
+	struct pg_forward *fw;
+	struct pg_engine *e;
+	char err[1024];
+	int same = 0, steps = 0;
+
+	fp.numerics = PG_NUMERICS_LLAMA_CPP;
+	fp.max_batch_tokens = SERVE_BATCH;
+	fp.n_pages = 512;
+	ec.max_batch_tokens = SERVE_BATCH;
+	ec.on_event = on_served;
+	if (pg_forward_create(m, &fp, &fw, err, sizeof(err)) ||
+	    pg_engine_create(m, fw, &ec, &e, err, sizeof(err))) {
+		fprintf(stderr, "test_golden: cannot start the serving engine: %s\n", err);
+		return 0;
+	}
+	for (int i = 0; i < n_served; i++) {
+		struct pg_request q = {
+			.prompt = served[i].prompt, .n_prompt = served[i].n_prompt,
+			.max_tokens = served[i].n_want, .ignore_eos = 1, .n = 1,
+			.sampling = pg_sampling_default(),
+		};
+
+		if (pg_engine_submit(e, &q, &served[i].id))
+			fprintf(stderr, "served, record %d: %s\n", i,
+				pg_engine_last_error(e));
+	}
+	while (!pg_engine_idle(e) && pg_engine_step(e) >= 0)
+		steps++;
+	for (int i = 0; i < n_served; i++) {
+		int ok = served[i].n_got == served[i].n_want &&
+			 !memcmp(served[i].got, served[i].want,
+				 sizeof(int32_t) * (size_t)served[i].n_want);
+
+		same += ok;
+		if (!ok)
+			printf("served, record %d: the completion differs from llama.cpp's (%d tokens, %d wanted)\n",
+			       i, served[i].n_got, served[i].n_want);
+	}
+	printf("golden, llama.cpp numerics served: %d prompts at once, %d-token steps (%d steps): %d of %d completions identical to llama.cpp's\n",
+	       n_served, SERVE_BATCH, steps, same, n_served);
+	pg_engine_destroy(e);
+	pg_forward_destroy(fw);
+	return same == n_served && n_served >= 20;
+}
+
 static int report(const struct engine *e, int tok_equal)
 {
 	const struct totals *t = &e->t;
@@ -368,8 +446,19 @@ int main(void)
 			return 1;
 		}
 	}
+	served = calloc(MAX_RECORDS, sizeof(*served));
+	if (!served)
+		return 1;
 	while ((rc = read_record(f, r)) == 1) {
 		check_tokens(m, r, &tok_equal, eng[0].t.records);
+		if (n_served < MAX_RECORDS) {
+			struct served *sv = &served[n_served++];
+
+			memcpy(sv->prompt, r->tokens, sizeof(int32_t) * r->n_tokens);
+			memcpy(sv->want, r->greedy, sizeof(int32_t) * r->n_greedy);
+			sv->n_prompt = r->n_tokens;
+			sv->n_want = r->n_greedy;
+		}
 		for (int k = 0; k < 2; k++) {
 			check_teacher(&eng[k], m, r);
 			check_greedy(&eng[k], m, r);
@@ -390,6 +479,8 @@ int main(void)
 		pg_kvc_destroy(eng[k].kvc);
 		pg_forward_destroy(eng[k].fw);
 	}
+	ok &= check_served(m);
+	free(served);
 	pg_model_free(m);
 	free(r);
 	return ok ? 0 : 1;
