@@ -1,6 +1,7 @@
 #!/bin/sh
 # test-pagodad.sh - pagodad's command line end to end on a generated tiny
-# model: one-shot completion, seeded reproducibility, tokenize modes
+# model: one-shot completion, seeded reproducibility, llama.cpp numerics,
+# tokenize modes
 # (including a vocabulary-only use), parallel plans (--plan), and clear
 # errors for bad input.
 set -u
@@ -24,6 +25,18 @@ check "--quiet prints no figures" test ! -s "$tmp/b.err"
 $bin $m --prompt "hello there" --max-tokens 12 --temperature 0 --ignore-eos -q >"$tmp/g1"
 $bin $m --prompt "hello there" --max-tokens 12 --temperature 0 --ignore-eos -q --threads 1 --batch 3 >"$tmp/g2"
 check "greedy output independent of threads and batch size" cmp -s "$tmp/g1" "$tmp/g2"
+
+# llama.cpp numerics: runs, is batch-independent too, and refuses what it
+# cannot reproduce (test_golden checks its bits against llama.cpp's)
+if grep -q avx2 /proc/cpuinfo; then
+	$bin $m --prompt "hello there" --max-tokens 12 --temperature 0 --ignore-eos -q --numerics llama.cpp >"$tmp/l1"
+	check "--numerics llama.cpp: exits 0" test $? -eq 0
+	$bin $m --prompt "hello there" --max-tokens 12 --temperature 0 --ignore-eos -q --numerics llama.cpp --threads 1 --batch 3 >"$tmp/l2"
+	check "--numerics llama.cpp: greedy output independent of threads and batch size" cmp -s "$tmp/l1" "$tmp/l2"
+fi
+$bin $m --prompt x --numerics llama.cpp --kv-type f32 2>"$tmp/e"; rc=$?
+check "--numerics llama.cpp with an F32 KV cache: refused" test $rc -ne 0
+check "--numerics llama.cpp with an F32 KV cache: says why" grep -q "llama.cpp numerics run on one CPU device with an F16 KV cache only" "$tmp/e"
 
 # tokenize: argument, file and stdin agree
 $bin $m --tokenize "hello world" >"$tmp/t1"
