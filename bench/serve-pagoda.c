@@ -9,14 +9,15 @@
  *  - time to first token of a ~1000-token prompt on an empty cache (miss)
  *    and of the same 1000 tokens + another short suffix once the first has
  *    finished (hit: the prefix cache supplies the full pages);
- *  - KV waste under a mixed load (a closed loop of 16 in flight, 48
- *    requests of varied prompt and output lengths): (allocated token slots -
- *    used token slots) / allocated, sampled after every step in which every
- *    sequence holding pages is decoding (so its KV length is known exactly:
- *    prompt + generated - 1); other steps are counted as skipped.
+ *  - KV waste under two mixed loads (a closed loop of 16 in flight): 32
+ *    requests of chat-trace lengths (kv_waste_pct) and 48 short chats
+ *    (kv_waste_short_pct): (allocated token slots - used token slots) /
+ *    allocated, sampled after every step in which every sequence holding
+ *    pages is decoding (so its KV length is known exactly: prompt +
+ *    generated - 1); other steps are counted as skipped.
  * It is not a test and checks no output text; the engine's tests do.  Last
  * line: "serve-pagoda: tps1=.. tps4=.. tps16=.. tps64=.. ttft_miss_ms=..
- * ttft_hit_ms=.. kv_waste_pct=..".  --dump-prompts N prints the texts of
+ * ttft_hit_ms=.. kv_waste_pct=.. kv_waste_short_pct=..".  --dump-prompts N prints the texts of
  * the N-request run's prompts, one a line, for the llama-server side.
  */
 #include <getopt.h>
@@ -258,22 +259,36 @@ static int waste_sample(struct bench *b, long *alloc, long *used)
 	return 1;
 }
 
-/* Mixed load: 48 requests, 16 in flight; waste in percent. */
-static double run_mixed(struct bench *b)
+/*
+ * A mixed load: n_req requests, a closed loop of 16 in flight; request i
+ * has sent[i % n_len] sentences of prompt and out[i * 3 % n_len] output
+ * tokens (without out: 16 + 37 i mod 113).  Returns the waste in percent.
+ */
+struct load {
+	const char *name;
+	int n_req, n_len;
+	const int *sent, *out;
+};
+
+static double run_mixed(struct bench *b, const struct load *l)
 {
 	static int32_t toks[1024];
-	char text[8192];
-	long alloc = 0, used = 0;
+	char text[16384];
+	long alloc = 0, used = 0, prompt = 0, gen = 0;
 	int next = 0, in_flight = 0, samples = 0, skipped = 0, done;
 
 	reset(b);
-	while (next < 48 || !pg_engine_idle(b->e)) {
-		while (next < 48 && in_flight < 16) {
-			int nt;
+	while (next < l->n_req || !pg_engine_idle(b->e)) {
+		while (next < l->n_req && in_flight < 16) {
+			int nt, no = l->out ? l->out[next * 3 % l->n_len] :
+					      16 + next * 37 % 113;
 
-			prompt_text(text, sizeof(text), 100, next, 1 + next % 5);
+			prompt_text(text, sizeof(text), 100, next,
+				    l->sent[next % l->n_len]);
 			nt = tokenize(b->m, text, 1, toks, 1024);
-			submit(b, toks, nt, 16 + (next * 37) % 113);
+			submit(b, toks, nt, no);
+			prompt += nt;
+			gen += no;
 			next++;
 			in_flight++;
 		}
@@ -285,10 +300,29 @@ static double run_mixed(struct bench *b)
 		else
 			skipped++;
 	}
-	printf("mixed load: 48 requests, 16 in flight, %d steps sampled, %d skipped (a prefill in flight)\n",
-	       samples, skipped);
+	printf("mixed load, %s: %d requests (mean prompt %ld, mean output %ld tokens), 16 in flight, %d steps sampled, %d skipped (a prefill in flight): waste %.2f%%\n",
+	       l->name, l->n_req, prompt / l->n_req, gen / l->n_req, samples,
+	       skipped, alloc ? 100.0 * (alloc - used) / alloc : 0);
+	fflush(stdout);
 	return alloc ? 100.0 * (alloc - used) / alloc : 0;
 }
+
+/*
+ * Chat-trace lengths: prompts of 1 to 30 sentences (~17 tokens each) and
+ * outputs of 32 to 640 tokens, means near the public chat traces' that
+ * serving papers use (ShareGPT: ~160 prompt and ~340 output tokens).
+ */
+static const int trace_sent[] = { 1, 2, 3, 5, 8, 12, 20, 30 };
+static const int trace_out[] = { 32, 64, 128, 192, 256, 384, 512, 640 };
+static const struct load trace_load = {
+	"chat-trace lengths", 32, 8, trace_sent, trace_out,
+};
+
+/* Short chats only: 1 to 5 sentences, 16 to 128 output tokens. */
+static const int short_sent[] = { 1, 2, 3, 4, 5 };
+static const struct load short_load = {
+	"short chats", 48, 5, short_sent, NULL,
+};
 
 static void parse(int argc, char **argv, struct opts *o)
 {
@@ -359,7 +393,7 @@ int main(int argc, char **argv)
 	struct pg_forward *fw;
 	struct pg_model *m;
 	struct opts o;
-	double tps[4], miss, hit, waste;
+	double tps[4], miss, hit, waste, waste_short;
 
 	parse(argc, argv, &o);
 	if (o.dump) {
@@ -378,9 +412,11 @@ int main(int argc, char **argv)
 	run_ttft(&b, &miss, &hit);
 	printf("ttft, %d-token prompt: miss %.1f ms, hit %.1f ms (ratio %.3f)\n",
 	       LONG_PROMPT, miss * 1e3, hit * 1e3, miss > 0 ? hit / miss : 0);
-	waste = run_mixed(&b);
-	printf("serve-pagoda: tps1=%.1f tps4=%.1f tps16=%.1f tps64=%.1f ttft_miss_ms=%.1f ttft_hit_ms=%.1f kv_waste_pct=%.2f\n",
-	       tps[0], tps[1], tps[2], tps[3], miss * 1e3, hit * 1e3, waste);
+	waste_short = run_mixed(&b, &short_load);
+	waste = run_mixed(&b, &trace_load);
+	printf("serve-pagoda: tps1=%.1f tps4=%.1f tps16=%.1f tps64=%.1f ttft_miss_ms=%.1f ttft_hit_ms=%.1f kv_waste_pct=%.2f kv_waste_short_pct=%.2f\n",
+	       tps[0], tps[1], tps[2], tps[3], miss * 1e3, hit * 1e3, waste,
+	       waste_short);
 	pg_engine_destroy(b.e);
 	pg_forward_destroy(fw);
 	pg_model_free(m);
