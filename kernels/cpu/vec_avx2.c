@@ -88,20 +88,27 @@ void pg_scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
 	pg_scale_mul_ref(n - i, x + i, s, w + i, out + i);
 }
 
-/* gate = gate / (1 + exp(-gate)) * up */
-void pg_silu_mul_avx2(int64_t n, float *gate, const float *up)
+/* gate = gate / (1 + ex(0 - gate)) * up, 8 at a time, the tail by the
+ * reference (libm's expf); ex is inlined. */
+static inline __attribute__((always_inline)) void
+silu_mul_with(int64_t n, float *gate, const float *up, __m256 (*ex)(__m256))
 {
 	__m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
 	int64_t i = 0;
 
 	for (; i + 8 <= n; i += 8) {
 		__m256 g = _mm256_loadu_ps(gate + i);
-		__m256 e = exp256(_mm256_sub_ps(zero, g));
+		__m256 e = ex(_mm256_sub_ps(zero, g));
 		__m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
 
 		_mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
 	}
 	pg_silu_mul_ref(n - i, gate + i, up + i);
+}
+
+void pg_silu_mul_avx2(int64_t n, float *gate, const float *up)
+{
+	silu_mul_with(n, gate, up, exp256);
 }
 
 void pg_add_avx2(int64_t n, float *x, const float *y)
@@ -184,15 +191,5 @@ static inline __m256 expf_llama8(__m256 x)
 
 void pg_silu_mul_llama_avx2(int64_t n, float *gate, const float *up)
 {
-	__m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-	int64_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		__m256 x = _mm256_loadu_ps(gate + i);
-		__m256 e = expf_llama8(_mm256_sub_ps(zero, x));
-
-		_mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
-							 _mm256_loadu_ps(up + i)));
-	}
-	pg_silu_mul_ref(n - i, gate + i, up + i);
+	silu_mul_with(n, gate, up, expf_llama8);
 }
