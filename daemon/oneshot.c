@@ -667,14 +667,16 @@ static void print_figures(const struct options *o, const struct pg_forward *fw,
 		return;
 	fprintf(stderr, "\n\npagodad: load %.3f s; prompt %d tokens in %.3f s (%.1f tokens/s); "
 		"generated %d tokens, decode %.1f tokens/s; finish %s; seed %llu; "
-		"%d threads (%s)\n",
+		"%d threads (%s)%s\n",
 		load_s, st->n_prompt, st->prefill_s,
 		st->prefill_s > 0 ? st->n_prompt / st->prefill_s : 0.0,
 		st->n_gen,
 		st->decode_s > 0 ? (st->n_gen - 1) / st->decode_s : 0.0,
 		pg_finish_name(st->finish),
 		(unsigned long long)o->gen.sampling.seed,
-		pg_forward_threads(fw), pg_forward_isa_name(fw));
+		pg_forward_threads(fw), pg_forward_isa_name(fw),
+		pg_forward_numerics(fw) == PG_NUMERICS_LLAMA_CPP ?
+		"; llama.cpp numerics" : "");
 	if (pg_forward_n_devices(fw) > 1)
 		print_devices(fw);
 }

@@ -31,6 +31,8 @@ check "greedy output independent of threads and batch size" cmp -s "$tmp/g1" "$t
 if grep -q avx2 /proc/cpuinfo; then
 	$bin $m --prompt "hello there" --max-tokens 12 --temperature 0 --ignore-eos -q --numerics llama.cpp >"$tmp/l1"
 	check "--numerics llama.cpp: exits 0" test $? -eq 0
+	$bin $m --prompt "hello there" --max-tokens 4 --numerics llama.cpp >/dev/null 2>"$tmp/l.err"
+	check "--numerics llama.cpp: the figures say so" grep -q "(avx2); llama.cpp numerics" "$tmp/l.err"
 	$bin $m --prompt "hello there" --max-tokens 12 --temperature 0 --ignore-eos -q --numerics llama.cpp --threads 1 --batch 3 >"$tmp/l2"
 	check "--numerics llama.cpp: greedy output independent of threads and batch size" cmp -s "$tmp/l1" "$tmp/l2"
 fi

@@ -1334,6 +1334,11 @@ const char *pg_forward_isa_name(const struct pg_forward *fw)
 	return pg_cpu_isa_name(pg_cpu_backend_isa(fw->dev[0].be));
 }
 
+enum pg_numerics pg_forward_numerics(const struct pg_forward *fw)
+{
+	return fw->p.numerics;
+}
+
 int pg_forward_max_inflight(const struct pg_forward *fw)
 {
 	return fw->n_slots;

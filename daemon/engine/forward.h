@@ -114,6 +114,9 @@ int pg_forward_threads(const struct pg_forward *fw);
 /* pg_forward_isa_name - the instruction set the kernels run with. */
 const char *pg_forward_isa_name(const struct pg_forward *fw);
 
+/* pg_forward_numerics - how it rounds (the parameters' numerics). */
+enum pg_numerics pg_forward_numerics(const struct pg_forward *fw);
+
 /*
  * pg_forward_batch - run tokens (n_tokens in all, at most max_batch_tokens)
  * of n_seqs distinct sequences (each at most once per call).  Sequence i's
