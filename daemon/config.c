@@ -512,9 +512,8 @@ static int parse_value(struct pgd_conf *c, const struct key *k, const char *s)
 	case T_NUMERICS:
 		if (strcmp(s, "pagoda") && strcmp(s, "llama.cpp"))
 			return -1;
-		*(int *)v = strcmp(s, "pagoda") ?
-					 PG_NUMERICS_LLAMA_CPP :
-					 PG_NUMERICS_PAGODA;
+		*(int *)v = strcmp(s, "pagoda") ? PG_NUMERICS_LLAMA_CPP :
+						  PG_NUMERICS_PAGODA;
 		return 0;
 	default:
 		return parse_number(k, s, v);

@@ -1534,6 +1534,7 @@ static int ffn_layer(struct device *d, const struct job *j,
 	struct pg_backend *be = d->be;
 	struct scratch *s = &d->s;
 	int n = j->n_tokens;
+
 	ops->rmsnorm(be, s->x, w->ffn_norm, n, hp->n_embd, hp->rms_eps, s->xb);
 	ops->matmul(be, &w->w_gate, s->xb, n, NULL, s->hb);
 	ops->matmul(be, &w->w_up, s->xb, n, NULL, s->hb2);

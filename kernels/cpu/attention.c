@@ -272,7 +272,9 @@ void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	struct attn_ctx c = {
-		.k = cpu->k, .llama = cpu->llama, .kv = kv, .block = block, .q = q,
+		.k = cpu->k, .kv = kv, .block = block, .q = q,
+		.llama = cpu->llama && kv->type == PG_F16 && kv->cp_size <= 1 &&
+			 kv->lanes <= 1,
 		.n_heads = heads->n_heads, .heads = *heads, .seqs = seqs,
 		.n_seqs = n_seqs, .scale = scale, .out = out, .lse = lse,
 	};

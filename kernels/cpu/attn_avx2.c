@@ -3,7 +3,7 @@
  * against one query, the exponentials of a softmax run, and the weighted
  * sum of a run of V rows, for F32, F16 and BF16 pages.
  *
- * Also fa16.c's llama.cpp attention loop (pg_fa16_run_avx2).
+ * Also llamacpp.c's llama.cpp attention loop (pg_fa16_run_avx2).
  *
  * Scores are taken 8 keys at a time and reduced together; V rows are summed
  * into 64-dim slices of the accumulator held in registers across the run.
@@ -173,7 +173,7 @@ void pg_round_kv_avx2(enum pg_dtype t, int n, const float *x, float *out)
 	pg_round_kv_ref(t, n - i, x + i, out + i);
 }
 
-/* fa16.c's score: ggml_vec_dot_f16's order, in its registers. */
+/* llamacpp.c's score: ggml_vec_dot_f16's order, in its registers. */
 static inline float fa16_dot8(int hd, const uint16_t *x, const uint16_t *y)
 {
 	__m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),

@@ -37,11 +37,12 @@ const char *pg_cpu_isa_name(enum pg_cpu_isa isa);
 struct pg_backend *pg_cpu_backend_create(int n_threads, enum pg_cpu_isa isa);
 
 /*
- * pg_cpu_backend_llama_numerics - with on set, the silu_mul and attention
- * ops compute as llama.cpp's CPU backend (built for AVX2/FMA/F16C, flash
- * attention on) does, bit for bit (kernels/cpu/llamacpp.c), for forward.h's
- * PG_NUMERICS_LLAMA_CPP.  Attention then reads an F16 store with one lane
- * and no CP, and gives no lse.  Off by default.
+ * pg_cpu_backend_llama_numerics - with on set, the rmsnorm, silu_mul and
+ * attention ops compute as llama.cpp's CPU backend (built for AVX2/FMA/F16C,
+ * flash attention on) does, bit for bit (kernels/cpu/llamacpp.c), for
+ * forward.h's PG_NUMERICS_LLAMA_CPP.  Attention does so on an F16 store
+ * with one lane and no CP, and then gives no lse; on any other store it
+ * computes as without.  Off by default.
  */
 void pg_cpu_backend_llama_numerics(struct pg_backend *be, int on);
 

@@ -3,8 +3,9 @@
  * then multiplied by a weight vector.
  *
  * With llama.cpp numerics the mean square is summed as llama.cpp sums it
- * (pg_sumsq_llama).  Rows are shared among the pool's threads only when there are enough of
- * them to pay for the hand-off; the inner loops come from the ISA table.
+ * (pg_sumsq_llama).  Rows are shared among the pool's threads only when
+ * there are enough of them to pay for the hand-off; the inner loops come
+ * from the ISA table.
  */
 #include <math.h>
 
