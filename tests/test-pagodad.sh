@@ -39,6 +39,11 @@ fi
 $bin $m --prompt x --numerics llama.cpp --kv-type f32 2>"$tmp/e"; rc=$?
 check "--numerics llama.cpp with an F32 KV cache: refused" test $rc -ne 0
 check "--numerics llama.cpp with an F32 KV cache: says why" grep -q "llama.cpp numerics run on one CPU device with an F16 KV cache only" "$tmp/e"
+$gen --preset tiny --type q4_0 --seed 5 --out "$tmp/q40.gguf" >/dev/null ||
+	{ echo "FAIL: gguf-gen q4_0"; exit 1; }
+$bin --model "$tmp/q40.gguf" --prompt x --numerics llama.cpp 2>"$tmp/e"; rc=$?
+check "--numerics llama.cpp on Q4_0 weights: refused" test $rc -ne 0
+check "--numerics llama.cpp on Q4_0 weights: names the matrix" grep -q "block 0's attn_q is Q4_0: use --numerics pagoda" "$tmp/e"
 
 # tokenize: argument, file and stdin agree
 $bin $m --tokenize "hello world" >"$tmp/t1"

@@ -1096,6 +1096,41 @@ static void setup_failed(struct pg_forward *fw, int rc, const char *msg)
 	snprintf(fw->setup_err, sizeof(fw->setup_err), "%s", msg);
 }
 
+/*
+ * llama.cpp numerics reproduce the kernels llama.cpp's AVX2 build runs for
+ * Q4_1 and Q8_0 weights; for others it takes kernels of its own (Q4_0
+ * repacked 8 rows at a time, F16 weights against F16 activations) that
+ * pagoda does not copy.  0, or -ENOTSUP with the first other matrix named.
+ */
+static int llama_types_ok(const struct pg_model *m, char *err, size_t err_len)
+{
+	static const char *const names[] = { "attn_q", "attn_k", "attn_v",
+		"attn_output", "ffn_gate", "ffn_up", "ffn_down" };
+	char what[64];
+
+	for (int b = 0; b < m->hp.n_blocks; b++) {
+		const struct pg_block_weights *w = &m->blocks[b];
+		const struct pg_matrix *mx[] = { &w->wq, &w->wk, &w->wv, &w->wo,
+						 &w->w_gate, &w->w_up, &w->w_down };
+
+		for (int i = 0; i < 7; i++) {
+			if (mx[i]->type == PG_Q4_1 || mx[i]->type == PG_Q8_0)
+				continue;
+			snprintf(what, sizeof(what), "block %d's %s is %s", b,
+				 names[i], pg_dtype_name(mx[i]->type));
+			goto refuse;
+		}
+	}
+	if (m->output.type == PG_Q4_1 || m->output.type == PG_Q8_0)
+		return 0;
+	snprintf(what, sizeof(what), "the output head is %s",
+		 pg_dtype_name(m->output.type));
+refuse:
+	snprintf(err, err_len, "llama.cpp numerics reproduce Q4_1 and Q8_0 weights only (llama.cpp runs kernels of its own for the others, e.g. Q4_0 repacked); %s: use --numerics pagoda",
+		 what);
+	return -ENOTSUP;
+}
+
 int pg_forward_create(const struct pg_model *m,
 		      const struct pg_forward_params *p,
 		      struct pg_forward **out, char *err, size_t err_len)
@@ -1115,6 +1150,9 @@ int pg_forward_create(const struct pg_model *m,
 		snprintf(err, err_len, "llama.cpp numerics run on one CPU device with an F16 KV cache only: drop the parallel plan or --kv-type");
 		return -EINVAL;
 	}
+	if (p->numerics == PG_NUMERICS_LLAMA_CPP &&
+	    (rc = llama_types_ok(m, err, err_len)))
+		return rc;
 	if (p->numerics == PG_NUMERICS_LLAMA_CPP &&
 	    pg_cpu_isa_best() < PG_ISA_AVX2) {
 		snprintf(err, err_len, "llama.cpp numerics need a CPU with AVX2, FMA and F16C (they reproduce llama.cpp's AVX2 build); this one has only %s",

@@ -26,8 +26,9 @@
  * How the forward pass rounds.  PG_NUMERICS_PAGODA: every parallel plan
  * gives one device's bits (forward.c's exact sums), attention accumulates
  * in float.  PG_NUMERICS_LLAMA_CPP: one CPU device only (no plan), F16
- * KV, a CPU with AVX2 (whose kernels are used even where AVX-512 is
- * present), computing as llama.cpp's CPU backend built for AVX2 does with
+ * KV, Q4_1 and Q8_0 weight matrices (llama.cpp runs kernels of its own for
+ * the others), a CPU with AVX2 (whose kernels are used even where AVX-512
+ * is present), computing as llama.cpp's CPU backend built for AVX2 does with
  * flash attention on: Wo and Wdown in one accumulator each, and
  * attention, SwiGLU and RMSNorm's sum as kernels/cpu/llamacpp.c says, so
  * that the logits are llama.cpp's bit for bit (tests/test_golden.c checks
