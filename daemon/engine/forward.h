@@ -32,7 +32,8 @@
  * flash attention on: Wo and Wdown in one accumulator each, and
  * attention, SwiGLU and RMSNorm's sum as kernels/cpu/llamacpp.c says, so
  * that the logits are llama.cpp's bit for bit (tests/test_golden.c checks
- * it on the default model), for comparing with llama.cpp or reproducing
+ * it on the default model, tests/test_numerics.c on generated Qwen2 and
+ * Llama shapes), for comparing with llama.cpp or reproducing
  * its output; slower (attention goes key by key with its sum in F16) and
  * no more accurate.
  */
