@@ -16,7 +16,8 @@
  *    and every greedy completion must be identical; and the same prompts,
  *    submitted at once to a serving engine with these numerics (chunked
  *    prefill beside other sequences' decodes), must each complete exactly
- *    as llama.cpp's greedy output: batching changes no bit;
+ *    as llama.cpp's greedy output, twice, the second time from the prefix
+ *    cache: batching and cached pages change no bit;
  *
  *  - pagoda's own numerics, the engine as it serves: Wo and Wdown summed
  *    in canonical parts, so that every parallel plan gives one device's
@@ -326,25 +327,13 @@ static void on_served(void *ctx, const struct pg_engine_event *ev)
 			served[i].got[served[i].n_got++] = ev->token;
 }
 
-static int check_served(const struct pg_model *m)
+/* One round: submit every prompt at once, run until idle; completions
+ * identical to llama.cpp's. */
+static int serve_round(struct pg_engine *e, int round)
 {
-	struct pg_forward_params fp = pg_forward_params_default();
-	struct pg_engine_config ec = pg_engine_config_default();
-	struct pg_forward *fw;
-	struct pg_engine *e;
-	char err[1024];
+	struct pg_engine_stats st;
 	int same = 0, steps = 0;
 
-	fp.numerics = PG_NUMERICS_LLAMA_CPP;
-	fp.max_batch_tokens = SERVE_BATCH;
-	fp.n_pages = 512;
-	ec.max_batch_tokens = SERVE_BATCH;
-	ec.on_event = on_served;
-	if (pg_forward_create(m, &fp, &fw, err, sizeof(err)) ||
-	    pg_engine_create(m, fw, &ec, &e, err, sizeof(err))) {
-		fprintf(stderr, "test_golden: cannot start the serving engine: %s\n", err);
-		return 0;
-	}
 	for (int i = 0; i < n_served; i++) {
 		struct pg_request q = {
 			.prompt = served[i].prompt, .n_prompt = served[i].n_prompt,
@@ -352,6 +341,7 @@ static int check_served(const struct pg_model *m)
 			.sampling = pg_sampling_default(),
 		};
 
+		served[i].n_got = 0;
 		if (pg_engine_submit(e, &q, &served[i].id))
 			fprintf(stderr, "served, record %d: %s\n", i,
 				pg_engine_last_error(e));
@@ -365,14 +355,52 @@ static int check_served(const struct pg_model *m)
 
 		same += ok;
 		if (!ok)
-			printf("served, record %d: the completion differs from llama.cpp's (%d tokens, %d wanted)\n",
-			       i, served[i].n_got, served[i].n_want);
+			printf("served, round %d, record %d: the completion differs from llama.cpp's (%d tokens, %d wanted)\n",
+			       round, i, served[i].n_got, served[i].n_want);
 	}
-	printf("golden, llama.cpp numerics served: %d prompts at once, %d-token steps (%d steps): %d of %d completions identical to llama.cpp's\n",
-	       n_served, SERVE_BATCH, steps, same, n_served);
+	pg_engine_stats(e, &st);
+	printf("golden, llama.cpp numerics served, round %d: %d prompts at once, %d-token steps (%d steps), %llu prompt tokens from the prefix cache so far: %d of %d completions identical to llama.cpp's\n",
+	       round, n_served, SERVE_BATCH, steps,
+	       (unsigned long long)st.cached_tokens, same, n_served);
+	return same == n_served && n_served >= 20;
+}
+
+/*
+ * Served twice by one engine: the second round takes every prompt's full
+ * pages from the prefix cache (pages the first round's sequences left),
+ * and must still give llama.cpp's completions.
+ */
+static int check_served(const struct pg_model *m)
+{
+	struct pg_forward_params fp = pg_forward_params_default();
+	struct pg_engine_config ec = pg_engine_config_default();
+	struct pg_engine_stats st;
+	struct pg_forward *fw;
+	struct pg_engine *e;
+	char err[1024];
+	int ok;
+
+	fp.numerics = PG_NUMERICS_LLAMA_CPP;
+	fp.max_batch_tokens = SERVE_BATCH;
+	fp.n_pages = 512;
+	ec.max_batch_tokens = SERVE_BATCH;
+	ec.prefix_cache = 1;
+	ec.on_event = on_served;
+	if (pg_forward_create(m, &fp, &fw, err, sizeof(err)) ||
+	    pg_engine_create(m, fw, &ec, &e, err, sizeof(err))) {
+		fprintf(stderr, "test_golden: cannot start the serving engine: %s\n", err);
+		return 0;
+	}
+	ok = serve_round(e, 1);
+	ok &= serve_round(e, 2);
+	pg_engine_stats(e, &st);
+	if (!st.cached_tokens) {
+		fprintf(stderr, "test_golden: the second round took nothing from the prefix cache\n");
+		ok = 0;
+	}
 	pg_engine_destroy(e);
 	pg_forward_destroy(fw);
-	return same == n_served && n_served >= 20;
+	return ok;
 }
 
 static int report(const struct engine *e, int tok_equal)
