@@ -1097,17 +1097,29 @@ static void setup_failed(struct pg_forward *fw, int rc, const char *msg)
 }
 
 /*
- * llama.cpp numerics reproduce the kernels llama.cpp's AVX2 build runs for
- * Q4_1 and Q8_0 weights; for others it takes kernels of its own (Q4_0
- * repacked 8 rows at a time, F16 weights against F16 activations) that
- * pagoda does not copy.  0, or -ENOTSUP with the first other matrix named.
+ * Whether llama.cpp numerics can give llama.cpp's bits here: one CPU
+ * device with an F16 KV cache, a CPU with AVX2 (the build they copy), and
+ * Q4_1 and Q8_0 weights, the kernels llama.cpp's AVX2 build runs for them
+ * (for others it takes kernels of its own: Q4_0 repacked 8 rows at a time,
+ * F16 weights against F16 activations).  0, or -errno with the reason.
  */
-static int llama_types_ok(const struct pg_model *m, char *err, size_t err_len)
+static int llama_numerics_ok(const struct pg_model *m,
+			     const struct pg_forward_params *p, char *err,
+			     size_t err_len)
 {
 	static const char *const names[] = { "attn_q", "attn_k", "attn_v",
 		"attn_output", "ffn_gate", "ffn_up", "ffn_down" };
 	char what[64];
 
+	if (p->plan || p->device_path || p->kv_type != PG_F16) {
+		snprintf(err, err_len, "llama.cpp numerics run on one CPU device with an F16 KV cache only: drop the parallel plan or --kv-type");
+		return -EINVAL;
+	}
+	if (pg_cpu_isa_best() < PG_ISA_AVX2) {
+		snprintf(err, err_len, "llama.cpp numerics need a CPU with AVX2, FMA and F16C (they reproduce llama.cpp's AVX2 build); this one has only %s",
+			 pg_cpu_isa_name(pg_cpu_isa_best()));
+		return -ENOTSUP;
+	}
 	for (int b = 0; b < m->hp.n_blocks; b++) {
 		const struct pg_block_weights *w = &m->blocks[b];
 		const struct pg_matrix *mx[] = { &w->wq, &w->wk, &w->wv, &w->wo,
@@ -1146,19 +1158,8 @@ int pg_forward_create(const struct pg_model *m,
 		return -EINVAL;
 	}
 	if (p->numerics == PG_NUMERICS_LLAMA_CPP &&
-	    (p->plan || p->device_path || p->kv_type != PG_F16)) {
-		snprintf(err, err_len, "llama.cpp numerics run on one CPU device with an F16 KV cache only: drop the parallel plan or --kv-type");
-		return -EINVAL;
-	}
-	if (p->numerics == PG_NUMERICS_LLAMA_CPP &&
-	    (rc = llama_types_ok(m, err, err_len)))
+	    (rc = llama_numerics_ok(m, p, err, err_len)))
 		return rc;
-	if (p->numerics == PG_NUMERICS_LLAMA_CPP &&
-	    pg_cpu_isa_best() < PG_ISA_AVX2) {
-		snprintf(err, err_len, "llama.cpp numerics need a CPU with AVX2, FMA and F16C (they reproduce llama.cpp's AVX2 build); this one has only %s",
-			 pg_cpu_isa_name(pg_cpu_isa_best()));
-		return -ENOTSUP;
-	}
 	page_bytes = pg_kv_page_bytes_for(p->page_tokens, hp->n_blocks,
 					  hp->n_kv_heads, hp->head_dim,
 					  p->kv_type);
@@ -1540,15 +1541,12 @@ static int attention_layer(struct device *d, const struct job *j,
 	ops->rope(be, s->k, n, d->nkv, hd, hp->n_rot, j->pos, hp->rope_base,
 		  hp->rope_mode);
 	ops->kv_write(be, kv, lb, s->k, s->v, n, s->slots);
-	if (d->lanes > 1) {
-		/* in lanes merged as CP ranks' parts are: CP's bits */
+	if (!d->cp) {
+		/* in lanes (or one) merged as CP ranks' parts are: CP's bits */
 		struct pg_kv_layout lv = *kv;
 
 		lv.lanes = d->lanes;
 		ops->attention(be, &lv, lb, s->q, &heads, j->aseqs, j->n_seqs,
-			       1.0f / sqrtf((float)hd), s->att, NULL);
-	} else if (!d->cp) {
-		ops->attention(be, kv, lb, s->q, &heads, j->aseqs, j->n_seqs,
 			       1.0f / sqrtf((float)hd), s->att, NULL);
 	} else {
 		ops->attention(be, kv, lb, s->q, &heads, j->aseqs, j->n_seqs,

@@ -198,12 +198,6 @@ static inline float fa16_dot8(int hd, const uint16_t *x, const uint16_t *y)
 	return (float)sum;
 }
 
-static inline void store_f16x8(uint16_t *p, __m256 v)
-{
-	_mm_storeu_si128((__m128i *)p,
-			 _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-
 /* pg_fa16_run_ref's bits; head_dim a multiple of 8 (else the reference). */
 void pg_fa16_run_avx2(int n, int hd, const uint16_t *k, const uint16_t *v,
 		      const uint16_t *q16, float scale, float *m, float *l,

@@ -10,6 +10,7 @@
 #define PAGODA_KERNELS_CPU_IMPL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu.h"
 #include "threadpool.h"
@@ -153,6 +154,23 @@ struct pg_cpu_kernels {
 extern const struct pg_cpu_kernels pg_cpu_kernels_scalar;
 extern const struct pg_cpu_kernels pg_cpu_kernels_avx2;
 extern const struct pg_cpu_kernels pg_cpu_kernels_avx512;
+
+/* A float's bits, and the float of some bits (no aliasing games). */
+static inline uint32_t pg_f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static inline float pg_bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
 
 /* The backend's handle: the public one first, so that casts work. */
 struct pg_cpu_backend {

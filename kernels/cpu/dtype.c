@@ -4,9 +4,8 @@
  * Bit-exact IEEE conversions that need no F16C; the SIMD files convert
  * whole vectors with their own instructions.  Quantisation is in quant.c.
  */
-#include <string.h>
 
-#include "cpu.h"
+#include "cpu_impl.h"
 
 const char *pg_dtype_name(enum pg_dtype t)
 {
@@ -22,22 +21,6 @@ const char *pg_dtype_name(enum pg_dtype t)
 	return "unknown";
 }
 
-static inline uint32_t f32_bits(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
 float pg_fp16_to_fp32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -45,13 +28,13 @@ float pg_fp16_to_fp32(uint16_t h)
 	uint32_t man = h & 0x3ff;
 
 	if (exp == 0x1f)		/* inf, nan: keep the payload */
-		return bits_f32(sign | 0x7f800000 | (man << 13));
+		return pg_bits_f32(sign | 0x7f800000 | (man << 13));
 	if (exp == 0) {			/* zero, subnormal: man * 2^-24 */
-		float v = (float)man * bits_f32(0x33800000);
+		float v = (float)man * pg_bits_f32(0x33800000);
 
 		return sign ? -v : v;
 	}
-	return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+	return pg_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
 }
 
 /* Round the finite, non-negative bits u (a float) to half precision. */
@@ -83,7 +66,7 @@ static uint16_t fp16_round(uint32_t u)
 
 uint16_t pg_fp32_to_fp16(float f)
 {
-	uint32_t u = f32_bits(f);
+	uint32_t u = pg_f32_bits(f);
 	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
 
 	u &= 0x7fffffff;
@@ -96,12 +79,12 @@ uint16_t pg_fp32_to_fp16(float f)
 
 float pg_bf16_to_fp32(uint16_t h)
 {
-	return bits_f32((uint32_t)h << 16);
+	return pg_bits_f32((uint32_t)h << 16);
 }
 
 uint16_t pg_fp32_to_bf16(float f)
 {
-	uint32_t u = f32_bits(f);
+	uint32_t u = pg_f32_bits(f);
 
 	if ((u & 0x7fffffff) > 0x7f800000)
 		return (uint16_t)((u >> 16) | 0x40);

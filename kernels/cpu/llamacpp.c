@@ -80,20 +80,6 @@ void pg_fa16_run_ref(int n, int hd, const uint16_t *k, const uint16_t *v,
 	}
 }
 
-static inline uint32_t f32_bits(float f)
-{
-	union { float f; uint32_t u; } c = { .f = f };
-
-	return c.u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-	union { uint32_t u; float f; } c = { .u = u };
-
-	return c.f;
-}
-
 /*
  * expf as llama.cpp's vector loops compute it (ggml's SIMD expf, after
  * ARM's optimized routines): n = x / ln 2 rounded by the 1.5 * 2^23 shift,
@@ -107,8 +93,8 @@ float pg_expf_llama(float x)
 	const float shift = 0x1.8p23f;
 	float z = fmaf(x, 0x1.715476p+0f, shift), n = z - shift;
 	float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-	uint32_t e = f32_bits(z) << 23, g;
-	float k = bits_f32(e + f32_bits(1.0f)), u = b * b, j, s1, s2;
+	uint32_t e = pg_f32_bits(z) << 23, g;
+	float k = pg_bits_f32(e + pg_f32_bits(1.0f)), u = b * b, j, s1, s2;
 
 	j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
 		      fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
@@ -116,8 +102,8 @@ float pg_expf_llama(float x)
 	if (!(fabsf(n) > 126.0f))
 		return fmaf(k, j, k);
 	g = n <= 0.0f ? 0x82000000u : 0u;
-	s1 = bits_f32(g + 0x7f000000u);
-	s2 = bits_f32(e - g);
+	s1 = pg_bits_f32(g + 0x7f000000u);
+	s2 = pg_bits_f32(e - g);
 	if (fabsf(n) > 192.0f)
 		return s1 * s1;
 	return fmaf(s2, j, s2) * s1;

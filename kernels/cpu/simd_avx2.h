@@ -72,6 +72,12 @@ static inline __m256 load_f16x8(const uint16_t *p)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const void *)p));
 }
 
+/* 8 floats stored at p as F16, rounded to nearest even. */
+static inline void store_f16x8(uint16_t *p, __m256 v)
+{
+	_mm_storeu_si128((void *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
 /* 16 bytes of nibbles as 32 bytes: low nibbles first, then high ones. */
 static inline __m256i unpack_nibbles(const uint8_t *qs)
 {
