@@ -17,10 +17,14 @@
  *     the same type (the scores' precision, attention.c): 1e-9;
  *   - kv_write, get_rows: exact;
  *   - each table's activation quantisers: bit-identical to the reference;
- *     its 1-row, 4-row and 4x2 quantised dots: within 1e-5 of sum |w x| of the
- *     scalar dot (same integers, float sums in another order);
- *   - each table's gemm8 loops (8 rows x n tokens, repacked weights):
- *     bit-identical to its 4-row dots; these and the quantised matmul on
+ *     its 1-row, 4-row and 4x2 quantised dots: bit-identical to each other,
+ *     and within 1e-5 of sum |w x| of the scalar dot (same integers, float
+ *     sums in another order); Q4_0 and Q4_1 in pagoda's numerics
+ *     bit-identical to the scalar dot; Q4_1's llama.cpp-order loops
+ *     likewise against their own reference (within 1e-5);
+ *   - each table's gemm8 loops (8 rows x n tokens, repacked weights, both
+ *     numerics): bit-identical to its 4-row dots; these and the quantised
+ *     matmul on
  *     rows 13, 27, 70 for every n in 1..37: each output within 1e-5 of
  *     sum |w x| of the scalar dot, and the matmul's outputs for n tokens
  *     bit-identical to each token's alone.
@@ -763,16 +767,58 @@ static void check_table_quant(const struct pg_cpu_kernels *k)
 	      pg_cpu_isa_name(k->isa));
 }
 
-/* The scalar dot of 4 rows with 2 tokens; *mag: sum |w x| of each. */
-static void ref_dots(enum pg_dtype t, const struct pg_matrix *m,
-		     const float *wf, const uint8_t *xq, size_t xs,
-		     float want[2][4], double mag[2][4])
+/*
+ * A table's loops for weights of type t: pagoda's numerics, or with llama
+ * set (Q4_1 only) llama.cpp's order; ref: the scalar dot they answer to,
+ * exact: whether they must give its very bits.
+ */
+struct qloops {
+	pg_dot_fn dot, ref;
+	pg_dot4_fn dot4;
+	pg_dot4x2_fn dot4x2;
+	pg_gemm8_fn gemm8;
+	int exact;
+	const char *name;
+};
+
+static struct qloops loops_for(const struct pg_cpu_kernels *k,
+			       enum pg_dtype t, int llama)
 {
 	enum pg_dtype vt;
-	pg_dot_fn ref_dot = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
+	struct qloops l = {
+		.dot = pg_cpu_dot_for(k, t, &vt),
+		.ref = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt),
+		.dot4 = pg_cpu_dot4_for(k, t),
+		.dot4x2 = pg_cpu_dot4x2_for(k, t),
+		.gemm8 = t == PG_Q4_0 ? k->gemm8_q4_0 :
+			 t == PG_Q4_1 ? k->gemm8_q4_1 : NULL,
+		.exact = t == PG_Q4_0 || t == PG_Q4_1,
+		.name = pg_dtype_name(t),
+	};
+
+	if (llama) {
+		l.dot = k->dot_q4_1_llama;
+		l.ref = pg_dot_q4_1_llama_ref;
+		l.dot4 = k->dot4_q4_1_llama;
+		l.dot4x2 = k->dot4x2_q4_1_llama;
+		l.gemm8 = k->gemm8_q4_1_llama;
+		l.exact = 0;
+		l.name = "Q4_1 (llama.cpp order)";
+	}
+	return l;
+}
+
+/* The scalar dot of 4 rows with 2 tokens; *mag: sum |w x| of each. */
+static void ref_dots(enum pg_dtype t, pg_dot_fn ref_dot,
+		     const struct pg_matrix *m, const float *wf,
+		     const uint8_t *xq, size_t xs, float want[2][4],
+		     double mag[2][4])
+{
+	enum pg_dtype vt;
 	int64_t cols = m->n_cols;
 	float xd[2048];
 
+	pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
 	for (int k = 0; k < 2; k++) {
 		pg_dequantize_row(vt, xq + (size_t)k * xs, xd, cols);
 		for (int r = 0; r < 4; r++) {
@@ -787,25 +833,29 @@ static void ref_dots(enum pg_dtype t, const struct pg_matrix *m,
 
 /* 1-row, 4-row and 4x2 dots of 4 random rows against the scalar dot. */
 static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
-			     int64_t cols)
+			     int llama, int64_t cols)
 {
 	enum pg_dtype vt;
 	float *wf, x[2048], want[2][4], got[3][2][4];
 	double mag[2][4];
 	uint8_t xq[2048 * 8];
 	struct pg_matrix m = make_matrix(t, 4, cols, &wf);
-	pg_dot_fn dot = pg_cpu_dot_for(k, t, &vt);
-	pg_dot4_fn dot4 = pg_cpu_dot4_for(k, t);
-	pg_dot4x2_fn dot4x2 = pg_cpu_dot4x2_for(k, t);
-	size_t xs = vt == PG_F32 ? (size_t)cols * 4 :
-		    pg_dtype_row_bytes(vt, (uint64_t)cols);
+	struct qloops l = loops_for(k, t, llama);
+	pg_dot_fn dot = l.dot;
+	pg_dot4_fn dot4 = l.dot4;
+	pg_dot4x2_fn dot4x2 = l.dot4x2;
+	size_t xs;
 	static const char *what[3] = { "dot", "dot4", "dot4x2" };
+
+	pg_cpu_dot_for(k, t, &vt);
+	xs = vt == PG_F32 ? (size_t)cols * 4 :
+	     pg_dtype_row_bytes(vt, (uint64_t)cols);
 
 	for (int j = 0; j < 2; j++) {
 		fill(x, (size_t)cols);
 		pg_quantize_row(vt, x, xq + j * xs, cols);
 	}
-	ref_dots(t, &m, wf, xq, xs, want, mag);
+	ref_dots(t, l.ref, &m, wf, xq, xs, want, mag);
 	for (int j = 0; j < 2; j++)
 		for (int r = 0; r < 4; r++) {
 			got[0][j][r] = dot(cols, (const uint8_t *)m.data +
@@ -823,7 +873,10 @@ static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	CHECK(!memcmp(got[0], got[1], sizeof(got[0])) &&
 	      !memcmp(got[1], got[2], sizeof(got[1])),
 	      "%s %s n=%lld: dot, dot4 and dot4x2 differ in their bits",
-	      pg_cpu_isa_name(k->isa), pg_dtype_name(t), (long long)cols);
+	      pg_cpu_isa_name(k->isa), l.name, (long long)cols);
+	CHECK(!l.exact || !memcmp(got[0], want, sizeof(want)),
+	      "%s %s n=%lld: the dots differ from the reference in their bits",
+	      pg_cpu_isa_name(k->isa), l.name, (long long)cols);
 	for (int v = 0; v < 3; v++)
 		for (int j = 0; j < 2; j++)
 			for (int r = 0; r < 4; r++)
@@ -831,7 +884,7 @@ static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
 				      1e-5 * mag[j][r],
 				      "%s %s %s n=%lld: %g vs %g",
 				      pg_cpu_isa_name(k->isa), what[v],
-				      pg_dtype_name(t), (long long)cols,
+				      l.name, (long long)cols,
 				      got[v][j][r], want[j][r]);
 	free(wf);
 	free((void *)m.data);
@@ -845,11 +898,15 @@ static void check_tables(void)
 		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
 
 		check_table_quant(k);
-		for (size_t t = 0; t < N_WTYPES; t++)
-			for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
-				check_table_dots(k, wtypes[t], cols[c]);
+		for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++) {
+			for (size_t t = 0; t < N_WTYPES; t++)
+				check_table_dots(k, wtypes[t], 0, cols[c]);
+			check_table_dots(k, PG_Q4_1, 1, cols[c]);
+		}
 	}
-	printf("tables: quantisers bit-identical, dots within bounds\n");
+	printf("tables: quantisers bit-identical, dots within bounds "
+	       "(Q4_0, Q4_1: the reference's bits; Q4_1 in llama.cpp's "
+	       "order too)\n");
 }
 
 /* ---- llama.cpp numerics (llamacpp.c): tables against the references ---- */
@@ -982,15 +1039,16 @@ static void check_llama_numerics(void)
  * of each (token t, row r) in want[t * rows + r], and sum |w x| of the
  * dequantised values in mag, for per-output bounds.
  */
-static void gemm_ref(enum pg_dtype t, const struct pg_matrix *m,
-		     const float *wf, const uint8_t *xq, size_t xs, int n,
-		     float *want, double *mag)
+static void gemm_ref(enum pg_dtype t, pg_dot_fn ref_dot,
+		     const struct pg_matrix *m, const float *wf,
+		     const uint8_t *xq, size_t xs, int n, float *want,
+		     double *mag)
 {
 	enum pg_dtype vt;
-	pg_dot_fn ref_dot = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
 	int64_t rows = m->n_rows, cols = m->n_cols;
 	float *xd = xmalloc((size_t)cols * sizeof(float));
 
+	pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
 	for (int k = 0; k < n; k++) {
 		pg_dequantize_row(vt, xq + (size_t)k * xs, xd, cols);
 		for (int64_t r = 0; r < rows; r++) {
@@ -1016,11 +1074,12 @@ static void gemm_ref(enum pg_dtype t, const struct pg_matrix *m,
  * order).
  */
 static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
-			     pg_gemm8_fn gemm8, int64_t rows, int64_t cols,
-			     int n)
+			     const struct qloops *l, int64_t rows,
+			     int64_t cols, int n)
 {
 	enum pg_dtype vt = t == PG_Q4_1 ? PG_Q8_1 : PG_Q8_0;
-	pg_dot4_fn dot4 = pg_cpu_dot4_for(k, t);
+	pg_dot4_fn dot4 = l->dot4;
+	pg_gemm8_fn gemm8 = l->gemm8;
 	size_t xs = pg_dtype_row_bytes(vt, (uint64_t)cols);
 	size_t ny = (size_t)n * (size_t)rows;
 	float *wf, *x = xmalloc((size_t)cols * sizeof(float));
@@ -1037,7 +1096,7 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 		fill(x, (size_t)cols);
 		pg_quantize_row(vt, x, xq + (size_t)j * xs, cols);
 	}
-	gemm_ref(t, &m, wf, xq, xs, n, want, mag);
+	gemm_ref(t, l->ref, &m, wf, xq, xs, n, want, mag);
 	for (size_t i = 0; i < ny; i++)
 		got[i] = NAN;			/* every output must be written */
 	pg_gemm_prep(vt, xq, (int64_t)n * (cols / 32), xp);
@@ -1054,7 +1113,7 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 			if (memcmp(d4, got + i, sizeof(d4)) && !differ++)
 				CHECK(0, "%s gemm8 %s %lldx%lld n=%d: token %d "
 				      "rows %lld..: %.9g vs dot4 %.9g",
-				      pg_cpu_isa_name(k->isa), pg_dtype_name(t),
+				      pg_cpu_isa_name(k->isa), l->name,
 				      (long long)rows, (long long)cols, n, j,
 				      (long long)r, got[i], d4[0]);
 			for (int q = 0; q < 4; q++, i++)
@@ -1063,7 +1122,7 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 					CHECK(0, "%s gemm8 %s %lldx%lld n=%d: token "
 					      "%d row %lld: %g vs %g",
 					      pg_cpu_isa_name(k->isa),
-					      pg_dtype_name(t), (long long)rows,
+					      l->name, (long long)rows,
 					      (long long)cols, n, j,
 					      (long long)r + q, got[i], want[i]);
 		}
@@ -1075,24 +1134,24 @@ static void check_gemm8(void)
 {
 	static const int64_t cols[] = { 32, 96, 544, 1536, 2080 };
 	static const int ns[] = { 1, 2, 3, 8, 37 };
-	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1 };
+	/* Q4_0, Q4_1, and Q4_1 in llama.cpp's order */
+	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1, PG_Q4_1 };
 	int tested = 0;
 
 	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_best(); isa++) {
 		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
 
-		for (size_t t = 0; t < 2; t++) {
-			pg_gemm8_fn g = types[t] == PG_Q4_0 ? k->gemm8_q4_0 :
-					k->gemm8_q4_1;
+		for (size_t t = 0; t < 3; t++) {
+			struct qloops l = loops_for(k, types[t], t == 2);
 
-			CHECK(isa == PG_ISA_SCALAR || g,
+			CHECK(isa == PG_ISA_SCALAR || l.gemm8,
 			      "%s has no gemm8 for %s", pg_cpu_isa_name(k->isa),
-			      pg_dtype_name(types[t]));
-			if (!g)
+			      l.name);
+			if (!l.gemm8)
 				continue;
 			for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
 				for (size_t j = 0; j < sizeof(ns) / sizeof(ns[0]); j++)
-					check_gemm8_case(k, types[t], g, 16,
+					check_gemm8_case(k, types[t], &l, 16,
 							 cols[c], ns[j]);
 			tested++;
 		}
@@ -1115,12 +1174,14 @@ static void check_matmul_tokens(void)
 	static const int64_t shapes[][2] = {
 		{ 13, 32 }, { 27, 96 }, { 70, 1536 },
 	};
-	static const enum pg_dtype types[] = { PG_Q8_0, PG_Q4_0, PG_Q4_1 };
+	/* the last: Q4_1 with the backends in llama.cpp numerics */
+	static const enum pg_dtype types[] = { PG_Q8_0, PG_Q4_0, PG_Q4_1, PG_Q4_1 };
 	enum { N = 37 };
 
-	for (size_t ti = 0; ti < 3; ti++)
+	for (size_t ti = 0; ti < 4; ti++)
 		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 			enum pg_dtype t = types[ti];
+			int llama = ti == 3;
 			enum pg_dtype vt = t == PG_Q4_1 ? PG_Q8_1 : PG_Q8_0;
 			int64_t rows = shapes[s][0], cols = shapes[s][1];
 			size_t xs = pg_dtype_row_bytes(vt, (uint64_t)cols);
@@ -1136,8 +1197,11 @@ static void check_matmul_tokens(void)
 			for (int j = 0; j < N; j++)
 				pg_quantize_row(vt, x + (size_t)j * (size_t)cols,
 						xq + (size_t)j * xs, cols);
-			gemm_ref(t, &m, wf, xq, xs, N, want, mag);
+			gemm_ref(t, llama ? pg_dot_q4_1_llama_ref :
+				 pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt),
+				 &m, wf, xq, xs, N, want, mag);
 			for (int i = 0; i < n_bes; i++) {
+				pg_cpu_backend_llama_numerics(bes[i], llama);
 				for (int j = 0; j < N; j++)
 					bes[i]->ops->matmul(bes[i], &m,
 						x + (size_t)j * (size_t)cols, 1,
@@ -1160,12 +1224,14 @@ static void check_matmul_tokens(void)
 							      (long long)cols, n,
 							      be_name(bes[i]), o, y[o], want[o]);
 				}
+				pg_cpu_backend_llama_numerics(bes[i], 0);
 			}
 			free(wf), free((void *)m.data), free(x), free(want);
 			free(y), free(mag), free(alone), free(xq);
 		}
-	printf("matmul tokens: Q8_0/Q4_0/Q4_1, rows 13, 27, 70 x n = 1..37, "
-	       "each output within 1e-5 of sum |wx|, batch-invariant\n");
+	printf("matmul tokens: Q8_0/Q4_0/Q4_1 (and Q4_1 in llama.cpp "
+	       "numerics), rows 13, 27, 70 x n = 1..37, each output within "
+	       "1e-5 of sum |wx|, batch-invariant\n");
 }
 
 /* ---- the thread pool ---- */

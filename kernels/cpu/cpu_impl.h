@@ -87,7 +87,7 @@ typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
 			    size_t out_stride, void *work,
 			    const struct pg_cuts *cuts);
 #define PG_GEMM8_WORK 320
-#define PG_GEMM_XP_BYTES(vt) ((vt) == PG_Q8_1 ? 40 : 72)
+#define PG_GEMM_XP_BYTES(vt) 40	/* for either activation type */
 
 /* Quantise n floats (a multiple of 32) to the activation type at dst. */
 typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
@@ -112,6 +112,12 @@ struct pg_cpu_kernels {
 	pg_dot4x2_fn dot4x2_q4_1;	/* optional */
 	pg_gemm8_fn gemm8_q4_0;		/* optional: 8 rows x many tokens */
 	pg_gemm8_fn gemm8_q4_1;		/* optional */
+	/* Q4_1 in llama.cpp's order (llama.cpp numerics); the dot is
+	 * required, the others optional as above */
+	pg_dot_fn dot_q4_1_llama;
+	pg_dot4_fn dot4_q4_1_llama;
+	pg_dot4x2_fn dot4x2_q4_1_llama;
+	pg_gemm8_fn gemm8_q4_1_llama;
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1 */
 	pg_axpy_fn axpy_f32;
@@ -205,8 +211,7 @@ pg_dot4x2_fn pg_cpu_dot4x2_for(const struct pg_cpu_kernels *k,
  * a block): the 32 quants reordered, 16-bit pairs of the block's two
  * halves interleaved (pair j of the first half, then pair j of the
  * second, for j < 8); then d as a float; then for Q8_1 s as a float, for
- * Q8_0 a zero and for each 4-quant chunk k < 8 the int32 -8 x 2^16 x (its
- * sum) (Q4_0's offset) in a float's bytes.
+ * Q8_0 the int32 -8 x (the sum of the 32 quants) (Q4_0's offset).
  */
 void pg_gemm_prep(enum pg_dtype vt, const void *xq, int64_t n_blocks,
 		  void *xp);
@@ -218,6 +223,7 @@ float pg_dot_bf16_ref(int64_t n, const void *w, const void *x);
 float pg_dot_q8_0_ref(int64_t n, const void *w, const void *x);
 float pg_dot_q4_0_ref(int64_t n, const void *w, const void *x);
 float pg_dot_q4_1_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q4_1_llama_ref(int64_t n, const void *w, const void *x);
 void pg_quant_q8_0_ref(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_ref(const float *x, void *dst, int64_t n);
 void pg_axpy_f32_ref(int n, float a, const void *v, float *acc);
@@ -272,6 +278,17 @@ void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
 			const void *xp, int n_tok, float *out,
 			size_t out_stride, void *work,
 			const struct pg_cuts *cuts);
+float pg_dot_q4_1_llama_avx2(int64_t n, const void *w, const void *x);
+void pg_dot4_q4_1_llama_avx2(int64_t n, const void *w, size_t w_stride,
+			     const void *x, float *out,
+			     const struct pg_cuts *cuts);
+void pg_dot4x2_q4_1_llama_avx2(int64_t n, const void *w, size_t w_stride,
+			       const void *x, size_t x_stride, float *out,
+			       size_t out_stride, const struct pg_cuts *cuts);
+void pg_gemm8_q4_1_llama_avx2(int64_t n, const void *w, size_t w_stride,
+			      const void *xp, int n_tok, float *out,
+			      size_t out_stride, void *work,
+			      const struct pg_cuts *cuts);
 void pg_quant_q8_0_avx2(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n);
 void pg_axpy_f32_avx2(int n, float a, const void *v, float *acc);

@@ -2,24 +2,25 @@
  * dot4x2_avx2.c - AVX2 tiles of 4 weight rows x 2 tokens for quantised
  * matmuls of several tokens (prompts): each weight block is unpacked once
  * for both tokens and each activation block loaded once for four rows.
+ * Q8_0 weights, and Q4_1 in llama.cpp's numerics (the order of
+ * dot_avx2.c); Q4_0 and Q4_1 in pagoda's numerics are q4_avx2.c's.
  *
  * The block scales of the 4 rows are converted together: their first 4
  * bytes (d and m for Q4_1; d and two quants otherwise) go into one vector
  * of 8 halves, converted in one instruction; lanes 2r hold d_r, lanes
- * 2r + 1 hold m_r (meaningful for Q4_1 only).  Same integer products as
- * dot_avx2.c, so the same results up to float summation order.
+ * 2r + 1 hold m_r (meaningful for Q4_1 only).  The same numbers as
+ * dot_avx2.c's 4-row dots, bit for bit.
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
 #include "cpu_impl.h"
 #include "simd_avx2.h"
 
-enum tile_kind { TILE_Q8_0, TILE_Q4_0, TILE_Q4_1 };
+enum tile_kind { TILE_Q8_0, TILE_Q4_1 };
 
 /* Byte sizes and offsets of the weight and activation blocks. */
 static inline size_t wblock_bytes(enum tile_kind k)
 {
 	return k == TILE_Q8_0 ? sizeof(struct pg_block_q8_0) :
-	       k == TILE_Q4_0 ? sizeof(struct pg_block_q4_0) :
 	       sizeof(struct pg_block_q4_1);
 }
 
@@ -39,21 +40,6 @@ static inline size_t xqs_offset(enum tile_kind k)
 	return k == TILE_Q4_1 ? 4 : 2;
 }
 
-/* The first 4 bytes of the block of each row: (d_r, m_r) as 8 floats. */
-static inline __m256 row_scales(const uint8_t *w0, size_t stride)
-{
-	int32_t v0, v1, v2, v3;
-	__m128i h;
-
-	__builtin_memcpy(&v0, w0, 4);
-	__builtin_memcpy(&v1, w0 + stride, 4);
-	__builtin_memcpy(&v2, w0 + 2 * stride, 4);
-	__builtin_memcpy(&v3, w0 + 3 * stride, 4);
-	h = _mm_insert_epi32(_mm_cvtsi32_si128(v0), v1, 1);
-	h = _mm_insert_epi32(_mm_insert_epi32(h, v2, 2), v3, 3);
-	return _mm256_cvtph_ps(h);
-}
-
 /* A token's (d, s) as (d, s, d, s, ...); s is junk except for Q8_1. */
 static inline __m256 tok_scales(const uint8_t *xb)
 {
@@ -70,8 +56,6 @@ static inline __m256i wquants(enum tile_kind k, const uint8_t *wb)
 
 	if (k == TILE_Q8_0)
 		return _mm256_loadu_si256((const void *)qs);
-	if (k == TILE_Q4_0)
-		return _mm256_sub_epi8(unpack_nibbles(qs), _mm256_set1_epi8(8));
 	return unpack_nibbles(qs);
 }
 
@@ -109,7 +93,7 @@ tile_4x2(enum tile_kind k, int64_t n, const void *w,
 		for (; i < end; i++) {
 			const uint8_t *wb = wp + (size_t)i * wblock_bytes(k);
 			const uint8_t *xb = xp + (size_t)i * xblock_bytes(k);
-			__m256 wsc = row_scales(wb, ws);
+			__m256 wsc = row_scales4(wb, ws);
 			__m256i xq[2];
 			/* products of scales, read back as broadcasts: load
 			 * ports are idle here, shuffle ports are not */
@@ -166,16 +150,10 @@ void pg_dot4x2_q8_0_avx2(int64_t n, const void *w, size_t ws, const void *x,
 	tile_4x2(TILE_Q8_0, n, w, ws, x, xs, out, os, cuts);
 }
 
-void pg_dot4x2_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *x,
-			 size_t xs, float *out, size_t os,
-			 const struct pg_cuts *cuts)
-{
-	tile_4x2(TILE_Q4_0, n, w, ws, x, xs, out, os, cuts);
-}
-
-void pg_dot4x2_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *x,
-			 size_t xs, float *out, size_t os,
-			 const struct pg_cuts *cuts)
+/* Q4_1 in llama.cpp's order (llama.cpp numerics); pagoda's: q4_avx2.c. */
+void pg_dot4x2_q4_1_llama_avx2(int64_t n, const void *w, size_t ws,
+			       const void *x, size_t xs, float *out, size_t os,
+			       const struct pg_cuts *cuts)
 {
 	tile_4x2(TILE_Q4_1, n, w, ws, x, xs, out, os, cuts);
 }

@@ -2,10 +2,12 @@
  * dot_avx2.c - AVX2/FMA/F16C dot products of weight rows with activation
  * rows, and the quantisers of activations to Q8_0 / Q8_1.
  *
- * Quantised dots stay in integers inside a block (maddubs: u8 x s8 pairs
- * summed to i16, then to i32) and scale once per block in float, as
- * llama.cpp's AVX2 kernels do.  The quantisers round exactly as the
- * reference (quant.c), so their output is bit-identical to it.
+ * Quantised dots (Q8_0 weights, and Q4_1 weights in llama.cpp's numerics)
+ * stay in integers inside a block (maddubs: u8 x s8 pairs summed to i16,
+ * then to i32: 8 sums of 4 products) and scale each of the 8 once per
+ * block in float, as llama.cpp's AVX2 kernels do.  Q4_0 and Q4_1 in
+ * pagoda's numerics are q4_avx2.c's.  The quantisers round exactly as
+ * the reference (quant.c), so their output is bit-identical to it.
  * Compiled with -mavx2 -mfma -mf16c; reached only through the AVX2 table.
  */
 #include <math.h>
@@ -92,12 +94,11 @@ float pg_dot_bf16_avx2(int64_t n, const void *w, const void *x)
  * reached it: a TP rank's slice, or a vocabulary slice, leaves other rows
  * over for the one-row dot than one device does.
  */
-enum qkind { K_Q8_0, K_Q4_0, K_Q4_1 };
+enum qkind { K_Q8_0, K_Q4_1 };
 
 static inline size_t wblock_bytes(enum qkind k)
 {
 	return k == K_Q8_0 ? sizeof(struct pg_block_q8_0) :
-	       k == K_Q4_0 ? sizeof(struct pg_block_q4_0) :
 	       sizeof(struct pg_block_q4_1);
 }
 
@@ -148,14 +149,6 @@ qblock_step(enum qkind k, const uint8_t *a, const struct xblock *x,
 		return _mm256_fmadd_ps(_mm256_broadcastss_ps(f),
 				       _mm256_cvtepi32_ps(q), acc);
 	}
-	if (k == K_Q4_0) {
-		const struct pg_block_q4_0 *wq = (const void *)a;
-		__m256i q = dot_s8s8(_mm256_sub_epi8(unpack_nibbles(wq->qs),
-						     _mm256_set1_epi8(8)), x->q);
-
-		return _mm256_fmadd_ps(_mm256_set1_ps(h2f(wq->d) * x->d),
-				       _mm256_cvtepi32_ps(q), acc);
-	}
 	const struct pg_block_q8_0 *wq = (const void *)a;
 	__m256i q = dot_s8s8(_mm256_loadu_si256((const void *)wq->qs), x->q);
 
@@ -189,41 +182,14 @@ float pg_dot_q8_0_avx2(int64_t n, const void *w, const void *x)
 	return dot1(K_Q8_0, n, w, x);
 }
 
-/* w: (n / 32) Q4_0; x: (n / 32) Q8_0 */
-float pg_dot_q4_0_avx2(int64_t n, const void *w, const void *x)
-{
-	return dot1(K_Q4_0, n, w, x);
-}
-
-/* w: (n / 32) Q4_1; x: (n / 32) Q8_1.  Minimum terms summed on the side. */
-float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x)
+/*
+ * w: (n / 32) Q4_1; x: (n / 32) Q8_1, in llama.cpp's order (the top of
+ * the file); minimum terms summed on the side.  Pagoda's own numerics
+ * take q4_avx2.c's.
+ */
+float pg_dot_q4_1_llama_avx2(int64_t n, const void *w, const void *x)
 {
 	return dot1(K_Q4_1, n, w, x);
-}
-
-/*
- * Decode reads each weight once, from memory, and matmul walks groups of
- * 4 rows in order; 4 rows read side by side are 4 short streams that the
- * hardware prefetcher follows badly.  So block i of this group asks for
- * the matching bytes of the group PG_DOT4_AHEAD groups on (measured here,
- * 1 thread, cold: Q4_1 3.5 -> 5.3 GB/s, Q8_0 4.9 -> 6.5 GB/s).  Prefetches
- * never fault, so running past the matrix is harmless.
- */
-#define PG_DOT4_AHEAD 2
-
-/*
- * always_inline: a prefetch has no side effects, so GCC (12) finds a
- * function made of prefetches "const" and deletes its calls when it is
- * not inlined early, as happened when dot4 became a template.
- */
-static inline __attribute__((always_inline)) void
-prefetch_group(const void *w, size_t stride, int64_t i, size_t block_bytes)
-{
-	const char *ahead = (const char *)w + PG_DOT4_AHEAD * 4 * stride;
-	size_t lo = (size_t)i * 4 * block_bytes, hi = lo + 4 * block_bytes;
-
-	for (size_t o = lo & ~(size_t)63; o < hi; o += 64)
-		_mm_prefetch(ahead + o, _MM_HINT_T0);
 }
 
 /*
@@ -273,14 +239,8 @@ void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t stride,
 	dot4(K_Q8_0, n, w, stride, x, out, cuts);
 }
 
-void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t stride,
-		       const void *x, float *out, const struct pg_cuts *cuts)
-{
-	dot4(K_Q4_0, n, w, stride, x, out, cuts);
-}
-
-/* The hot path of Q4_1 models. */
-void pg_dot4_q4_1_avx2(int64_t n, const void *w, size_t stride,
+/* Q4_1 in llama.cpp's order (llama.cpp numerics). */
+void pg_dot4_q4_1_llama_avx2(int64_t n, const void *w, size_t stride,
 		       const void *x, float *out, const struct pg_cuts *cuts)
 {
 	dot4(K_Q4_1, n, w, stride, x, out, cuts);

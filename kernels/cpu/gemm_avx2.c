@@ -2,53 +2,59 @@
  * gemm_avx2.c - AVX2 quantised matmul of 8 weight rows x many tokens, for
  * prompts and batches: the rows' blocks are repacked once into a small
  * work area (L1-resident for the usual widths) and every token then runs
- * over them.  Bit for bit the results of the 4-row dots (dot_avx2.c), so
- * of the 4x2 tiles and of the one-token path: a token's logits do not
- * depend on what it was batched with.
+ * over them.  Bit for bit the results of the 4-row dots of the same
+ * numerics (q4_avx2.c for pagoda's, dot_avx2.c for llama.cpp's), so of
+ * the 4x2 tiles and of the one-token path: a token's logits do not depend
+ * on what it was batched with.
  *
- * What the 4-row dot computes, per row: for each block, 8 int32 sums of 4
- * products (lane j: weights 4j .. 4j + 3 of the block, a "chunk"), each
- * converted and fma'd with d_w d_x into lane j of an accumulator, the
- * lanes summed at the end as hsum256 does; for Q4_1 plus the sum over
- * blocks of m_w s_x (a multiply, then an add).  Here the same numbers come
- * from other instructions.  With w the 32 weights of a block (nibbles
- * expanded), x the token's, the repacked block of 8 rows holds for each
- * chunk pair (c, c + 4), c < 4, two vectors with row i in 32-bit lane i:
+ * The repacked block of 8 rows: with w the 32 weights of a block (nibbles
+ * expanded), x the token's, it holds for each chunk pair (c, c + 4), c <
+ * 4 ("chunk" j: weights 4j .. 4j + 3), two vectors with row i in 32-bit
+ * lane i:
  *   wa[c]: w[4c], w[4c + 1], w[16 + 4c], w[16 + 4c + 1];
  *   wb[c]: w[4c + 2], w[4c + 3], w[16 + 4c + 2], w[16 + 4c + 3];
  * and pg_gemm_prep lays the token's quants out the same way, so that one
  * vpbroadcastd of its 4 bytes meets wa[c] (and one wb[c]).  maddubs(wa[c])
  * + maddubs(wb[c]) gives in int16 lane 2i the sum of chunk c of row i and
- * in lane 2i + 1 that of chunk c + 4: |sum| <= 4 x 15 x 128 = 7680, no
- * saturation.  Read as int32 after a shift left by 16 (chunk c) or with
- * the low half masked off (chunk c + 4), the lanes hold the sums times
- * 2^16, which convert exactly; the rows' scales are kept times 2^-16 (an
- * exact scaling, far from underflow: d_w d_x >= 2^-48 or 0), so each fma
+ * in lane 2i + 1 that of chunk c + 4 (|sum| <= 4 x 15 x 127 = 7620).
+ *
+ * Pagoda's numerics (q4_avx2.c: one integer sum a block and row, one fma
+ * of it a block): the four such vectors of a block summed in int16 (lane
+ * 2i: the first 16 products, lane 2i + 1 the last 16, |sum| <= 30480: no
+ * wrap), then madd with ones gives each row's block sum in int32 lane i;
+ * converted once, fma'd once with the rows' d_w d_x.  Q4_0 multiplies the
+ * unsigned nibbles q by x and adds -8 x (the block's sum of x), which
+ * pg_gemm_prep puts beside the quants: the same integers as (q - 8) x.
+ *
+ * llama.cpp's numerics (Q4_1 only; dot_avx2.c's order: each chunk
+ * converted and fma'd on its own, lane j of an accumulator): read as
+ * int32 after a shift left by 16 (chunk c) or with the low half masked
+ * off (chunk c + 4), the lanes hold the chunk sums times 2^16, which
+ * convert exactly; the rows' scales are kept times 2^-16 (an exact
+ * scaling, far from underflow: d_w d_x >= 2^-48 or 0), so each fma
  * rounds the very product the 4-row dot rounds.  The 8 chunk accumulators
  * have rows in their lanes, so the final hsum is 7 vertical adds.
  *
- * Why: on Zen 1 maddubs and madd issue on one FP pipe only, and the 4-row
- * dots spend 2 maddubs uops and 2 madd uops per 32 products there, besides
- * unpacking each block's nibbles once per row and token pair; this loop
- * spends the 2 maddubs uops only, and unpacks once per 8 rows.
- *
- * Q4_0: the 4-row dot multiplies q - 8 by x; here q (unsigned) x x, and
- * -8 x (the chunk's sum of x) x 2^16 comes on in int32 from pg_gemm_prep's
- * side data: the same integers.  Q8_0 weights (signed bytes: one pair of
- * products can fill an int16) are left to the tiles.
+ * Why: on Zen 1 maddubs and madd issue on one FP pipe only, and a 4-row
+ * dot spends 2 maddubs uops and 2 madd uops per 32 products there, besides
+ * unpacking each block's nibbles once per row and token pair; these loops
+ * spend the 2 maddubs uops (and a quarter of a madd), and unpack once per
+ * 8 rows.  Q8_0 weights (signed bytes: one pair of products can fill an
+ * int16) are left to the tiles.
  *
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
 #include "cpu_impl.h"
 #include "simd_avx2.h"
 
-enum gemm_kind { G_Q4_0, G_Q4_1 };
+/* G_LLAMA: Q4_1 weights in llama.cpp's numerics */
+enum gemm_kind { G_Q4_0, G_Q4_1, G_LLAMA };
 
 /* One repacked block of 8 rows; PG_GEMM8_WORK bytes. */
 struct gemm_block {
 	__m256i wa[4];		/* see the top of the file */
 	__m256i wb[4];
-	__m256 d;		/* the rows' scales x 2^-16 */
+	__m256 d;		/* the rows' scales (x 2^-16 for G_LLAMA) */
 	__m256 m;		/* the rows' mins (Q4_1) */
 };
 
@@ -86,9 +92,9 @@ static inline void row_lanes(const uint8_t *qs, __m128i *lo, __m128i *hi)
 static inline void repack(enum gemm_kind k, const uint8_t *w, size_t ws,
 			  int64_t i, struct gemm_block *b)
 {
-	size_t bb = k == G_Q4_1 ? sizeof(struct pg_block_q4_1) :
-		    sizeof(struct pg_block_q4_0);
-	size_t qo = k == G_Q4_1 ? 4 : 2;
+	size_t bb = k == G_Q4_0 ? sizeof(struct pg_block_q4_0) :
+		    sizeof(struct pg_block_q4_1);
+	size_t qo = k == G_Q4_0 ? 2 : 4;
 	const uint8_t *wb = w + (size_t)i * bb;
 	__m128i lo[8], hi[8];
 	__m256i v[2][4], out[8];
@@ -120,8 +126,10 @@ static inline void repack(enum gemm_kind k, const uint8_t *w, size_t ws,
 		b->wa[c] = out[2 * c];
 		b->wb[c] = out[2 * c + 1];
 	}
-	b->d = _mm256_mul_ps(gather_f16(wb, ws), _mm256_set1_ps(1.0f / 65536));
-	b->m = k == G_Q4_1 ? gather_f16(wb + 2, ws) : _mm256_setzero_ps();
+	b->d = gather_f16(wb, ws);
+	if (k == G_LLAMA)
+		b->d = _mm256_mul_ps(b->d, _mm256_set1_ps(1.0f / 65536));
+	b->m = k == G_Q4_0 ? _mm256_setzero_ps() : gather_f16(wb + 2, ws);
 }
 
 /* 4 bytes at p in all 8 lanes. */
@@ -135,8 +143,8 @@ static inline __m256i bcast4(const uint8_t *p)
 
 /*
  * out[t * os + r] = row r . token t for r < 8, t < n_tok (part p of cuts
- * at out + p * cuts->stride); see the pg_gemm8_fn comment in cpu_impl.h
- * for xp and work.
+ * at out + p * cuts->stride), in pagoda's numerics; see the pg_gemm8_fn
+ * comment in cpu_impl.h for xp and work.
  */
 static inline __attribute__((always_inline)) void
 gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
@@ -145,12 +153,73 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 	struct gemm_block *buf = work;
 	int64_t nb = n / PG_QK;
 	int np = cuts ? cuts->n : 1;
-	size_t pb = k == G_Q4_1 ? PG_GEMM_XP_BYTES(PG_Q8_1) :
-		    PG_GEMM_XP_BYTES(PG_Q8_0);
-	__m256i hi16 = _mm256_set1_epi32((int32_t)0xffff0000u);
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_0 ? PG_Q8_0 : PG_Q8_1);
+	__m256i ones = _mm256_set1_epi16(1);
 
 	for (int64_t i = 0; i < nb; i++)
 		repack(k, w, ws, i, &buf[i]);
+	for (int t = 0; t < n_tok; t++) {
+		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
+		__m256 run = _mm256_setzero_ps();
+		int64_t i = 0;
+
+		for (int p = 0; p < np; p++) {
+			int64_t end = cuts ? cuts->end[p] : nb;
+			__m256 acc = _mm256_setzero_ps(), ms = acc, v;
+
+			for (; i < end; i++, xb += pb) {
+				const struct gemm_block *b = &buf[i];
+				const float *xf = (const float *)(xb + 32);
+				__m256i s[2], is;
+
+#pragma GCC unroll 2
+				for (int h = 0; h < 2; h++) {	/* c = 2h, 2h + 1 */
+					int c = 2 * h;
+
+					s[h] = _mm256_add_epi16(
+						_mm256_add_epi16(
+							_mm256_maddubs_epi16(b->wa[c], bcast4(xb + 8 * c)),
+							_mm256_maddubs_epi16(b->wb[c], bcast4(xb + 8 * c + 4))),
+						_mm256_add_epi16(
+							_mm256_maddubs_epi16(b->wa[c + 1], bcast4(xb + 8 * c + 8)),
+							_mm256_maddubs_epi16(b->wb[c + 1], bcast4(xb + 8 * c + 12))));
+				}
+				is = _mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones);
+				if (k == G_Q4_0)	/* - 8 x the block's sum of x */
+					is = _mm256_add_epi32(is, bcast4(xb + 36));
+				acc = _mm256_fmadd_ps(_mm256_mul_ps(b->d, _mm256_broadcast_ss(xf)),
+						      _mm256_cvtepi32_ps(is), acc);
+				if (k == G_Q4_1)
+					ms = _mm256_fmadd_ps(b->m, _mm256_broadcast_ss(xf + 1), ms);
+			}
+			v = k == G_Q4_1 ? _mm256_add_ps(acc, ms) : acc;
+			if (!pg_cuts_summed(cuts))
+				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
+						 (size_t)t * os, v);
+			else	/* the earlier parts, then this */
+				run = p ? _mm256_add_ps(run, v) : v;
+		}
+		if (pg_cuts_summed(cuts))
+			_mm256_storeu_ps(out + (size_t)t * os, run);
+	}
+}
+
+/*
+ * The same in llama.cpp's numerics, Q4_1 only (the top of the file): the
+ * 8 chunk sums of a block converted and fma'd each on its own.
+ */
+static void
+gemm8_llama(int64_t n, const void *w, size_t ws, const void *xp, int n_tok,
+	    float *out, size_t os, void *work, const struct pg_cuts *cuts)
+{
+	struct gemm_block *buf = work;
+	int64_t nb = n / PG_QK;
+	int np = cuts ? cuts->n : 1;
+	size_t pb = PG_GEMM_XP_BYTES(PG_Q8_1);
+	__m256i hi16 = _mm256_set1_epi32((int32_t)0xffff0000u);
+
+	for (int64_t i = 0; i < nb; i++)
+		repack(G_LLAMA, w, ws, i, &buf[i]);
 	for (int t = 0; t < n_tok; t++) {
 		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
 		__m256 run = _mm256_setzero_ps();
@@ -177,19 +246,12 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 					__m256i lo = _mm256_slli_epi32(s, 16);
 					__m256i hi = _mm256_and_si256(s, hi16);
 
-					if (k == G_Q4_0) {	/* - 8 x the chunk's sum */
-						lo = _mm256_add_epi32(lo, _mm256_castps_si256(
-							_mm256_broadcast_ss(xf + 2 + c)));
-						hi = _mm256_add_epi32(hi, _mm256_castps_si256(
-							_mm256_broadcast_ss(xf + 6 + c)));
-					}
 					acc[c] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(lo),
 								 acc[c]);
 					acc[c + 4] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(hi),
 								     acc[c + 4]);
 				}
-				if (k == G_Q4_1)
-					ms = _mm256_add_ps(ms, _mm256_mul_ps(b->m,
+				ms = _mm256_add_ps(ms, _mm256_mul_ps(b->m,
 							_mm256_broadcast_ss(xf + 1)));
 			}
 			/* hsum256's order, lane by lane */
@@ -199,8 +261,7 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 				_mm256_add_ps(_mm256_add_ps(acc[1], acc[5]),
 					      _mm256_add_ps(acc[3], acc[7])));
 
-			if (k == G_Q4_1)
-				s = _mm256_add_ps(s, ms);
+			s = _mm256_add_ps(s, ms);
 			if (!pg_cuts_summed(cuts))
 				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
 						 (size_t)t * os, s);
@@ -224,4 +285,11 @@ void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *xp,
 			const struct pg_cuts *cuts)
 {
 	gemm8(G_Q4_1, n, w, ws, xp, n_tok, out, os, work, cuts);
+}
+
+void pg_gemm8_q4_1_llama_avx2(int64_t n, const void *w, size_t ws,
+			      const void *xp, int n_tok, float *out, size_t os,
+			      void *work, const struct pg_cuts *cuts)
+{
+	gemm8_llama(n, w, ws, xp, n_tok, out, os, work, cuts);
 }

@@ -218,24 +218,26 @@ void pg_gemm_prep(enum pg_dtype vt, const void *xq, int64_t n_blocks,
 	     p += PG_GEMM_XP_BYTES(vt)) {
 		const int8_t *q = (const int8_t *)(b + qo);
 		uint16_t h[2];
-		float f[2];
+		float d;
 
 		for (int j = 0; j < 8; j++) {
 			memcpy(p + 4 * j, q + 2 * j, 2);
 			memcpy(p + 4 * j + 2, q + 16 + 2 * j, 2);
 		}
 		memcpy(h, b, sizeof(h));	/* d, and s for Q8_1 */
-		f[0] = pg_fp16_to_fp32(h[0]);
-		f[1] = vt == PG_Q8_1 ? pg_fp16_to_fp32(h[1]) : 0.0f;
-		memcpy(p + 32, f, sizeof(f));
-		if (vt == PG_Q8_1)
-			continue;
-		for (int k = 0; k < 8; k++) {
-			int32_t sum = q[4 * k] + q[4 * k + 1] + q[4 * k + 2] +
-				      q[4 * k + 3];
+		d = pg_fp16_to_fp32(h[0]);
+		memcpy(p + 32, &d, sizeof(d));
+		if (vt == PG_Q8_1) {
+			float s = pg_fp16_to_fp32(h[1]);
 
-			sum *= -8 * 65536;
-			memcpy(p + 40 + 4 * k, &sum, sizeof(sum));
+			memcpy(p + 36, &s, sizeof(s));
+		} else {	/* Q4_0's offset: -8 x the sum of the quants */
+			int32_t sum = 0;
+
+			for (int j = 0; j < PG_QK; j++)
+				sum += q[j];
+			sum *= -8;
+			memcpy(p + 36, &sum, sizeof(sum));
 		}
 	}
 }
@@ -284,12 +286,13 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 }
 
 /* The gemm8 loop for weights of type t, or NULL when the table has none. */
-static pg_gemm8_fn mm_gemm8_for(const struct pg_cpu_kernels *k,
+static pg_gemm8_fn mm_gemm8_for(const struct pg_cpu_backend *cpu,
 				enum pg_dtype t)
 {
 	switch (t) {
-	case PG_Q4_0: return k->gemm8_q4_0;
-	case PG_Q4_1: return k->gemm8_q4_1;
+	case PG_Q4_0: return cpu->k->gemm8_q4_0;
+	case PG_Q4_1: return cpu->llama ? cpu->k->gemm8_q4_1_llama :
+			     cpu->k->gemm8_q4_1;
 	default: return NULL;
 	}
 }
@@ -317,6 +320,11 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	c.dot = pg_cpu_dot_for(cpu->k, w->type, &vt);
 	c.dot4 = pg_cpu_dot4_for(cpu->k, w->type);
 	c.dot4x2 = pg_cpu_dot4x2_for(cpu->k, w->type);
+	if (cpu->llama && w->type == PG_Q4_1) {	/* llama.cpp's order */
+		c.dot = cpu->k->dot_q4_1_llama;
+		c.dot4 = cpu->k->dot4_q4_1_llama;
+		c.dot4x2 = cpu->k->dot4x2_q4_1_llama;
+	}
 	if (n_parts > PG_MM_MAX_PARTS || vt == PG_F32)
 		c.cuts = NULL;	/* no multi-row loops: dot part by part */
 	if (!c.cuts && n_parts > 1)
@@ -331,7 +339,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 		return;
 	}
 	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 : cpu->k->quant_q8_0;
-	c.gemm8 = c.dot4 ? mm_gemm8_for(cpu->k, w->type) : NULL;
+	c.gemm8 = c.dot4 ? mm_gemm8_for(cpu, w->type) : NULL;
 	c.xq_row_bytes = pg_dtype_row_bytes(vt, (uint64_t)w->n_cols);
 	mm_quantised(cpu, &c, x, n, y);
 }

@@ -119,6 +119,7 @@ const struct pg_cpu_kernels pg_cpu_kernels_scalar = {
 	.dot_q8_0 = pg_dot_q8_0_ref,
 	.dot_q4_0 = pg_dot_q4_0_ref,
 	.dot_q4_1 = pg_dot_q4_1_ref,
+	.dot_q4_1_llama = pg_dot_q4_1_llama_ref,
 	.quant_q8_0 = pg_quant_q8_0_ref,
 	.quant_q8_1 = pg_quant_q8_1_ref,
 	.axpy_f32 = pg_axpy_f32_ref,

@@ -7,8 +7,9 @@
  * registers.  Quantised weights take the activations quantised first
  * (quantize_kernel: Q8_0, or Q8_1 for Q4_1, with quant.c's rounding) and
  * dot them block by block in integers with __dp4a, each block's sum scaled
- * as dot.c does ((float)acc * dw * dx, then + mw * sx for Q4_1), so the
- * results are the CPU's up to the order of the float sum over blocks.
+ * as dot.c does (fma(dw dx, (float)acc, sum), and fma(mw, sx, .) for
+ * Q4_1), so the results are the CPU's up to the order of the float sum
+ * over blocks.
  * Dense weights dot float activations (fused multiply-adds).
  *
  * Prefill (more tokens): cuBLAS with FP32 accumulation.  F32 weights:
@@ -220,9 +221,9 @@ gemv_q_kernel(const uint8_t *wd, uint64_t row_bytes, int64_t n_rows,
 				acc = __dp4a(wq[i], xa[i], acc);
 			float dx = xd[t * nb + b];
 
-			sum[t] += __fmul_rn(__fmul_rn((float)acc, dw), dx);
+			sum[t] = __fmaf_rn(__fmul_rn(dw, dx), (float)acc, sum[t]);
 			if (WT == PG_Q4_1)
-				sum[t] += __fmul_rn(mw, xs[t * nb + b]);
+				sum[t] = __fmaf_rn(mw, xs[t * nb + b], sum[t]);
 		}
 	}
 	store_row<NT>(sum, n, lane, r, n_rows, bias, y);
