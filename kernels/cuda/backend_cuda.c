@@ -23,7 +23,8 @@
  * the ring where this step's indices now are; a miss captures the list on
  * the stream, instantiates and launches it.  Anything that cannot be
  * recorded (a full ring, an upload) runs the records so far and finishes
- * the step without a graph.
+ * the step without a graph; a capture that fails turns graphs off for the
+ * backend and runs the step without one (graph_abandon).
  */
 #include <errno.h>
 #include <math.h>
@@ -886,7 +887,38 @@ static struct pg_cuda_graph *graph_slot(struct pg_cuda_backend *cb)
 	return g;
 }
 
-/* Capture the step's records on the stream and instantiate them. */
+/*
+ * A capture that failed (an op the stream cannot capture, a graph the
+ * driver will not instantiate): end the capture if it is still open, drop
+ * the graph, clear the error (capturing leaves it unsticky) and turn
+ * graphs off for this backend; the caller then runs the step without a
+ * graph, as every later one.  A context that has really faulted fails the
+ * synchronisation here and stays failed.
+ */
+static void graph_abandon(struct pg_cuda_backend *cb, cudaGraph_t graph)
+{
+	enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+	cudaGraph_t open = NULL;
+
+	if (cudaStreamIsCapturing(cb->stream, &st) == cudaSuccess &&
+	    st != cudaStreamCaptureStatusNone &&
+	    cudaStreamEndCapture(cb->stream, &open) == cudaSuccess && open)
+		cudaGraphDestroy(open);
+	if (graph)
+		cudaGraphDestroy(graph);
+	(void)cudaGetLastError();
+	cb->graphs = 0;
+	cb->failed = 0;
+	cb->err[0] = '\0';
+	ck(cb, cudaStreamSynchronize(cb->stream),
+	   "cudaStreamSynchronize (after a failed graph capture)");
+}
+
+/*
+ * Capture the step's records on the stream and instantiate them.  NULL
+ * when there was no memory for the copy of the records, or when the
+ * capture failed (graph_abandon: graphs are off from then on).
+ */
 static struct pg_cuda_graph *graph_capture(struct pg_cuda_backend *cb,
 					   uint64_t h)
 {
@@ -902,15 +934,15 @@ static struct pg_cuda_graph *graph_capture(struct pg_cuda_backend *cb,
 	if (ck(cb, cudaStreamBeginCapture(cb->stream,
 					  cudaStreamCaptureModeRelaxed),
 	       "cudaStreamBeginCapture"))
-		goto out_free;
+		goto out_abandon;
 	for (size_t i = 0; i < cb->n_rec; i++)
 		op_run(cb, &ops[i]);
 	if (ck(cb, cudaStreamEndCapture(cb->stream, &graph),
 	       "cudaStreamEndCapture") || cb->failed)
-		goto out_graph;
+		goto out_abandon;
 	if (ck(cb, cudaGraphInstantiate(&exec, graph, 0),
 	       "cudaGraphInstantiate"))
-		goto out_graph;
+		goto out_abandon;
 	cudaGraphDestroy(graph);
 	g = graph_slot(cb);
 	g->ops = ops;
@@ -919,10 +951,8 @@ static struct pg_cuda_graph *graph_capture(struct pg_cuda_backend *cb,
 	g->exec = exec;
 	return g;
 
-out_graph:
-	if (graph)
-		cudaGraphDestroy(graph);
-out_free:
+out_abandon:
+	graph_abandon(cb, graph);
 	free(ops);
 	return NULL;
 }
@@ -957,7 +987,7 @@ static int cuda_step_end(struct pg_backend *be, char *err, size_t err_len)
 	g = graph_find(cb, h);
 	if (!g && !cb->failed) {
 		g = graph_capture(cb, h);
-		if (!g && !cb->failed) {	/* no memory: run it plainly */
+		if (!g && !cb->failed) {	/* no graph: run it plainly */
 			for (size_t i = 0; i < cb->n_rec; i++)
 				op_run(cb, &cb->rec[i]);
 		}

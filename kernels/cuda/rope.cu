@@ -7,8 +7,9 @@
  * 0 walks them into shared memory), and theta_scale is powf()'d on the
  * host.  Sine and cosine are taken in double and rounded to float, which
  * is the correctly rounded value the host's sinf/cosf give (the device's
- * float versions are 2 ulp off).  The rotation's products and sums are
- * rounded one by one as on the CPU (no fused multiply-add).
+ * float versions are 2 ulp off).  The rotation is rounded as on the CPU
+ * (rope.c): x0 cos - x1 sin as one fused multiply-add less a rounded
+ * product, x0 sin + x1 cos likewise.
  */
 #include "common.cuh"
 
@@ -47,8 +48,8 @@ rope_kernel(float *x, const int32_t *pos, int n_heads, int head_dim,
 		float *xh = xt + (size_t)h * head_dim;
 		float x0 = xh[a], x1 = xh[b];
 
-		xh[a] = __fsub_rn(__fmul_rn(x0, cs[i]), __fmul_rn(x1, sn[i]));
-		xh[b] = __fadd_rn(__fmul_rn(x0, sn[i]), __fmul_rn(x1, cs[i]));
+		xh[a] = __fmaf_rn(x0, cs[i], -__fmul_rn(x1, sn[i]));
+		xh[b] = __fmaf_rn(x0, sn[i], __fmul_rn(x1, cs[i]));
 	}
 }
 
