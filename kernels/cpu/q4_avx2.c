@@ -19,10 +19,12 @@
  * and one fused multiply-add per row and block: the llama.cpp order
  * spends eight of each (one per 4 products), which is most of the work
  * of the batched loops on the CPUs we run on.  The integers: maddubs
- * gives sums of 2 products (|q x| <= 15 x 127), madd sums those to 8
- * int32s a row, and a tree of hadds sums 4 rows' eights side by side.
- * Q4_0: maddubs of the unsigned nibbles, less maddubs(8, x) (computed
- * once a block for all rows): the same integers as (q - 8) x, in range.
+ * gives 16 sums of 2 products a row (|.| <= 2 x 15 x 127 = 3810); 4 rows'
+ * are then summed side by side in int16 by a tree of unpacks and adds (a
+ * 4 x 4 transpose folded into the sums: 8 pairs, <= 30480, no wrap) and
+ * widened to int32 for the last add.  Q4_0: maddubs of the unsigned
+ * nibbles, less maddubs(8, x) (computed once a block for all rows): the
+ * same integers as (q - 8) x, in range.
  *
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
@@ -61,15 +63,37 @@ static inline __m256i offset8(enum q4_kind k, __m256i xq)
 	       _mm256_setzero_si256();
 }
 
-/* A block's products summed to 8 int32s (4 products each). */
-static inline __m256i block_sums(enum q4_kind k, __m256i wq, __m256i xq,
-				 __m256i off)
+/* A block's products summed in pairs: 16 int16s. */
+static inline __m256i block_pairs(enum q4_kind k, __m256i wq, __m256i xq,
+				  __m256i off)
 {
 	__m256i p = _mm256_maddubs_epi16(wq, xq);
 
-	if (k == Q4_0)
-		p = _mm256_sub_epi16(p, off);
-	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+	return k == Q4_0 ? _mm256_sub_epi16(p, off) : p;
+}
+
+/*
+ * The block sums of 4 rows: lane r = the sum of row r's 32 products.
+ * Each level adds two of a row's partial sums, which the unpacks put side
+ * by side: u01 holds (row 0, row 1) pairs, v (row 0 .. row 3) quads.
+ */
+static inline __m128i block_sums4(enum q4_kind k, const __m256i wq[4],
+				  __m256i xq, __m256i off)
+{
+	__m256i p0 = block_pairs(k, wq[0], xq, off);
+	__m256i p1 = block_pairs(k, wq[1], xq, off);
+	__m256i p2 = block_pairs(k, wq[2], xq, off);
+	__m256i p3 = block_pairs(k, wq[3], xq, off);
+	__m256i u01 = _mm256_add_epi16(_mm256_unpacklo_epi16(p0, p1),
+				       _mm256_unpackhi_epi16(p0, p1));
+	__m256i u23 = _mm256_add_epi16(_mm256_unpacklo_epi16(p2, p3),
+				       _mm256_unpackhi_epi16(p2, p3));
+	__m256i v = _mm256_add_epi16(_mm256_unpacklo_epi32(u01, u23),
+				     _mm256_unpackhi_epi32(u01, u23));
+
+	v = _mm256_add_epi16(v, _mm256_shuffle_epi32(v, 0x4e));
+	return _mm_add_epi32(_mm_cvtepi16_epi32(_mm256_castsi256_si128(v)),
+			     _mm_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)));
 }
 
 /* The activation block's d and s (junk for Q8_0) as floats 0 and 1. */
@@ -88,8 +112,9 @@ q4_dot1(enum q4_kind k, int64_t n, const uint8_t *w, const uint8_t *x)
 		const uint8_t *wb = w + (size_t)i * wbytes(k);
 		const uint8_t *xb = x + (size_t)i * xbytes(k);
 		__m256i xq = _mm256_loadu_si256((const void *)(xb + xqoff(k)));
-		int s = hsum256_i32(block_sums(k, unpack_nibbles(wb + wqoff(k)),
-					       xq, offset8(k, xq)));
+		int s = hsum256_i32(_mm256_madd_epi16(
+			block_pairs(k, unpack_nibbles(wb + wqoff(k)), xq,
+				    offset8(k, xq)), _mm256_set1_epi16(1)));
 		__m128 ws = load_f16x2((const uint16_t *)wb);
 		__m128 xs = x_scales(xb);
 		float f = _mm_cvtss_f32(ws) * _mm_cvtss_f32(xs);
@@ -122,11 +147,7 @@ q4_step4(enum q4_kind k, const __m256i wq[4], __m128 d4, __m128 m4,
 	 const uint8_t *xb, __m128 *acc, __m128 *ms)
 {
 	__m256i xq = _mm256_loadu_si256((const void *)(xb + xqoff(k)));
-	__m256i off = offset8(k, xq);
-	__m128i s = hsum_i32x4(block_sums(k, wq[0], xq, off),
-			       block_sums(k, wq[1], xq, off),
-			       block_sums(k, wq[2], xq, off),
-			       block_sums(k, wq[3], xq, off));
+	__m128i s = block_sums4(k, wq, xq, offset8(k, xq));
 	__m128 xs = x_scales(xb);
 
 	*acc = _mm_fmadd_ps(_mm_mul_ps(d4, _mm_shuffle_ps(xs, xs, 0x00)),

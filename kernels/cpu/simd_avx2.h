@@ -88,25 +88,6 @@ static inline __m256i unpack_nibbles(const uint8_t *qs)
 	return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
-/*
- * Four vectors of 8 int32s summed each, side by side: lane r = the sum of
- * s_r's lanes (integer sums: any order gives the same).  Unpacks and adds
- * (a 4 x 4 transpose folded into the sums): faster here than hadds.
- */
-static inline __m128i hsum_i32x4(__m256i s0, __m256i s1, __m256i s2,
-				 __m256i s3)
-{
-	__m256i u01 = _mm256_add_epi32(_mm256_unpacklo_epi32(s0, s1),
-				       _mm256_unpackhi_epi32(s0, s1));
-	__m256i u23 = _mm256_add_epi32(_mm256_unpacklo_epi32(s2, s3),
-				       _mm256_unpackhi_epi32(s2, s3));
-	__m256i w = _mm256_add_epi32(_mm256_unpacklo_epi64(u01, u23),
-				     _mm256_unpackhi_epi64(u01, u23));
-
-	return _mm_add_epi32(_mm256_castsi256_si128(w),
-			     _mm256_extracti128_si256(w, 1));
-}
-
 /* The first 4 bytes of the block of each of 4 rows (stride bytes apart)
  * as 8 halves converted: (d_r, m_r) in lanes 2r, 2r + 1 for Q4_1 (for
  * the other types lane 2r + 1 is junk). */
