@@ -23,8 +23,9 @@
  * the ring where this step's indices now are; a miss captures the list on
  * the stream, instantiates and launches it.  Anything that cannot be
  * recorded (a full ring, an upload) runs the records so far and finishes
- * the step without a graph; a capture that fails turns graphs off for the
- * backend and runs the step without one (graph_abandon).
+ * the step without a graph, as does a step with a prompt in it (a matmul
+ * past the GEMV path: graph_worthy); a capture that fails turns graphs
+ * off for the backend and runs the step without one (graph_abandon).
  */
 #include <errno.h>
 #include <math.h>
@@ -971,6 +972,21 @@ static void cuda_step_begin(struct pg_backend *be)
 	cb->n_rec = 0;
 }
 
+/*
+ * Whether the step is worth a graph: only decode-shaped steps (every
+ * matmul on the GEMV path) repeat; a prompt's step, whose length varies,
+ * would take a cache slot of its own each time, and its cuBLAS calls
+ * gain nothing from a graph.
+ */
+static int graph_worthy(const struct pg_cuda_backend *cb)
+{
+	for (size_t i = 0; i < cb->n_rec; i++)
+		if (cb->rec[i].kind == PG_CUDA_OP_MATMUL &&
+		    cb->rec[i].a.matmul.n > PG_CUDA_GEMV_MAX_N)
+			return 0;
+	return 1;
+}
+
 static int cuda_step_end(struct pg_backend *be, char *err, size_t err_len)
 {
 	struct pg_cuda_backend *cb = pg_cuda(be);
@@ -980,6 +996,10 @@ static int cuda_step_end(struct pg_backend *be, char *err, size_t err_len)
 	if (enter(cb) || !cb->recording || !cb->n_rec) {
 		cb->recording = 0;
 		cb->n_rec = 0;
+		return cuda_sync(be, err, err_len);
+	}
+	if (!graph_worthy(cb)) {
+		record_flush(cb);
 		return cuda_sync(be, err, err_len);
 	}
 	cb->recording = 0;
