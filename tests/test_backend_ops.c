@@ -1010,7 +1010,8 @@ static int32_t replay_slot(const struct replay *r, int s, int p)
 
 static void replay_make(struct replay *r)
 {
-	static const int base[REPLAY_SEQS] = { 30, 200, 1, 77, 14 };
+	/* 253: the context crosses 256 mid-replay (a new grid bucket) */
+	static const int base[REPLAY_SEQS] = { 30, 253, 1, 77, 14 };
 	int pt = 16, hd = 128, nkv = 2, n_pages = 0, next = 0, i = 0;
 	int32_t *pool;
 
