@@ -26,6 +26,20 @@ struct pg_matrix {
 	int64_t n_cols;
 	size_t row_bytes;
 	const void *data;
+	int layout;		/* enum pg_layout; 0 (rows) unless a backend
+				 * repacked the matrix for itself */
+};
+
+/*
+ * How a matrix's bytes are laid out.  PG_LAYOUT_ROWS: row r starts at
+ * data + r * row_bytes, blocks in order (the GGUF file's layout).
+ * PG_LAYOUT_Q4X8: Q4_0/Q4_1 rows in groups of 8, repacked by the CPU
+ * backend for its 8-row loops (pg_cpu_q4x8_pack, cpu.h); only that
+ * backend's matmul takes it.
+ */
+enum pg_layout {
+	PG_LAYOUT_ROWS = 0,
+	PG_LAYOUT_Q4X8 = 1,
 };
 
 /*

@@ -1234,6 +1234,93 @@ static void check_matmul_tokens(void)
 	       "1e-5 of sum |wx|, batch-invariant\n");
 }
 
+/*
+ * Repacked Q4 matrices (pg_cpu_q4x8_pack): on every backend that takes
+ * them, matmul and matmul_parts (parts apart and summed) give the very
+ * bits of the same matrix in rows, for every n from 1 to 37 (the packed
+ * loops expand blocks as they go under 4 tokens, into work areas from
+ * 4); the backends that do not (scalar, llama.cpp numerics), and shapes
+ * they do not take (rows not a multiple of 8, Q8_0), say 0 bytes.
+ */
+static void check_q4x8(void)
+{
+	static const int64_t shapes[][2] = { { 16, 32 }, { 40, 544 }, { 24, 1536 } };
+	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1 };
+	enum { N = 37, NP = 3 };
+	int tested = 0;
+
+	for (size_t ti = 0; ti < 2; ti++)
+		for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+			enum pg_dtype t = types[ti];
+			int64_t rows = shapes[sh][0], cols = shapes[sh][1];
+			int64_t cuts[NP + 1] = { 0, cols / 32 / 3 * 32,
+						 cols / 32 * 2 / 3 * 32, cols };
+			size_t ny = (size_t)N * (size_t)rows;
+			float *wf, *x = xmalloc((size_t)N * (size_t)cols * 4);
+			float *want = xmalloc(NP * ny * 4), *got = xmalloc(NP * ny * 4);
+			struct pg_matrix m = make_matrix(t, rows, cols, &wf), odd = m;
+
+			fill(x, (size_t)N * (size_t)cols);
+			odd.n_rows = rows - 1;
+			for (int i = 0; i < n_bes; i++) {
+				struct pg_backend *be = bes[i];
+				size_t bytes = pg_cpu_q4x8_bytes(be, &m);
+				struct pg_matrix pk = m;
+				void *buf;
+
+				CHECK(!pg_cpu_q4x8_bytes(be, &odd),
+				      "q4x8: %s takes %lld rows", be_name(be),
+				      (long long)odd.n_rows);
+				pg_cpu_backend_llama_numerics(be, 1);
+				CHECK(!pg_cpu_q4x8_bytes(be, &m),
+				      "q4x8: %s packs in llama.cpp numerics",
+				      be_name(be));
+				pg_cpu_backend_llama_numerics(be, 0);
+				CHECK(!bytes == (pg_cpu_backend_isa(be) == PG_ISA_SCALAR),
+				      "q4x8: %s %s packing", be_name(be),
+				      bytes ? "offers" : "refuses");
+				if (!bytes)
+					continue;
+				CHECK(bytes == pg_dtype_row_bytes(t, (uint64_t)cols) *
+				      (size_t)rows, "q4x8: %zu bytes", bytes);
+				buf = aligned_alloc(32, (bytes + 31) / 32 * 32);
+				if (!buf) {
+					fprintf(stderr, "out of memory\n");
+					exit(1);
+				}
+				pg_cpu_q4x8_pack(be, &pk, buf);
+				CHECK(pk.layout == PG_LAYOUT_Q4X8 && pk.data == buf,
+				      "q4x8: the packed matrix does not describe its bytes");
+				for (int n = 1; n <= N; n += n < 9 ? 1 : 7) {
+					size_t nyn = (size_t)n * (size_t)rows;
+
+					be->ops->matmul(be, &m, x, n, NULL, want);
+					be->ops->matmul(be, &pk, x, n, NULL, got);
+					CHECK(!memcmp(want, got, nyn * 4),
+					      "q4x8 %s %lldx%lld n=%d on %s: not the rows' bits",
+					      pg_dtype_name(t), (long long)rows,
+					      (long long)cols, n, be_name(be));
+					for (int sum = 0; sum < 2; sum++) {
+						size_t o = sum ? nyn : NP * nyn;
+
+						be->ops->matmul_parts(be, &m, x, n, NP, cuts, sum, want);
+						be->ops->matmul_parts(be, &pk, x, n, NP, cuts, sum, got);
+						CHECK(!memcmp(want, got, o * 4),
+						      "q4x8 %s %lldx%lld n=%d on %s: parts (%s) not the rows' bits",
+						      pg_dtype_name(t), (long long)rows,
+						      (long long)cols, n, be_name(be),
+						      sum ? "summed" : "apart");
+					}
+				}
+				free(buf);
+				tested++;
+			}
+			free(wf), free((void *)m.data), free(x), free(want), free(got);
+		}
+	printf("q4x8: Q4_0/Q4_1 repacked, %d backend x shape cases, n = 1..37: "
+	       "matmul and matmul_parts bit for bit the rows'\n", tested);
+}
+
 /* ---- the thread pool ---- */
 
 struct pool_count {
@@ -1330,6 +1417,7 @@ int main(void)
 	check_matmul();
 	check_matmul_tokens();
 	check_matmul_parts();
+	check_q4x8();
 	check_attention();
 	check_llama_numerics();
 	for (int i = 0; i < n_bes; i++)

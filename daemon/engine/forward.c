@@ -69,6 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "../../kernels/comm.h"
@@ -137,6 +138,9 @@ struct device {
 	struct pg_matrix out_w;		/* last stage: vocabulary [v0, v1) */
 	void *local;			/* slices copied to the device's node */
 	size_t local_bytes;
+	void *packed;			/* Q4 slices repacked (pack_weights) */
+	size_t packed_bytes;
+	int packed_numa;		/* from numa_alloc_onnode, else mmap */
 	int devmem;			/* the backend has memory of its own */
 	void *wmem;			/* devmem: the uploaded weights */
 	struct pg_matrix tok_embd;	/* stage 0: the token embedding */
@@ -317,17 +321,25 @@ static int localize_weights(struct device *d, int node)
 	struct pg_matrix **ms;
 	size_t bytes = 0;
 	uint8_t *p;
-	int n;
+	int n, k = 0;
 
 	ms = malloc(sizeof(*ms) * ((size_t)d->n_blocks * 7 + 1));
 	if (!ms)
 		return -ENOMEM;
 	n = device_matrices(d, ms);
+	for (int i = 0; i < n; i++)	/* pack_weights places the others */
+		if (!pg_cpu_q4x8_bytes(d->be, ms[i]))
+			ms[k++] = ms[i];
+	n = k;
 	for (int i = 0; i < n; i++)
 		bytes += (packed_bytes(ms[i]) + 63) / 64 * 64;
 	if (numa_available() < 0 || node > numa_max_node()) {
 		free(ms);
 		return -EINVAL;
+	}
+	if (!bytes) {
+		free(ms);
+		return 0;
 	}
 	d->local = numa_alloc_onnode(bytes, node);
 	if (!d->local) {
@@ -348,6 +360,55 @@ static int localize_weights(struct device *d, int node)
 		m->row_bytes = rb;
 		p += (packed_bytes(m) + 63) / 64 * 64;
 	}
+	free(ms);
+	return 0;
+}
+
+/*
+ * The Q4 matrices of a CPU device that its backend takes repacked for its
+ * 8-row loops (pg_cpu_q4x8_pack: the same bits, faster): copied once into
+ * one allocation, on the device's NUMA node when it is bound to one (node
+ * >= 0); the matrices then point there.  The others stay as they are.
+ */
+static int pack_weights(struct device *d, int node)
+{
+	struct pg_matrix **ms;
+	size_t bytes = 0, b;
+	uint8_t *p;
+	int n;
+
+	ms = malloc(sizeof(*ms) * ((size_t)d->n_blocks * 7 + 1));
+	if (!ms)
+		return -ENOMEM;
+	n = device_matrices(d, ms);
+	for (int i = 0; i < n; i++)
+		bytes += (pg_cpu_q4x8_bytes(d->be, ms[i]) + 63) / 64 * 64;
+	if (!bytes) {
+		free(ms);
+		return 0;
+	}
+	if (node >= 0) {	/* a node localize_weights checked */
+		p = numa_alloc_onnode(bytes, node);
+	} else {
+		p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			p = NULL;
+		else	/* fewer TLB misses on a decode's sweep, where given */
+			madvise(p, bytes, MADV_HUGEPAGE);
+	}
+	if (!p) {
+		free(ms);
+		return -ENOMEM;
+	}
+	d->packed = p;
+	d->packed_bytes = bytes;
+	d->packed_numa = node >= 0;
+	for (int i = 0; i < n; i++)
+		if ((b = pg_cpu_q4x8_bytes(d->be, ms[i]))) {
+			pg_cpu_q4x8_pack(d->be, ms[i], p);
+			p += (b + 63) / 64 * 64;
+		}
 	free(ms);
 	return 0;
 }
@@ -830,13 +891,6 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 
 	if (d->info && d->info->kind == PG_DEV_CUDA)
 		return setup_gpu(fw, d, err, err_len);
-	if (d->info && d->info->numa_node >= 0 &&
-	    (rc = localize_weights(d, d->info->numa_node))) {
-		snprintf(err, err_len, "device %s: cannot place its weights on NUMA node %d: %s",
-			 d->info->name, d->info->numa_node,
-			 rc == -EINVAL ? "no such node" : strerror(-rc));
-		return rc;
-	}
 	if (d->info && d->info->n_threads > 0)
 		n_threads = d->info->n_threads;
 	d->be = pg_cpu_backend_create(n_threads, fw->p.isa);
@@ -852,6 +906,19 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 		pg_cpu_backend_pin(d->be, d->info->cpus, d->info->n_cpus);
 	if (fw->p.device_path)
 		return setup_devmem(fw, d, err, err_len);
+	if (d->info && d->info->numa_node >= 0 &&
+	    (rc = localize_weights(d, d->info->numa_node))) {
+		snprintf(err, err_len, "device %s: cannot place its weights on NUMA node %d: %s",
+			 d->info->name, d->info->numa_node,
+			 rc == -EINVAL ? "no such node" : strerror(-rc));
+		return rc;
+	}
+	rc = pack_weights(d, d->info ? d->info->numa_node : -1);
+	if (rc) {
+		snprintf(err, err_len, "device %s: cannot repack its Q4 weights for the CPU's 8-row loops: %s (they take as much memory as the weights themselves)",
+			 d->info ? d->info->name : "cpu:0", strerror(-rc));
+		return rc;
+	}
 	if (d->info && d->info->numa_node >= 0)
 		mem.numa_node = d->info->numa_node;
 	rc = pg_kv_store_create(fw->p.n_pages, fw->p.page_tokens / pl->cp,
@@ -1290,6 +1357,10 @@ void pg_forward_destroy(struct pg_forward *fw)
 		free(d->w);
 		if (d->local)
 			numa_free(d->local, d->local_bytes);
+		if (d->packed && d->packed_numa)
+			numa_free(d->packed, d->packed_bytes);
+		else if (d->packed)
+			munmap(d->packed, d->packed_bytes);
 		free(d->arena);
 		free(d->s.lg);
 		free(d->s.lg_all);

@@ -118,6 +118,11 @@ struct pg_cpu_kernels {
 	pg_dot4_fn dot4_q4_1_llama;
 	pg_dot4x2_fn dot4x2_q4_1_llama;
 	pg_gemm8_fn gemm8_q4_1_llama;
+	/* optional: groups of 8 rows packed by pg_cpu_q4x8_pack, w at a
+	 * group, w_stride unused; work as gemm8's, or NULL: each block is
+	 * then expanded as it is used (what pays for a few tokens) */
+	pg_gemm8_fn gemm8_q4x8_q4_0;
+	pg_gemm8_fn gemm8_q4x8_q4_1;
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1 */
 	pg_axpy_fn axpy_f32;
@@ -278,6 +283,14 @@ void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
 			const void *xp, int n_tok, float *out,
 			size_t out_stride, void *work,
 			const struct pg_cuts *cuts);
+void pg_gemm8_q4x8_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
+			     const void *xp, int n_tok, float *out,
+			     size_t out_stride, void *work,
+			     const struct pg_cuts *cuts);
+void pg_gemm8_q4x8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
+			     const void *xp, int n_tok, float *out,
+			     size_t out_stride, void *work,
+			     const struct pg_cuts *cuts);
 float pg_dot_q4_1_llama_avx2(int64_t n, const void *w, const void *x);
 void pg_dot4_q4_1_llama_avx2(int64_t n, const void *w, size_t w_stride,
 			     const void *x, float *out,

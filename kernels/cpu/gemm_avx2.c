@@ -132,6 +132,36 @@ static inline void repack(enum gemm_kind k, const uint8_t *w, size_t ws,
 	b->m = k == G_Q4_0 ? _mm256_setzero_ps() : gather_f16(wb + 2, ws);
 }
 
+/*
+ * Block i of a group packed by pg_cpu_q4x8_pack (pk: its bytes) as a
+ * repacked block: each 32 bytes of nibbles hold wa[c] in their low
+ * nibbles and wb[c] in their high ones; then the rows' d and m in F16.
+ */
+static inline __attribute__((always_inline)) void
+expand(enum gemm_kind k, const uint8_t *pk, struct gemm_block *b)
+{
+	__m256i m4 = _mm256_set1_epi8(0x0f);
+
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++) {
+		__m256i v = _mm256_loadu_si256((const void *)(pk + 32 * c));
+
+		b->wa[c] = _mm256_and_si256(v, m4);
+		b->wb[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+	}
+	b->d = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(pk + 128)));
+	b->m = k == G_Q4_1 ?
+	       _mm256_cvtph_ps(_mm_loadu_si128((const void *)(pk + 144))) :
+	       _mm256_setzero_ps();
+}
+
+/* Bytes of one packed block of 8 rows. */
+static inline size_t packed_bytes(enum gemm_kind k)
+{
+	return k == G_Q4_0 ? 8 * sizeof(struct pg_block_q4_0) :
+	       8 * sizeof(struct pg_block_q4_1);
+}
+
 /* 4 bytes at p in all 8 lanes. */
 static inline __m256i bcast4(const uint8_t *p)
 {
@@ -147,17 +177,14 @@ static inline __m256i bcast4(const uint8_t *p)
  * comment in cpu_impl.h for xp and work.
  */
 static inline __attribute__((always_inline)) void
-gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
-      int n_tok, float *out, size_t os, void *work, const struct pg_cuts *cuts)
+sweep(enum gemm_kind k, const struct gemm_block *buf, int packed,
+      const uint8_t *pk, int64_t nb, const void *xp, int n_tok, float *out,
+      size_t os, const struct pg_cuts *cuts)
 {
-	struct gemm_block *buf = work;
-	int64_t nb = n / PG_QK;
 	int np = cuts ? cuts->n : 1;
 	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_0 ? PG_Q8_0 : PG_Q8_1);
 	__m256i ones = _mm256_set1_epi16(1);
 
-	for (int64_t i = 0; i < nb; i++)
-		repack(k, w, ws, i, &buf[i]);
 	for (int t = 0; t < n_tok; t++) {
 		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
 		__m256 run = _mm256_setzero_ps();
@@ -168,9 +195,15 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 			__m256 acc = _mm256_setzero_ps(), ms = acc, v;
 
 			for (; i < end; i++, xb += pb) {
-				const struct gemm_block *b = &buf[i];
+				struct gemm_block tmp;
+				const struct gemm_block *b = &tmp;
 				const float *xf = (const float *)(xb + 32);
 				__m256i s[2], is;
+
+				if (packed)	/* expanded here, in registers */
+					expand(k, pk + (size_t)i * packed_bytes(k), &tmp);
+				else
+					b = &buf[i];
 
 #pragma GCC unroll 2
 				for (int h = 0; h < 2; h++) {	/* c = 2h, 2h + 1 */
@@ -202,6 +235,39 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 		if (pg_cuts_summed(cuts))
 			_mm256_storeu_ps(out + (size_t)t * os, run);
 	}
+}
+
+/* The rows' blocks repacked into work, then every token over them. */
+static inline __attribute__((always_inline)) void
+gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
+      int n_tok, float *out, size_t os, void *work, const struct pg_cuts *cuts)
+{
+	struct gemm_block *buf = work;
+
+	for (int64_t i = 0; i < n / PG_QK; i++)
+		repack(k, w, ws, i, &buf[i]);
+	sweep(k, buf, 0, NULL, n / PG_QK, xp, n_tok, out, os, cuts);
+}
+
+/*
+ * A packed group (pg_cpu_q4x8_pack) at w: with work (many tokens), its
+ * blocks expanded there once; without (a few), each as it is used.
+ */
+static inline __attribute__((always_inline)) void
+gemm8_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
+	     int n_tok, float *out, size_t os, void *work,
+	     const struct pg_cuts *cuts)
+{
+	struct gemm_block *buf = work;
+	const uint8_t *pk = w;
+
+	if (!work) {
+		sweep(k, NULL, 1, pk, n / PG_QK, xp, n_tok, out, os, cuts);
+		return;
+	}
+	for (int64_t i = 0; i < n / PG_QK; i++)
+		expand(k, pk + (size_t)i * packed_bytes(k), &buf[i]);
+	sweep(k, buf, 0, NULL, n / PG_QK, xp, n_tok, out, os, cuts);
 }
 
 /*
@@ -292,4 +358,21 @@ void pg_gemm8_q4_1_llama_avx2(int64_t n, const void *w, size_t ws,
 			      void *work, const struct pg_cuts *cuts)
 {
 	gemm8_llama(n, w, ws, xp, n_tok, out, os, work, cuts);
+}
+
+/* Packed groups (PG_LAYOUT_Q4X8); ws unused, work NULL for few tokens. */
+void pg_gemm8_q4x8_q4_0_avx2(int64_t n, const void *w, size_t ws,
+			     const void *xp, int n_tok, float *out, size_t os,
+			     void *work, const struct pg_cuts *cuts)
+{
+	(void)ws;
+	gemm8_packed(G_Q4_0, n, w, xp, n_tok, out, os, work, cuts);
+}
+
+void pg_gemm8_q4x8_q4_1_avx2(int64_t n, const void *w, size_t ws,
+			     const void *xp, int n_tok, float *out, size_t os,
+			     void *work, const struct pg_cuts *cuts)
+{
+	(void)ws;
+	gemm8_packed(G_Q4_1, n, w, xp, n_tok, out, os, work, cuts);
 }

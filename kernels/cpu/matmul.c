@@ -12,6 +12,11 @@
  * instead (rows left over take the tiles).  The dot loops come from the
  * ISA table; this file holds no intrinsics.
  *
+ * Matrices the backend repacked (PG_LAYOUT_Q4X8, pg_cpu_q4x8_pack below)
+ * take the packed gemm8 loops for every token count, 8 rows at a time:
+ * their blocks need no expanding of nibbles per call, and 8 rows' sums
+ * come out side by side.  Same numbers as the rows' loops, bit for bit.
+ *
  * matmul_parts runs the same loops over whole rows but closes a part at
  * each cut of the input columns (struct pg_cuts), one output per part:
  * each part's numbers are those of a matmul of just its columns, since
@@ -52,6 +57,7 @@ struct mm_ctx {
 	pg_dot4_fn dot4;	/* or NULL */
 	pg_dot4x2_fn dot4x2;	/* or NULL */
 	pg_gemm8_fn gemm8;	/* or NULL; used for n >= PG_MM_GEMM_MIN */
+	pg_gemm8_fn packed;	/* PG_LAYOUT_Q4X8: the loop for every n */
 	enum pg_dtype vt;	/* the activations' type */
 	uint8_t *xp;		/* gemm8's activations, in the scratch */
 	uint8_t *work;		/* gemm8's work areas, one a thread */
@@ -131,6 +137,15 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 	int64_t nr = c->w->n_rows, r = r0;
 	int t = 0;
 
+	if (c->packed) {	/* whole groups: n_rows % 8 == 0 */
+		for (; r < r1; r += 8)
+			c->packed(c->w->n_cols, (const uint8_t *)c->w->data +
+				  (size_t)r * c->w->row_bytes, 0, c->xp, c->n,
+				  c->y + r, (size_t)nr,
+				  c->n >= PG_MM_GEMM_MIN && c->work_bytes ?
+				  work : NULL, c->cuts);
+		goto bias;
+	}
 	if (c->xp)
 		for (; r + 8 <= r1; r += 8)
 			c->gemm8(c->w->n_cols, (const uint8_t *)c->w->data +
@@ -143,6 +158,7 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 	for (; t < c->n; t++)
 		mm_token(c, r, r1, (const uint8_t *)c->xq +
 			 (size_t)t * c->xq_row_bytes, c->y + (size_t)t * nr);
+bias:
 	if (!c->bias)
 		return;
 	for (t = 0; t < c->n; t++)
@@ -255,14 +271,20 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 	int64_t nc = c->w->n_cols, nr = c->w->n_rows;
 	int per;
 
-	if (c->gemm8 && n >= PG_MM_GEMM_MIN) {
+	if (c->packed || (c->gemm8 && n >= PG_MM_GEMM_MIN)) {
 		pb = (size_t)(nc / PG_QK) * PG_GEMM_XP_BYTES(c->vt);
 		c->work_bytes = (size_t)(nc / PG_QK) * PG_GEMM8_WORK;
-		fixed = 32 + (size_t)cpu->n_threads * c->work_bytes;
+		fixed = n >= PG_MM_GEMM_MIN ?
+			32 + (size_t)cpu->n_threads * c->work_bytes : 0;
 		if (mm_scratch(cpu, (rb + pb) * (size_t)n + fixed) <
 		    (rb + pb) * PG_MM_GEMM_MIN + fixed) {
-			c->gemm8 = NULL;	/* no memory: the tiles */
-			pb = fixed = 0;
+			if (c->packed) {	/* no memory: no work areas */
+				fixed = 0;
+				c->work_bytes = 0;
+			} else {	/* no memory: the tiles */
+				c->gemm8 = NULL;
+				pb = fixed = 0;
+			}
 		}
 	}
 	per = (int)((mm_scratch(cpu, rb * (size_t)n) - fixed) / (rb + pb));
@@ -272,7 +294,8 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 		c->n = n - t < per ? n - t : per;
 		c->x = x + (size_t)t * (size_t)nc;
 		c->y = y + (size_t)t * (size_t)nr;
-		c->xp = pb && c->n >= PG_MM_GEMM_MIN ? cpu->scratch : NULL;
+		c->xp = pb && (c->packed || c->n >= PG_MM_GEMM_MIN) ?
+			cpu->scratch : NULL;
 		c->xq = c->xq_out = (uint8_t *)cpu->scratch + pb * (size_t)c->n;
 		end = (uint8_t *)c->xq_out + rb * (size_t)c->n;
 		c->work = end + (-(uintptr_t)end & 31);
@@ -340,6 +363,9 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	}
 	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 : cpu->k->quant_q8_0;
 	c.gemm8 = c.dot4 ? mm_gemm8_for(cpu, w->type) : NULL;
+	if (w->layout == PG_LAYOUT_Q4X8)	/* pg_cpu_q4x8_pack made it */
+		c.packed = w->type == PG_Q4_0 ? cpu->k->gemm8_q4x8_q4_0 :
+			   cpu->k->gemm8_q4x8_q4_1;
 	c.xq_row_bytes = pg_dtype_row_bytes(vt, (uint64_t)w->n_cols);
 	mm_quantised(cpu, &c, x, n, y);
 }
@@ -359,4 +385,76 @@ void pg_cpu_matmul_parts(struct pg_backend *be, const struct pg_matrix *w,
 			 const int64_t *cols, int sum, float *out)
 {
 	mm(be, w, x, n, NULL, n_parts, cols, sum, out);
+}
+
+/* ---- repacked Q4 matrices (cpu.h) ---- */
+
+size_t pg_cpu_q4x8_bytes(struct pg_backend *be, const struct pg_matrix *m)
+{
+	struct pg_cpu_backend *cpu = pg_cpu(be);
+	pg_gemm8_fn f = m->type == PG_Q4_0 ? cpu->k->gemm8_q4x8_q4_0 :
+			m->type == PG_Q4_1 ? cpu->k->gemm8_q4x8_q4_1 : NULL;
+
+	if (!f || cpu->llama || m->layout != PG_LAYOUT_ROWS ||
+	    m->n_rows % 8 || m->n_rows <= 0)
+		return 0;
+	return pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols) *
+	       (size_t)m->n_rows;
+}
+
+/*
+ * Block i of 8 rows (rows[r]: row r's block i) packed at o: for each
+ * chunk pair c < 4, 32 bytes, byte 4r + j holding in its low nibble
+ * weight j of wa[c] of row r and in its high nibble weight j of wb[c]
+ * (gemm_avx2.c: wa[c] = w[4c], w[4c + 1], w[16 + 4c], w[16 + 4c + 1];
+ * wb[c] the next two of each half), w the block's 32 weights in order;
+ * then the rows' d, then (Q4_1) their m, as F16.
+ */
+static void q4x8_block(enum pg_dtype t, const uint8_t *const rows[8],
+		       uint8_t *o)
+{
+	size_t qo = t == PG_Q4_1 ? 4 : 2;
+
+	for (int r = 0; r < 8; r++) {
+		const uint8_t *qs = rows[r] + qo;
+		uint8_t w[PG_QK];
+
+		for (int j = 0; j < PG_QK / 2; j++) {
+			w[j] = qs[j] & 0x0f;
+			w[j + 16] = qs[j] >> 4;
+		}
+		for (int c = 0; c < 4; c++) {
+			const int a[4] = { 4 * c, 4 * c + 1, 16 + 4 * c, 17 + 4 * c };
+
+			for (int j = 0; j < 4; j++)
+				o[32 * c + 4 * r + j] = (uint8_t)(w[a[j]] |
+								  w[a[j] + 2] << 4);
+		}
+		memcpy(o + 128 + 2 * r, rows[r], 2);		/* d */
+		if (t == PG_Q4_1)
+			memcpy(o + 144 + 2 * r, rows[r] + 2, 2);	/* m */
+	}
+}
+
+void pg_cpu_q4x8_pack(struct pg_backend *be, struct pg_matrix *m, void *dst)
+{
+	size_t rb = pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
+	size_t bb = pg_dtype_row_bytes(m->type, PG_QK);
+	int64_t nb = m->n_cols / PG_QK;
+	uint8_t *o = dst;
+
+	(void)be;
+	for (int64_t g = 0; g < m->n_rows / 8; g++)
+		for (int64_t i = 0; i < nb; i++, o += 8 * bb) {
+			const uint8_t *rows[8];
+
+			for (int r = 0; r < 8; r++)
+				rows[r] = (const uint8_t *)m->data +
+					  (size_t)(8 * g + r) * m->row_bytes +
+					  (size_t)i * bb;
+			q4x8_block(m->type, rows, o);
+		}
+	m->data = dst;
+	m->row_bytes = rb;
+	m->layout = PG_LAYOUT_Q4X8;
 }
