@@ -3,15 +3,16 @@
  * GB/s of weights read, against the machine's read bandwidth measured in
  * the same run.
  *
- * Shapes: a Q4_1 576x1536 matrix (an FFN matrix of SmolLM2-135M) and the
- * Q8_0 49152x576 output matrix, one token (n = 1), on 1 and 2 threads at
- * the best ISA level.  "cold" rotates through copies spanning 256 MiB so
+ * Shapes: a Q4_1 576x1536 matrix (an FFN matrix of SmolLM2-135M), in rows
+ * and repacked as pagodad repacks it (pg_cpu_q4x8_pack), and the Q8_0
+ * 49152x576 output matrix, one token (n = 1), on 1 and 2 threads at the
+ * best ISA level.  "cold" rotates through copies spanning 256 MiB so
  * that weights come from memory, as in a forward pass; "hot" reuses one
  * copy.  Then the Q4_1 matrix against 64 and 16 tokens at once (prompts,
- * batches), hot, in GMAC/s.  Results are validated against the scalar
+ * batches; 16 packed too), hot, in GMAC/s.  Results are validated against the scalar
  * backend before timing.
- * Not part of make check.  Last line: q4_1_gbps, q8_0_gbps (2 threads,
- * cold) and read_gbps (2 threads).
+ * Not part of make check.  Last line: q4_1_gbps, q4_1_packed_gbps,
+ * q8_0_gbps (2 threads, cold) and read_gbps (2 threads).
  */
 #include <math.h>
 #include <stdio.h>
@@ -107,6 +108,8 @@ struct mat_set {
 	int n_copies;
 	uint8_t *data;
 	float *x;			/* (n_cols) */
+	const struct pg_matrix *rows;	/* the matrix in rows, for the
+					 * reference */
 };
 
 static void make_set(struct mat_set *s, enum pg_dtype t, int64_t rows,
@@ -135,6 +138,31 @@ static void make_set(struct mat_set *s, enum pg_dtype t, int64_t rows,
 	s->x = row;
 	for (int64_t i = 0; i < cols; i++)
 		s->x[i] = frand();
+	s->rows = &s->m[0];
+}
+
+/*
+ * The same matrices repacked for the CPU backend's 8-row loops
+ * (pg_cpu_q4x8_pack, what pagodad does at start): into p's copies, from
+ * s's; 0 when the backend does not take them (no AVX2).
+ */
+static int make_packed(struct mat_set *p, const struct mat_set *s,
+		       struct pg_backend *be)
+{
+	size_t bytes = pg_cpu_q4x8_bytes(be, &s->m[0]);
+
+	if (!bytes)
+		return 0;
+	*p = *s;
+	p->data = aligned_alloc(64, (bytes + 63) / 64 * 64 * (size_t)s->n_copies);
+	if (!p->data) {
+		fprintf(stderr, "out of memory\n");
+		exit(1);
+	}
+	for (int k = 0; k < s->n_copies; k++)
+		pg_cpu_q4x8_pack(be, &p->m[k],
+				 p->data + (bytes + 63) / 64 * 64 * (size_t)k);
+	return 1;
 }
 
 /* The backend's result against the scalar backend's: normalised MSE. */
@@ -146,7 +174,7 @@ static double validate(struct pg_backend *be, struct pg_backend *ref,
 	double se = 0, ss = 0;
 
 	be->ops->matmul(be, &s->m[0], s->x, 1, NULL, y);
-	ref->ops->matmul(ref, &s->m[0], s->x, 1, NULL, want);
+	ref->ops->matmul(ref, s->rows, s->x, 1, NULL, want);
 	for (size_t i = 0; i < n; i++) {
 		se += ((double)y[i] - want[i]) * ((double)y[i] - want[i]);
 		ss += (double)want[i] * want[i];
@@ -196,7 +224,7 @@ static double bench_one(const char *name, const struct mat_set *s,
 		time_matmul(be, s, 1, 0.2);	/* warm up */
 		cold = time_matmul(be, s, 1, 1.0);
 		hot = time_matmul(be, s, 0, 1.0);
-		printf("%-18s %s %dt: cold %6.2f GB/s  hot %6.2f GB/s  "
+		printf("%-25s %s %dt: cold %6.2f GB/s  hot %6.2f GB/s  "
 		       "(%.1f us/token cold)\n", name,
 		       pg_cpu_isa_name(pg_cpu_backend_isa(be)), th, cold, hot,
 		       (double)s->m[0].row_bytes * (double)s->m[0].n_rows /
@@ -223,7 +251,7 @@ static void bench_tokens(const char *name, const struct mat_set *s, int n,
 
 	for (size_t i = 0; i < (size_t)n * (size_t)cols; i++)
 		x[i] = frand();
-	ref->ops->matmul(ref, &s->m[0], x, n, NULL, want);
+	ref->ops->matmul(ref, s->rows, x, n, NULL, want);
 	for (int th = 1; th <= 2; th++) {
 		struct pg_backend *be = pg_cpu_backend_create(th, PG_ISA_AVX512);
 		double t0, t, se = 0, ss = 0;
@@ -249,7 +277,7 @@ static void bench_tokens(const char *name, const struct mat_set *s, int n,
 			reps++;
 			t = now() - t0;
 		} while (t < 1.0);
-		printf("%-18s %s %dt: n=%d tokens, hot: %6.2f GMAC/s\n", name,
+		printf("%-25s %s %dt: n=%d tokens, hot: %6.2f GMAC/s\n", name,
 		       pg_cpu_isa_name(pg_cpu_backend_isa(be)), th, n,
 		       (double)rows * (double)cols * n * (double)reps / t / 1e9);
 		be->ops->destroy(be);
@@ -260,10 +288,12 @@ static void bench_tokens(const char *name, const struct mat_set *s, int n,
 int main(void)
 {
 	struct pg_backend *ref = pg_cpu_backend_create(1, PG_ISA_SCALAR);
-	static struct mat_set q41, q80;
-	double r1, r2, g41, g80;
+	struct pg_backend *best = pg_cpu_backend_create(1, PG_ISA_AVX512);
+	static struct mat_set q41, q80, q41p;
+	double r1, r2, g41, g80, g41p = 0;
+	int packed;
 
-	if (!ref) {
+	if (!ref || !best) {
 		perror("pg_cpu_backend_create");
 		return 1;
 	}
@@ -272,15 +302,23 @@ int main(void)
 	printf("read bandwidth: 1t %.2f GB/s, 2t %.2f GB/s\n", r1, r2);
 	make_set(&q41, PG_Q4_1, 576, 1536);
 	make_set(&q80, PG_Q8_0, 49152, 576);
+	packed = make_packed(&q41p, &q41, best);
 	g41 = bench_one("Q4_1 576x1536", &q41, ref);
+	if (packed)
+		g41p = bench_one("Q4_1 576x1536 packed", &q41p, ref);
 	g80 = bench_one("Q8_0 49152x576", &q80, ref);
 	bench_tokens("Q4_1 576x1536", &q41, 64, ref);
 	bench_tokens("Q4_1 576x1536", &q41, 16, ref);
-	printf("ratio to read bandwidth (2t, cold): Q4_1 %.2f, Q8_0 %.2f\n",
-	       g41 / r2, g80 / r2);
-	printf("bench/kernels: q4_1_gbps=%.2f q8_0_gbps=%.2f read_gbps=%.2f\n",
-	       g41, g80, r2);
+	if (packed)
+		bench_tokens("Q4_1 576x1536 packed", &q41p, 16, ref);
+	printf("ratio to read bandwidth (2t, cold): Q4_1 %.2f (packed %.2f), Q8_0 %.2f\n",
+	       g41 / r2, g41p / r2, g80 / r2);
+	printf("bench/kernels: q4_1_gbps=%.2f q4_1_packed_gbps=%.2f q8_0_gbps=%.2f read_gbps=%.2f\n",
+	       g41, g41p, g80, r2);
 	ref->ops->destroy(ref);
+	best->ops->destroy(best);
 	free(q41.data), free(q41.x), free(q80.data), free(q80.x);
+	if (packed)
+		free(q41p.data);
 	return 0;
 }

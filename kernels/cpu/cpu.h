@@ -65,7 +65,8 @@ int pg_cpu_backend_pin(struct pg_backend *be, const int *cpus, int n_cpus);
  * PG_LAYOUT_Q4X8, the same type, shape and row_bytes (the packed row
  * size).  The backend's matmul and matmul_parts give the same bits with
  * it as without, faster (no expanding of nibbles a call, 8 rows' block
- * sums side by side).  In dst, group g (rows 8g .. 8g + 7) starts at
+ * sums side by side).  Only backends that offered bytes for it take it:
+ * any other CPU backend's matmul fills its outputs with NaN.  In dst, group g (rows 8g .. 8g + 7) starts at
  * 8 g row_bytes and holds its blocks in order, each: 4 x 32 bytes of
  * nibbles (gemm_avx2.c says which weight goes where), then the 8 rows'
  * d as F16, then (Q4_1) their m as F16.

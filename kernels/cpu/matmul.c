@@ -24,6 +24,7 @@
  * quantise block by block the same way.  forward.c uses it to make one
  * device's row-split products the sum of the very parts TP ranks compute.
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -363,9 +364,18 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	}
 	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 : cpu->k->quant_q8_0;
 	c.gemm8 = c.dot4 ? mm_gemm8_for(cpu, w->type) : NULL;
-	if (w->layout == PG_LAYOUT_Q4X8)	/* pg_cpu_q4x8_pack made it */
+	if (w->layout == PG_LAYOUT_Q4X8) {	/* pg_cpu_q4x8_pack made it */
 		c.packed = w->type == PG_Q4_0 ? cpu->k->gemm8_q4x8_q4_0 :
 			   cpu->k->gemm8_q4x8_q4_1;
+		if (!c.packed) {	/* packed for another backend: cpu.h */
+			size_t ny = (size_t)n * (size_t)w->n_rows *
+				    (size_t)(sum ? 1 : n_parts);
+
+			for (size_t i = 0; i < ny; i++)
+				y[i] = NAN;
+			return;
+		}
+	}
 	c.xq_row_bytes = pg_dtype_row_bytes(vt, (uint64_t)w->n_cols);
 	mm_quantised(cpu, &c, x, n, y);
 }
