@@ -1147,17 +1147,21 @@ static void log_start(const struct pgd *d)
 {
 	const struct pg_model *m = d->m;
 	const struct pg_plan *plan = pg_forward_plan(d->fw);
+	char packed[64] = "";
 
 	pgd_log(PGD_LOG_INFO, "serving %s (%s, %d blocks, vocabulary %d) from %s",
 		m->name, pg_arch_name(m->hp.arch), m->hp.n_blocks, m->hp.n_vocab,
 		m->path ? m->path : "?");
-	pgd_log(PGD_LOG_INFO, "plan: pipeline %d x tensor %d x context %d%s%s; KV pool %d pages of %d tokens; %d threads (%s)%s",
+	if (pg_forward_packed_bytes(d->fw))
+		snprintf(packed, sizeof(packed), "; Q4 weights repacked (%.1f MiB)",
+			 (double)pg_forward_packed_bytes(d->fw) / (1 << 20));
+	pgd_log(PGD_LOG_INFO, "plan: pipeline %d x tensor %d x context %d%s%s; KV pool %d pages of %d tokens; %d threads (%s)%s%s",
 		plan->pp, plan->tp, plan->cp, d->cfg->plan_desc ? "; " : "",
 		d->cfg->plan_desc ? d->cfg->plan_desc : "",
 		pg_forward_n_pages(d->fw), pg_forward_page_tokens(d->fw),
 		pg_forward_threads(d->fw), pg_forward_isa_name(d->fw),
 		pg_forward_numerics(d->fw) == PG_NUMERICS_LLAMA_CPP ?
-		"; llama.cpp numerics" : "");
+		"; llama.cpp numerics" : "", packed);
 	pgd_log(PGD_LOG_INFO, "limits: %d clients, %d requests in flight each, prompts of %d tokens, %d tokens generated, payloads of %u bytes",
 		d->cfg->max_clients, d->cfg->max_inflight, d->max_prompt,
 		d->max_tokens, d->max_payload);

@@ -1449,6 +1449,15 @@ enum pg_numerics pg_forward_numerics(const struct pg_forward *fw)
 	return fw->p.numerics;
 }
 
+size_t pg_forward_packed_bytes(const struct pg_forward *fw)
+{
+	size_t b = 0;
+
+	for (int i = 0; i < fw->n_dev; i++)
+		b += fw->dev[i].packed_bytes;
+	return b;
+}
+
 int pg_forward_max_inflight(const struct pg_forward *fw)
 {
 	return fw->n_slots;

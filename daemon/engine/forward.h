@@ -120,6 +120,13 @@ const char *pg_forward_isa_name(const struct pg_forward *fw);
 enum pg_numerics pg_forward_numerics(const struct pg_forward *fw);
 
 /*
+ * pg_forward_packed_bytes - the memory the CPU devices took for their Q4
+ * matrices repacked for the backend's 8-row loops (pg_cpu_q4x8_pack), all
+ * devices together; 0 when none was.
+ */
+size_t pg_forward_packed_bytes(const struct pg_forward *fw);
+
+/*
  * pg_forward_batch - run tokens (n_tokens in all, at most max_batch_tokens)
  * of n_seqs distinct sequences (each at most once per call).  Sequence i's
  * tokens take positions n_past .. n_past + n_tokens - 1; their K and V are
