@@ -370,7 +370,8 @@ static int localize_weights(struct device *d, int node)
  * one allocation, on the device's NUMA node when it is bound to one (node
  * >= 0); the matrices then point there.  The others stay as they are.
  */
-static int pack_weights(struct device *d, int node)
+static int pack_weights(struct device *d, int node, char *err,
+			size_t err_len)
 {
 	struct pg_matrix **ms;
 	size_t bytes = 0, b;
@@ -378,8 +379,10 @@ static int pack_weights(struct device *d, int node)
 	int n;
 
 	ms = malloc(sizeof(*ms) * ((size_t)d->n_blocks * 7 + 1));
-	if (!ms)
+	if (!ms) {
+		snprintf(err, err_len, "out of memory");
 		return -ENOMEM;
+	}
 	n = device_matrices(d, ms);
 	for (int i = 0; i < n; i++)
 		bytes += (pg_cpu_q4x8_bytes(d->be, ms[i]) + 63) / 64 * 64;
@@ -398,6 +401,10 @@ static int pack_weights(struct device *d, int node)
 			madvise(p, bytes, MADV_HUGEPAGE);
 	}
 	if (!p) {
+		snprintf(err, err_len, "device %s: cannot allocate %.1f MiB for its Q4 weights repacked for the CPU's 8-row loops (they then replace the model file's pages): free that much memory%s",
+			 d->info ? d->info->name : "cpu:0",
+			 (double)bytes / (1 << 20),
+			 node >= 0 ? " on the device's NUMA node" : "");
 		free(ms);
 		return -ENOMEM;
 	}
@@ -913,12 +920,9 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 			 rc == -EINVAL ? "no such node" : strerror(-rc));
 		return rc;
 	}
-	rc = pack_weights(d, d->info ? d->info->numa_node : -1);
-	if (rc) {
-		snprintf(err, err_len, "device %s: cannot repack its Q4 weights for the CPU's 8-row loops: %s (they take as much memory as the weights themselves)",
-			 d->info ? d->info->name : "cpu:0", strerror(-rc));
+	rc = pack_weights(d, d->info ? d->info->numa_node : -1, err, err_len);
+	if (rc)
 		return rc;
-	}
 	if (d->info && d->info->numa_node >= 0)
 		mem.numa_node = d->info->numa_node;
 	rc = pg_kv_store_create(fw->p.n_pages, fw->p.page_tokens / pl->cp,
