@@ -303,7 +303,9 @@ static void check_numa_weights(const struct pg_model *m, struct rig *one,
  * The path a GPU takes (weights uploaded through alloc/upload, KV and
  * activations in the backend's memory, logits downloaded, a split output
  * head padded to whole rows), run by CPU devices: bit-identical to the
- * same plan on views of the file.
+ * same plan on views of the file.  The device path keeps Q4 matrices in
+ * rows while the plain path repacks them (pg_cpu_q4x8_pack), so this is
+ * also the repacking's end-to-end check.
  */
 static void check_device_path(const struct pg_model *m, struct rig *one,
 			      int32_t prompts[][64], int n, const char *what)
