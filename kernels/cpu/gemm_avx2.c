@@ -171,6 +171,17 @@ static inline __m256i bcast4(const uint8_t *p)
 	return _mm256_set1_epi32(v);
 }
 
+/* Part p's 8 values v for a token (off floats into out): stored, or
+ * summed into *run. */
+static inline void put8(const struct pg_cuts *cuts, int p, float *out,
+			size_t off, __m256 v, __m256 *run)
+{
+	if (!pg_cuts_summed(cuts))
+		_mm256_storeu_ps(pg_cuts_out(cuts, p, out) + off, v);
+	else	/* the earlier parts, then this */
+		*run = p ? _mm256_add_ps(*run, v) : v;
+}
+
 /*
  * out[t * os + r] = row r . token t for r < 8, t < n_tok (part p of cuts
  * at out + p * cuts->stride), in pagoda's numerics; see the pg_gemm8_fn
@@ -226,11 +237,7 @@ sweep(enum gemm_kind k, const struct gemm_block *buf, int packed,
 					ms = _mm256_fmadd_ps(b->m, _mm256_broadcast_ss(xf + 1), ms);
 			}
 			v = k == G_Q4_1 ? _mm256_add_ps(acc, ms) : acc;
-			if (!pg_cuts_summed(cuts))
-				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
-						 (size_t)t * os, v);
-			else	/* the earlier parts, then this */
-				run = p ? _mm256_add_ps(run, v) : v;
+			put8(cuts, p, out, (size_t)t * os, v, &run);
 		}
 		if (pg_cuts_summed(cuts))
 			_mm256_storeu_ps(out + (size_t)t * os, run);
@@ -327,12 +334,7 @@ gemm8_llama(int64_t n, const void *w, size_t ws, const void *xp, int n_tok,
 				_mm256_add_ps(_mm256_add_ps(acc[1], acc[5]),
 					      _mm256_add_ps(acc[3], acc[7])));
 
-			s = _mm256_add_ps(s, ms);
-			if (!pg_cuts_summed(cuts))
-				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
-						 (size_t)t * os, s);
-			else	/* the earlier parts, then this */
-				run = p ? _mm256_add_ps(run, s) : s;
+			put8(cuts, p, out, (size_t)t * os, _mm256_add_ps(s, ms), &run);
 		}
 		if (pg_cuts_summed(cuts))
 			_mm256_storeu_ps(out + (size_t)t * os, run);
