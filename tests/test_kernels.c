@@ -24,10 +24,11 @@
  *     likewise against their own reference (within 1e-5);
  *   - each table's gemm8 loops (8 rows x n tokens, repacked weights, both
  *     numerics): bit-identical to its 4-row dots; these and the quantised
- *     matmul on
- *     rows 13, 27, 70 for every n in 1..37: each output within 1e-5 of
+ *     matmul on rows 13, 27, 70 for every n in 1..37: each output within 1e-5 of
  *     sum |w x| of the scalar dot, and the matmul's outputs for n tokens
- *     bit-identical to each token's alone.
+ *     bit-identical to each token's alone;
+ *   - Q4 matrices repacked in 8-row groups (pg_cpu_q4x8_pack): matmul and
+ *     matmul_parts bit-identical to the same matrix in rows, n = 1..37;
  *   - llama.cpp numerics (kernels/cpu/llamacpp.c): each table's attention
  *     loop and silu bit-identical to the references; the reference
  *     attention loop within 1e-5 nmse of softmax attention in double (its
