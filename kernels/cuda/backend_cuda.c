@@ -164,7 +164,7 @@ int pg_cuda_device_info(int device, struct pg_cuda_device_info *out,
 {
 	struct cudaDeviceProp p;
 	size_t free_b = 0, total_b = 0;
-	int n = pg_cuda_device_count(), bus = 0, clk = 0;
+	int n = pg_cuda_device_count(), bus = 0, clk = 0, was = -1;
 	cudaError_t e;
 
 	memset(out, 0, sizeof(*out));
@@ -174,9 +174,13 @@ int pg_cuda_device_info(int device, struct pg_cuda_device_info *out,
 	}
 	e = cudaGetDeviceProperties(&p, device);
 	if (e == cudaSuccess)
+		e = cudaGetDevice(&was);
+	if (e == cudaSuccess)
 		e = cudaSetDevice(device);
 	if (e == cudaSuccess)
 		e = cudaMemGetInfo(&free_b, &total_b);
+	if (was >= 0)	/* the caller's current device stays current */
+		cudaSetDevice(was);
 	if (e != cudaSuccess) {
 		say(err, err_len, "CUDA device %d: %s (%s=%d)", device,
 		    cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
@@ -531,6 +535,10 @@ static void cuda_matmul(struct pg_backend *be, const struct pg_matrix *w,
 
 	if (op_begin(cb, &op, PG_CUDA_OP_MATMUL) || n <= 0)
 		return;
+	if (w->layout != PG_LAYOUT_ROWS) {
+		pg_cuda_fail_msg(cb, "matmul: a matrix repacked for the CPU backend (pg_cpu_q4x8_pack) given to a CUDA device");
+		return;
+	}
 	if (!weight_type_ok(w->type) ||
 	    (pg_dtype_block_size(w->type) > 1 && w->n_cols % PG_QK)) {
 		say(msg, sizeof(msg), "matmul: %s weights of %lld columns not "
@@ -661,6 +669,10 @@ static void cuda_attention(struct pg_backend *be,
 		return;
 	if (n_seqs > 65535) {
 		pg_cuda_fail_msg(cb, "attention: over 65535 sequences");
+		return;
+	}
+	if (kv->lanes > 1) {	/* exact_parallel is 0: never asked */
+		pg_cuda_fail_msg(cb, "attention: lanes (exact parallel sums) are not supported on CUDA");
 		return;
 	}
 	a = &op.a.attention;

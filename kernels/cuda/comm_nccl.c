@@ -590,6 +590,8 @@ int pg_comm_nccl_join(int size, int rank, const void *id, int cuda_device,
 		goto out_free;
 	}
 	e = cudaMalloc((void **)&c->one, sizeof(float));
+	if (e == cudaSuccess)	/* the barrier sums it: no garbage in NCCL */
+		e = cudaMemset(c->one, 0, sizeof(float));
 	if (e != cudaSuccess) {
 		say(err, err_len, "cudaMalloc(4 bytes): %s (%s=%d)",
 		    cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
