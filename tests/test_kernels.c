@@ -774,6 +774,7 @@ static void check_table_quant(const struct pg_cpu_kernels *k)
  * exact: whether they must give its very bits.
  */
 struct qloops {
+	enum pg_dtype vt;		/* the activations' type */
 	pg_dot_fn dot, ref;
 	pg_dot4_fn dot4;
 	pg_dot4x2_fn dot4x2;
@@ -785,10 +786,12 @@ struct qloops {
 static struct qloops loops_for(const struct pg_cpu_kernels *k,
 			       enum pg_dtype t, int llama)
 {
-	enum pg_dtype vt;
+	enum pg_dtype vt, ref_vt;
+	pg_dot_fn dot = pg_cpu_dot_for(k, t, &vt);
 	struct qloops l = {
-		.dot = pg_cpu_dot_for(k, t, &vt),
-		.ref = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt),
+		.vt = vt,
+		.dot = dot,
+		.ref = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &ref_vt),
 		.dot4 = pg_cpu_dot4_for(k, t),
 		.dot4x2 = pg_cpu_dot4x2_for(k, t),
 		.gemm8 = t == PG_Q4_0 ? k->gemm8_q4_0 :
@@ -810,16 +813,14 @@ static struct qloops loops_for(const struct pg_cpu_kernels *k,
 }
 
 /* The scalar dot of 4 rows with 2 tokens; *mag: sum |w x| of each. */
-static void ref_dots(enum pg_dtype t, pg_dot_fn ref_dot,
+static void ref_dots(enum pg_dtype vt, pg_dot_fn ref_dot,
 		     const struct pg_matrix *m, const float *wf,
 		     const uint8_t *xq, size_t xs, float want[2][4],
 		     double mag[2][4])
 {
-	enum pg_dtype vt;
 	int64_t cols = m->n_cols;
 	float xd[2048];
 
-	pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
 	for (int k = 0; k < 2; k++) {
 		pg_dequantize_row(vt, xq + (size_t)k * xs, xd, cols);
 		for (int r = 0; r < 4; r++) {
@@ -836,27 +837,24 @@ static void ref_dots(enum pg_dtype t, pg_dot_fn ref_dot,
 static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
 			     int llama, int64_t cols)
 {
-	enum pg_dtype vt;
 	float *wf, x[2048], want[2][4], got[3][2][4];
 	double mag[2][4];
 	uint8_t xq[2048 * 8];
 	struct pg_matrix m = make_matrix(t, 4, cols, &wf);
 	struct qloops l = loops_for(k, t, llama);
+	enum pg_dtype vt = l.vt;
 	pg_dot_fn dot = l.dot;
 	pg_dot4_fn dot4 = l.dot4;
 	pg_dot4x2_fn dot4x2 = l.dot4x2;
-	size_t xs;
+	size_t xs = vt == PG_F32 ? (size_t)cols * 4 :
+		    pg_dtype_row_bytes(vt, (uint64_t)cols);
 	static const char *what[3] = { "dot", "dot4", "dot4x2" };
-
-	pg_cpu_dot_for(k, t, &vt);
-	xs = vt == PG_F32 ? (size_t)cols * 4 :
-	     pg_dtype_row_bytes(vt, (uint64_t)cols);
 
 	for (int j = 0; j < 2; j++) {
 		fill(x, (size_t)cols);
 		pg_quantize_row(vt, x, xq + j * xs, cols);
 	}
-	ref_dots(t, l.ref, &m, wf, xq, xs, want, mag);
+	ref_dots(vt, l.ref, &m, wf, xq, xs, want, mag);
 	for (int j = 0; j < 2; j++)
 		for (int r = 0; r < 4; r++) {
 			got[0][j][r] = dot(cols, (const uint8_t *)m.data +
@@ -1040,16 +1038,14 @@ static void check_llama_numerics(void)
  * of each (token t, row r) in want[t * rows + r], and sum |w x| of the
  * dequantised values in mag, for per-output bounds.
  */
-static void gemm_ref(enum pg_dtype t, pg_dot_fn ref_dot,
+static void gemm_ref(enum pg_dtype vt, pg_dot_fn ref_dot,
 		     const struct pg_matrix *m, const float *wf,
 		     const uint8_t *xq, size_t xs, int n, float *want,
 		     double *mag)
 {
-	enum pg_dtype vt;
 	int64_t rows = m->n_rows, cols = m->n_cols;
 	float *xd = xmalloc((size_t)cols * sizeof(float));
 
-	pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt);
 	for (int k = 0; k < n; k++) {
 		pg_dequantize_row(vt, xq + (size_t)k * xs, xd, cols);
 		for (int64_t r = 0; r < rows; r++) {
@@ -1097,7 +1093,7 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 		fill(x, (size_t)cols);
 		pg_quantize_row(vt, x, xq + (size_t)j * xs, cols);
 	}
-	gemm_ref(t, l->ref, &m, wf, xq, xs, n, want, mag);
+	gemm_ref(vt, l->ref, &m, wf, xq, xs, n, want, mag);
 	for (size_t i = 0; i < ny; i++)
 		got[i] = NAN;			/* every output must be written */
 	pg_gemm_prep(vt, xq, (int64_t)n * (cols / 32), xp);
@@ -1198,8 +1194,7 @@ static void check_matmul_tokens(void)
 			for (int j = 0; j < N; j++)
 				pg_quantize_row(vt, x + (size_t)j * (size_t)cols,
 						xq + (size_t)j * xs, cols);
-			gemm_ref(t, llama ? pg_dot_q4_1_llama_ref :
-				 pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &vt),
+			gemm_ref(vt, loops_for(&pg_cpu_kernels_scalar, t, llama).ref,
 				 &m, wf, xq, xs, N, want, mag);
 			for (int i = 0; i < n_bes; i++) {
 				pg_cpu_backend_llama_numerics(bes[i], llama);

@@ -286,11 +286,18 @@ static void slice_block(const struct pg_hparams *hp, const struct device *d,
 
 /* ---- set-up ---- */
 
-/* The matrices of device d that it reads, for walking them all. */
-static int device_matrices(struct device *d, struct pg_matrix **out)
+/*
+ * The matrices of device d that it reads, for walking them all: a malloc'd
+ * array of *n pointers, or NULL when there is no memory.
+ */
+static struct pg_matrix **device_matrices(struct device *d, int *n_out)
 {
+	struct pg_matrix **out = malloc(sizeof(*out) *
+					((size_t)d->n_blocks * 7 + 1));
 	int n = 0;
 
+	if (!out)
+		return NULL;
 	for (int b = 0; b < d->n_blocks; b++) {
 		struct pg_block_weights *w = &d->w[b];
 
@@ -300,7 +307,8 @@ static int device_matrices(struct device *d, struct pg_matrix **out)
 	}
 	if (d->stage == d->fw->plan.pp - 1)
 		out[n++] = &d->out_w;
-	return n;
+	*n_out = n;
+	return out;
 }
 
 static size_t packed_bytes(const struct pg_matrix *m)
@@ -323,10 +331,9 @@ static int localize_weights(struct device *d, int node)
 	uint8_t *p;
 	int n, k = 0;
 
-	ms = malloc(sizeof(*ms) * ((size_t)d->n_blocks * 7 + 1));
+	ms = device_matrices(d, &n);
 	if (!ms)
 		return -ENOMEM;
-	n = device_matrices(d, ms);
 	for (int i = 0; i < n; i++)	/* pack_weights places the others */
 		if (!pg_cpu_q4x8_bytes(d->be, ms[i]))
 			ms[k++] = ms[i];
@@ -378,12 +385,11 @@ static int pack_weights(struct device *d, int node, char *err,
 	uint8_t *p;
 	int n;
 
-	ms = malloc(sizeof(*ms) * ((size_t)d->n_blocks * 7 + 1));
+	ms = device_matrices(d, &n);
 	if (!ms) {
 		snprintf(err, err_len, "out of memory");
 		return -ENOMEM;
 	}
-	n = device_matrices(d, ms);
 	for (int i = 0; i < n; i++)
 		bytes += (pg_cpu_q4x8_bytes(d->be, ms[i]) + 63) / 64 * 64;
 	if (!bytes) {

@@ -183,8 +183,100 @@ static inline void put8(const struct pg_cuts *cuts, int p, float *out,
 }
 
 /*
+ * Blocks i0 .. i1 - 1 of the 8 rows against one token (xb: its block i0)
+ * in pagoda's numerics: one integer sum, conversion and fma a block and
+ * row.  The blocks come from buf, or with packed set straight from the
+ * packed group pk, expanded in registers.
+ */
+static inline __attribute__((always_inline)) __m256
+part_q4(enum gemm_kind k, const struct gemm_block *buf, int packed,
+	const uint8_t *pk, int64_t i0, int64_t i1, const uint8_t *xb)
+{
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_0 ? PG_Q8_0 : PG_Q8_1);
+	__m256i ones = _mm256_set1_epi16(1);
+	__m256 acc = _mm256_setzero_ps(), ms = acc;
+
+	for (int64_t i = i0; i < i1; i++, xb += pb) {
+		struct gemm_block tmp;
+		const struct gemm_block *b = &tmp;
+		const float *xf = (const float *)(xb + 32);
+		__m256i s[2], is;
+
+		if (packed)	/* expanded here, in registers */
+			expand(k, pk + (size_t)i * packed_bytes(k), &tmp);
+		else
+			b = &buf[i];
+
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {	/* c = 2h, 2h + 1 */
+			int c = 2 * h;
+
+			s[h] = _mm256_add_epi16(
+				_mm256_add_epi16(
+					_mm256_maddubs_epi16(b->wa[c], bcast4(xb + 8 * c)),
+					_mm256_maddubs_epi16(b->wb[c], bcast4(xb + 8 * c + 4))),
+				_mm256_add_epi16(
+					_mm256_maddubs_epi16(b->wa[c + 1], bcast4(xb + 8 * c + 8)),
+					_mm256_maddubs_epi16(b->wb[c + 1], bcast4(xb + 8 * c + 12))));
+		}
+		is = _mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones);
+		if (k == G_Q4_0)	/* - 8 x the block's sum of x */
+			is = _mm256_add_epi32(is, bcast4(xb + 36));
+		acc = _mm256_fmadd_ps(_mm256_mul_ps(b->d, _mm256_broadcast_ss(xf)),
+				      _mm256_cvtepi32_ps(is), acc);
+		if (k == G_Q4_1)
+			ms = _mm256_fmadd_ps(b->m, _mm256_broadcast_ss(xf + 1), ms);
+	}
+	return k == G_Q4_1 ? _mm256_add_ps(acc, ms) : acc;
+}
+
+/*
+ * The same in llama.cpp's numerics, Q4_1 only (the top of the file): the
+ * 8 chunk sums of a block converted and fma'd each on its own.
+ */
+static inline __attribute__((always_inline)) __m256
+part_llama(const struct gemm_block *buf, int64_t i0, int64_t i1,
+	   const uint8_t *xb)
+{
+	size_t pb = PG_GEMM_XP_BYTES(PG_Q8_1);
+	__m256i hi16 = _mm256_set1_epi32((int32_t)0xffff0000u);
+	__m256 acc[8], ms = _mm256_setzero_ps();
+
+	/* unrolled: a loop here became a memset of a stack copy */
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++)
+		acc[j] = _mm256_setzero_ps();
+	for (int64_t i = i0; i < i1; i++, xb += pb) {
+		const struct gemm_block *b = &buf[i];
+		const float *xf = (const float *)(xb + 32);
+		__m256 f = _mm256_mul_ps(b->d, _mm256_broadcast_ss(xf));
+
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			__m256i s = _mm256_add_epi16(
+				_mm256_maddubs_epi16(b->wa[c], bcast4(xb + 8 * c)),
+				_mm256_maddubs_epi16(b->wb[c], bcast4(xb + 8 * c + 4)));
+			__m256i lo = _mm256_slli_epi32(s, 16);
+			__m256i hi = _mm256_and_si256(s, hi16);
+
+			acc[c] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(lo), acc[c]);
+			acc[c + 4] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(hi),
+						     acc[c + 4]);
+		}
+		ms = _mm256_add_ps(ms, _mm256_mul_ps(b->m,
+						     _mm256_broadcast_ss(xf + 1)));
+	}
+	/* hsum256's order, lane by lane */
+	return _mm256_add_ps(_mm256_add_ps(
+		_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]),
+			      _mm256_add_ps(acc[2], acc[6])),
+		_mm256_add_ps(_mm256_add_ps(acc[1], acc[5]),
+			      _mm256_add_ps(acc[3], acc[7]))), ms);
+}
+
+/*
  * out[t * os + r] = row r . token t for r < 8, t < n_tok (part p of cuts
- * at out + p * cuts->stride), in pagoda's numerics; see the pg_gemm8_fn
+ * at out + p * cuts->stride), in k's numerics; see the pg_gemm8_fn
  * comment in cpu_impl.h for xp and work.
  */
 static inline __attribute__((always_inline)) void
@@ -194,50 +286,19 @@ sweep(enum gemm_kind k, const struct gemm_block *buf, int packed,
 {
 	int np = cuts ? cuts->n : 1;
 	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_0 ? PG_Q8_0 : PG_Q8_1);
-	__m256i ones = _mm256_set1_epi16(1);
 
 	for (int t = 0; t < n_tok; t++) {
-		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
-		__m256 run = _mm256_setzero_ps();
+		const uint8_t *xt = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
+		__m256 run = _mm256_setzero_ps(), v;
 		int64_t i = 0;
 
 		for (int p = 0; p < np; p++) {
 			int64_t end = cuts ? cuts->end[p] : nb;
-			__m256 acc = _mm256_setzero_ps(), ms = acc, v;
 
-			for (; i < end; i++, xb += pb) {
-				struct gemm_block tmp;
-				const struct gemm_block *b = &tmp;
-				const float *xf = (const float *)(xb + 32);
-				__m256i s[2], is;
-
-				if (packed)	/* expanded here, in registers */
-					expand(k, pk + (size_t)i * packed_bytes(k), &tmp);
-				else
-					b = &buf[i];
-
-#pragma GCC unroll 2
-				for (int h = 0; h < 2; h++) {	/* c = 2h, 2h + 1 */
-					int c = 2 * h;
-
-					s[h] = _mm256_add_epi16(
-						_mm256_add_epi16(
-							_mm256_maddubs_epi16(b->wa[c], bcast4(xb + 8 * c)),
-							_mm256_maddubs_epi16(b->wb[c], bcast4(xb + 8 * c + 4))),
-						_mm256_add_epi16(
-							_mm256_maddubs_epi16(b->wa[c + 1], bcast4(xb + 8 * c + 8)),
-							_mm256_maddubs_epi16(b->wb[c + 1], bcast4(xb + 8 * c + 12))));
-				}
-				is = _mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones);
-				if (k == G_Q4_0)	/* - 8 x the block's sum of x */
-					is = _mm256_add_epi32(is, bcast4(xb + 36));
-				acc = _mm256_fmadd_ps(_mm256_mul_ps(b->d, _mm256_broadcast_ss(xf)),
-						      _mm256_cvtepi32_ps(is), acc);
-				if (k == G_Q4_1)
-					ms = _mm256_fmadd_ps(b->m, _mm256_broadcast_ss(xf + 1), ms);
-			}
-			v = k == G_Q4_1 ? _mm256_add_ps(acc, ms) : acc;
+			v = k == G_LLAMA ? part_llama(buf, i, end, xt + (size_t)i * pb) :
+			    part_q4(k, buf, packed, pk, i, end, xt + (size_t)i * pb);
 			put8(cuts, p, out, (size_t)t * os, v, &run);
+			i = end;
 		}
 		if (pg_cuts_summed(cuts))
 			_mm256_storeu_ps(out + (size_t)t * os, run);
@@ -277,70 +338,6 @@ gemm8_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
 	sweep(k, buf, 0, NULL, n / PG_QK, xp, n_tok, out, os, cuts);
 }
 
-/*
- * The same in llama.cpp's numerics, Q4_1 only (the top of the file): the
- * 8 chunk sums of a block converted and fma'd each on its own.
- */
-static void
-gemm8_llama(int64_t n, const void *w, size_t ws, const void *xp, int n_tok,
-	    float *out, size_t os, void *work, const struct pg_cuts *cuts)
-{
-	struct gemm_block *buf = work;
-	int64_t nb = n / PG_QK;
-	int np = cuts ? cuts->n : 1;
-	size_t pb = PG_GEMM_XP_BYTES(PG_Q8_1);
-	__m256i hi16 = _mm256_set1_epi32((int32_t)0xffff0000u);
-
-	for (int64_t i = 0; i < nb; i++)
-		repack(G_LLAMA, w, ws, i, &buf[i]);
-	for (int t = 0; t < n_tok; t++) {
-		const uint8_t *xb = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
-		__m256 run = _mm256_setzero_ps();
-		int64_t i = 0;
-
-		for (int p = 0; p < np; p++) {
-			int64_t end = cuts ? cuts->end[p] : nb;
-			__m256 acc[8], ms = _mm256_setzero_ps();
-
-			/* unrolled: a loop here became a memset of a stack copy */
-#pragma GCC unroll 8
-			for (int j = 0; j < 8; j++)
-				acc[j] = _mm256_setzero_ps();
-			for (; i < end; i++, xb += pb) {
-				const struct gemm_block *b = &buf[i];
-				const float *xf = (const float *)(xb + 32);
-				__m256 f = _mm256_mul_ps(b->d, _mm256_broadcast_ss(xf));
-
-#pragma GCC unroll 4
-				for (int c = 0; c < 4; c++) {
-					__m256i s = _mm256_add_epi16(
-						_mm256_maddubs_epi16(b->wa[c], bcast4(xb + 8 * c)),
-						_mm256_maddubs_epi16(b->wb[c], bcast4(xb + 8 * c + 4)));
-					__m256i lo = _mm256_slli_epi32(s, 16);
-					__m256i hi = _mm256_and_si256(s, hi16);
-
-					acc[c] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(lo),
-								 acc[c]);
-					acc[c + 4] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(hi),
-								     acc[c + 4]);
-				}
-				ms = _mm256_add_ps(ms, _mm256_mul_ps(b->m,
-							_mm256_broadcast_ss(xf + 1)));
-			}
-			/* hsum256's order, lane by lane */
-			__m256 s = _mm256_add_ps(
-				_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]),
-					      _mm256_add_ps(acc[2], acc[6])),
-				_mm256_add_ps(_mm256_add_ps(acc[1], acc[5]),
-					      _mm256_add_ps(acc[3], acc[7])));
-
-			put8(cuts, p, out, (size_t)t * os, _mm256_add_ps(s, ms), &run);
-		}
-		if (pg_cuts_summed(cuts))
-			_mm256_storeu_ps(out + (size_t)t * os, run);
-	}
-}
-
 void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *xp,
 			int n_tok, float *out, size_t os, void *work,
 			const struct pg_cuts *cuts)
@@ -359,7 +356,7 @@ void pg_gemm8_q4_1_llama_avx2(int64_t n, const void *w, size_t ws,
 			      const void *xp, int n_tok, float *out, size_t os,
 			      void *work, const struct pg_cuts *cuts)
 {
-	gemm8_llama(n, w, ws, xp, n_tok, out, os, work, cuts);
+	gemm8(G_LLAMA, n, w, ws, xp, n_tok, out, os, work, cuts);
 }
 
 /* Packed groups (PG_LAYOUT_Q4X8); ws unused, work NULL for few tokens. */

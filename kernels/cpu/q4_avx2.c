@@ -45,13 +45,9 @@ static inline size_t xbytes(enum q4_kind k)
 	       sizeof(struct pg_block_q8_1);
 }
 
-/* Offsets of the quants in a weight and in an activation block. */
-static inline size_t wqoff(enum q4_kind k)
-{
-	return k == Q4_0 ? 2 : 4;
-}
-
-static inline size_t xqoff(enum q4_kind k)
+/* Where the quants start in a weight block and in an activation block:
+ * after d (Q4_0, Q8_0), after d and m or s (Q4_1, Q8_1). */
+static inline size_t qoff(enum q4_kind k)
 {
 	return k == Q4_0 ? 2 : 4;
 }
@@ -111,9 +107,9 @@ q4_dot1(enum q4_kind k, int64_t n, const uint8_t *w, const uint8_t *x)
 	for (int64_t i = 0; i < n / PG_QK; i++) {
 		const uint8_t *wb = w + (size_t)i * wbytes(k);
 		const uint8_t *xb = x + (size_t)i * xbytes(k);
-		__m256i xq = _mm256_loadu_si256((const void *)(xb + xqoff(k)));
+		__m256i xq = _mm256_loadu_si256((const void *)(xb + qoff(k)));
 		int s = hsum256_i32(_mm256_madd_epi16(
-			block_pairs(k, unpack_nibbles(wb + wqoff(k)), xq,
+			block_pairs(k, unpack_nibbles(wb + qoff(k)), xq,
 				    offset8(k, xq)), _mm256_set1_epi16(1)));
 		__m128 ws = load_f16x2((const uint16_t *)wb);
 		__m128 xs = x_scales(xb);
@@ -146,7 +142,7 @@ static inline __attribute__((always_inline)) void
 q4_step4(enum q4_kind k, const __m256i wq[4], __m128 d4, __m128 m4,
 	 const uint8_t *xb, __m128 *acc, __m128 *ms)
 {
-	__m256i xq = _mm256_loadu_si256((const void *)(xb + xqoff(k)));
+	__m256i xq = _mm256_loadu_si256((const void *)(xb + qoff(k)));
 	__m128i s = block_sums4(k, wq, xq, offset8(k, xq));
 	__m128 xs = x_scales(xb);
 
@@ -193,7 +189,7 @@ q4_dot4(enum q4_kind k, int64_t n, const uint8_t *w, size_t ws,
 
 			prefetch_group(w, ws, i, wbytes(k));
 			for (int r = 0; r < 4; r++)
-				wq[r] = unpack_nibbles(wb + (size_t)r * ws + wqoff(k));
+				wq[r] = unpack_nibbles(wb + (size_t)r * ws + qoff(k));
 			rows4(wb, ws, &d4, &m4);
 			q4_step4(k, wq, d4, m4, x + (size_t)i * xbytes(k), &acc, &ms);
 		}
@@ -236,7 +232,7 @@ q4_tile4x2(enum q4_kind k, int64_t n, const uint8_t *w, size_t ws,
 			__m128 d4, m4;
 
 			for (int r = 0; r < 4; r++)
-				wq[r] = unpack_nibbles(wb + (size_t)r * ws + wqoff(k));
+				wq[r] = unpack_nibbles(wb + (size_t)r * ws + qoff(k));
 			rows4(wb, ws, &d4, &m4);
 			q4_step4(k, wq, d4, m4, xb, &acc[0], &ms[0]);
 			q4_step4(k, wq, d4, m4, xb + xs, &acc[1], &ms[1]);
