@@ -559,6 +559,7 @@ static void stream_child(const struct opts *o, struct stream_log *lg,
 	req.prompt = "Once upon a time";
 	req.max_tokens = o->tokens;
 	req.ignore_eos = 1;
+	req.temperature = 0;	/* greedy, as before the library sampled by default */
 	if (pagoda_submit(p, &req, NULL) < 0)
 		_exit(4);
 	while ((rc = pagoda_next_event(p, &ev, -1)) == 1) {

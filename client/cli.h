@@ -44,12 +44,16 @@ void cli_buf_add(struct cli_buf *b, const char *s, size_t n);
 void cli_json_string(FILE *f, const char *s, size_t n);
 
 /* cli_json_event - one event as a JSON line; for DONE, text is the
-   sample's whole text and seed the request's. */
-void cli_json_event(const struct pagoda_event *ev, const struct cli_buf *text,
-		    uint64_t seed);
+   sample's whole text. */
+void cli_json_event(const struct pagoda_event *ev, const struct cli_buf *text);
 
-/* cli_figures - a DONE's figures for people, on stderr. */
-void cli_figures(const struct pagoda_event *ev, uint64_t seed);
+/* cli_figures - a DONE's figures for people, on stderr; hint (may be
+   NULL) is said too when the sample ended at its first token. */
+void cli_figures(const struct pagoda_event *ev, const char *hint);
+
+/* cli_logprobs - a LOGPROBS event for people, on stderr: the token's text
+   (len bytes), its log-probability and the top ones. */
+void cli_logprobs(const struct pagoda_event *ev, const char *text, size_t len);
 
 /* cli_error - "pagoda: MESSAGE" on stderr, and the exit status for code. */
 int cli_error(int code, const char *msg);

@@ -95,15 +95,21 @@ static void json_tokens(const struct pagoda_event *ev)
 static void json_logprobs(const struct pagoda_event *ev)
 {
 	json_head("logprobs", ev);
-	fputs(",\"logprobs\":[", stdout);
+	printf(",\"token\":%d,\"logprob\":%.6g,\"logprobs\":[",
+	       ev->n_ids ? ev->ids[0] : -1, (double)ev->logprob);
 	for (size_t i = 0; i < ev->n_logprobs; i++)
 		printf("%s{\"id\":%d,\"logprob\":%.6g}", i ? "," : "",
 		       ev->logprobs[i].id, (double)ev->logprobs[i].logprob);
 	putchar(']');
 }
 
-static void json_done(const struct pagoda_event *ev, const struct cli_buf *text,
-		      uint64_t seed)
+/* ended_at_once - the sample's first token ended it: nothing came. */
+static int ended_at_once(const struct pagoda_event *ev)
+{
+	return ev->finish == PAGODA_FINISH_STOP && ev->figures.n_gen == 0;
+}
+
+static void json_done(const struct pagoda_event *ev, const struct cli_buf *text)
 {
 	const struct pagoda_figures *f = &ev->figures;
 
@@ -112,13 +118,14 @@ static void json_done(const struct pagoda_event *ev, const struct cli_buf *text,
 	       pagoda_finish_name(ev->finish));
 	cli_json_string(stdout, text && text->s ? text->s : "", text ? text->len : 0);
 	printf(",\"n_prompt\":%u,\"n_cached\":%u,\"n_gen\":%u,\"n_preempt\":%u,"
-	       "\"queue_s\":%.6f,\"ttft_s\":%.6f,\"itl_s\":%.6f,\"seed\":%llu",
+	       "\"queue_s\":%.6f,\"ttft_s\":%.6f,\"itl_s\":%.6f,\"seed\":%llu,"
+	       "\"ended_at_first_token\":%s",
 	       f->n_prompt, f->n_cached, f->n_gen, f->n_preempt, f->queue_s,
-	       f->ttft_s, f->itl_s, (unsigned long long)seed);
+	       f->ttft_s, f->itl_s, (unsigned long long)f->seed,
+	       ended_at_once(ev) ? "true" : "false");
 }
 
-void cli_json_event(const struct pagoda_event *ev, const struct cli_buf *text,
-		    uint64_t seed)
+void cli_json_event(const struct pagoda_event *ev, const struct cli_buf *text)
 {
 	switch (ev->type) {
 	case PAGODA_EVENT_TOKENS:
@@ -128,7 +135,7 @@ void cli_json_event(const struct pagoda_event *ev, const struct cli_buf *text,
 		json_logprobs(ev);
 		break;
 	case PAGODA_EVENT_DONE:
-		json_done(ev, text, seed);
+		json_done(ev, text);
 		break;
 	case PAGODA_EVENT_ERROR:
 		json_head("error", ev);
@@ -141,17 +148,30 @@ void cli_json_event(const struct pagoda_event *ev, const struct cli_buf *text,
 	fflush(stdout);
 }
 
-void cli_figures(const struct pagoda_event *ev, uint64_t seed)
+void cli_figures(const struct pagoda_event *ev, const char *hint)
 {
 	const struct pagoda_figures *f = &ev->figures;
+	int once = ended_at_once(ev) && hint;
 
 	fprintf(stderr,
 		"pagoda: sample %u: %s; prompt %u tokens (%u cached); generated %u tokens; "
 		"queued %.3f s; first token %.3f s; %.1f ms between tokens; "
-		"preempted %u times; seed %llu\n",
+		"preempted %u times; seed %llu%s%s\n",
 		ev->sample, pagoda_finish_name(ev->finish), f->n_prompt, f->n_cached,
 		f->n_gen, f->queue_s, f->ttft_s, f->itl_s * 1e3, f->n_preempt,
-		(unsigned long long)seed);
+		(unsigned long long)f->seed, once ? "; " : "", once ? hint : "");
+}
+
+void cli_logprobs(const struct pagoda_event *ev, const char *text, size_t len)
+{
+	fprintf(stderr, "pagoda: sample %u: token %d ", ev->sample,
+		ev->n_ids ? ev->ids[0] : -1);
+	cli_json_string(stderr, text, len);
+	fprintf(stderr, " logprob %.4f; top", (double)ev->logprob);
+	for (size_t i = 0; i < ev->n_logprobs; i++)
+		fprintf(stderr, "%s %d %.4f", i ? "," : "", ev->logprobs[i].id,
+			(double)ev->logprobs[i].logprob);
+	putc('\n', stderr);
 }
 
 int cli_error(int code, const char *msg)

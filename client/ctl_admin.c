@@ -1,6 +1,8 @@
 /*
  * ctl_admin.c - pagodactl's side of the admin socket (shm/admin.h): one
- * request, one answer, printed as the daemon wrote it (text or JSON).
+ * request, one answer, printed as the daemon wrote it (text or JSON),
+ * except that what a terminal would obey (controls, invalid UTF-8) is
+ * shown escaped, whatever daemon wrote it (ctl_put_safe).
  * Connection errors become messages that say what to do: the daemon is
  * not running, or which group the user must join.
  */
@@ -140,10 +142,12 @@ int ctl_admin(const struct ctl_opts *o, struct pg_admin_request *q)
 		free(text);
 		return rc;
 	}
-	if (o->json || !h.status)
-		fputs(text, stdout);
-	else
-		fprintf(stderr, "pagodactl: %s", text);
+	if (o->json || !h.status) {
+		ctl_put_safe(stdout, text, h.len, o->json);
+	} else {
+		fputs("pagodactl: ", stderr);
+		ctl_put_safe(stderr, text, h.len, 0);
+	}
 	free(text);
 	if (fflush(stdout))
 		return CTL_FAIL;

@@ -6,12 +6,18 @@
  * Every family has its # HELP and # TYPE lines; counters end in _total;
  * times are in seconds, sizes in bytes; histograms give cumulative
  * _bucket{le=...} lines ending with le="+Inf", then _sum and _count.
- * Label values are escaped as the format says (\\, \", \n).
+ * Label values are escaped as the format says (\\, \", \n), after the
+ * controls and invalid bytes a client may have put in its command name
+ * were made printable (shm/escape.h, PG_ESCAPE_PROM): the scraped value
+ * reads as `pagodactl stats` shows it.  The per-client families are
+ * there only for a user who may read the per-client table; for others a
+ * comment says why they are missing.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "ctl.h"
+#include "shm/escape.h"
 
 static void help_type(FILE *f, const char *name, const char *type, const char *help)
 {
@@ -37,14 +43,7 @@ static void metric(FILE *f, const char *name, const char *type, const char *help
 
 static void label_value(FILE *f, const char *s, size_t max)
 {
-	for (size_t i = 0; i < max && s[i]; i++) {
-		if (s[i] == '\\' || s[i] == '"')
-			fprintf(f, "\\%c", s[i]);
-		else if (s[i] == '\n')
-			fputs("\\n", f);
-		else
-			fputc(s[i], f);
-	}
+	ctl_put_escaped(f, s, max, PG_ESCAPE_PROM);
 }
 
 static void info(FILE *f, const struct pg_stats_header *h)
@@ -175,7 +174,7 @@ static void client_family(FILE *f, const struct ctl_snap *s, const char *name,
 			  const char *type, const char *help, int which)
 {
 	help_type(f, name, type, help);
-	for (uint32_t i = 0; i < s->h->n_client_slots; i++) {
+	for (uint32_t i = 0; i < s->n_cli; i++) {
 		const struct pg_stats_client *c = &s->cli[i];
 		uint64_t v = which == 0 ? c->inflight : which == 1 ? c->requests
 								  : c->generated_tokens;
@@ -194,6 +193,12 @@ static void clients(FILE *f, const struct ctl_snap *s)
 	       (double)s->h->c.clients_connected);
 	metric(f, "pagoda_admin_commands_total", "counter", "Admin commands answered.",
 	       (double)s->h->c.admin_commands);
+	if (!s->cli) {
+		fputs("# no per-client figures: ", f);
+		ctl_put_escaped(f, s->cli_note, sizeof(s->cli_note), PG_ESCAPE_TEXT);
+		fputc('\n', f);
+		return;
+	}
 	client_family(f, s, "pagoda_client_requests_inflight", "gauge", "A client's requests in flight.", 0);
 	client_family(f, s, "pagoda_client_requests_total", "counter", "Requests a client submitted since it connected.", 1);
 	client_family(f, s, "pagoda_client_tokens_generated_total", "counter", "Tokens generated for a client since it connected.", 2);

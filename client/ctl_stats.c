@@ -1,12 +1,15 @@
 /*
- * ctl_stats.c - pagodactl's reading of the statistics segment
+ * ctl_stats.c - pagodactl's reading of the statistics segments
  * (shm/stats.h) and `pagodactl stats`: a table for people, or one JSON
  * object for scripts.
  *
- * Reading never asks the daemon anything: the segment is mapped
- * read-only and copied under its seqlock (retrying while the daemon
+ * Reading never asks the daemon anything: the segments are mapped
+ * read-only and copied under their seqlocks (retrying while the daemon
  * writes), then checked against a live daemon (its pid, and the pid's
- * start time, so a recycled pid is not mistaken for it).
+ * start time, so a recycled pid is not mistaken for it).  The public
+ * figures are everyone's; the per-client table is read when this user
+ * may (the admin group), and otherwise replaced by a note saying who
+ * may.  Strings from the files are shown escaped (shm/escape.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "shm/escape.h"
 
 /* Copies a reader tries while the daemon keeps writing. */
 #define READ_TRIES 100000
@@ -91,13 +95,73 @@ static int check_layout(const struct pg_stats_header *h, size_t bytes,
 	    h->n_hist != PG_STATS_N_HIST || h->n_buckets != PG_STATS_N_BUCKETS ||
 	    h->dev_off < PG_STATS_HEADER_BYTES ||
 	    (uint64_t)h->dev_off + (uint64_t)h->n_devices * sizeof(struct pg_stats_device) > bytes ||
-	    (uint64_t)h->client_off + (uint64_t)h->n_client_slots * sizeof(struct pg_stats_client) > bytes ||
 	    (uint64_t)h->hist_off + PG_STATS_N_HIST * sizeof(struct pg_stats_hist) > bytes ||
-	    h->dev_off % 8 || h->client_off % 8 || h->hist_off % 8) {
+	    h->dev_off % 8 || h->hist_off % 8) {
 		snprintf(err, err_len, "%s: the layout in its header does not fit the file", path);
 		return CTL_FAIL;
 	}
 	return CTL_OK;
+}
+
+/* Why this user may not read the per-client table at path (errno e). */
+static void cli_denied(struct ctl_seg *seg, int e)
+{
+	struct stat st;
+	struct group *g;
+
+	if (e == ENOENT)
+		snprintf(seg->cli_note, sizeof(seg->cli_note), "no per-client table at %.300s",
+			 seg->cli_path);
+	else if (e != EACCES)
+		snprintf(seg->cli_note, sizeof(seg->cli_note), "the per-client table %.300s: %s",
+			 seg->cli_path, strerror(e));
+	else if (!stat(seg->cli_path, &st) && (st.st_mode & 0040) && st.st_gid &&
+		 (g = getgrgid(st.st_gid)))
+		snprintf(seg->cli_note, sizeof(seg->cli_note), "the per-client table (pid, uid and command of each client) is shown to members of group '%s' only (join it, then log in again)",
+			 g->gr_name);
+	else
+		snprintf(seg->cli_note, sizeof(seg->cli_note), "the per-client table (pid, uid and command of each client) is shown to root and pagodad's user only (the daemon has no admin group: see --admin-group in pagodad(8))");
+}
+
+static int cli_layout_ok(const struct pg_stats_clients_header *ch, size_t bytes)
+{
+	return ch->magic == PG_STATS_CLIENTS_MAGIC && ch->version == PG_STATS_VERSION &&
+	       ch->header_bytes == sizeof(*ch) && ch->total_bytes == bytes &&
+	       ch->slot_off >= sizeof(*ch) && ch->slot_off % 8 == 0 &&
+	       (uint64_t)ch->slot_off + (uint64_t)ch->n_slots * sizeof(struct pg_stats_client) <= bytes;
+}
+
+/* The per-client table, when this user may read it; a note when not. */
+static void cli_open(struct ctl_seg *seg)
+{
+	struct pg_stats_clients_header ch;
+	struct stat st;
+
+	if (pg_stats_clients_path(seg->path, seg->cli_path, sizeof(seg->cli_path))) {
+		snprintf(seg->cli_note, sizeof(seg->cli_note), "the per-client table's path is too long");
+		return;
+	}
+	seg->cli_fd = open(seg->cli_path, O_RDONLY | O_CLOEXEC);
+	if (seg->cli_fd < 0) {
+		cli_denied(seg, errno);
+		return;
+	}
+	if (fstat(seg->cli_fd, &st) || pread(seg->cli_fd, &ch, sizeof(ch), 0) != (ssize_t)sizeof(ch) ||
+	    !cli_layout_ok(&ch, (size_t)st.st_size)) {
+		snprintf(seg->cli_note, sizeof(seg->cli_note), "%.300s is not a per-client table of this pagodactl's version",
+			 seg->cli_path);
+		goto out_close;
+	}
+	seg->cli_bytes = (size_t)st.st_size;
+	seg->cli_map = mmap(NULL, seg->cli_bytes, PROT_READ, MAP_SHARED, seg->cli_fd, 0);
+	if (seg->cli_map != MAP_FAILED)
+		return;
+	snprintf(seg->cli_note, sizeof(seg->cli_note), "cannot map %.300s: %s", seg->cli_path,
+		 strerror(errno));
+out_close:
+	seg->cli_map = NULL;
+	close(seg->cli_fd);
+	seg->cli_fd = -1;
 }
 
 int ctl_seg_open(const char *path, struct ctl_seg *seg, char *err, size_t err_len)
@@ -108,6 +172,7 @@ int ctl_seg_open(const char *path, struct ctl_seg *seg, char *err, size_t err_le
 
 	memset(seg, 0, sizeof(*seg));
 	seg->path = path;
+	seg->cli_fd = -1;
 	seg->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (seg->fd < 0)
 		return open_error(path, errno, err, err_len);
@@ -126,6 +191,7 @@ int ctl_seg_open(const char *path, struct ctl_seg *seg, char *err, size_t err_le
 		rc = CTL_FAIL;
 		goto out_close;
 	}
+	cli_open(seg);
 	return CTL_OK;
 out_close:
 	close(seg->fd);
@@ -140,34 +206,40 @@ void ctl_seg_close(struct ctl_seg *seg)
 		munmap((void *)seg->map, seg->bytes);
 	if (seg->fd >= 0)
 		close(seg->fd);
-	seg->map = NULL;
-	seg->fd = -1;
+	if (seg->cli_map)
+		munmap((void *)seg->cli_map, seg->cli_bytes);
+	if (seg->cli_fd >= 0)
+		close(seg->cli_fd);
+	seg->map = seg->cli_map = NULL;
+	seg->fd = seg->cli_fd = -1;
 }
 
 void ctl_snap_free(struct ctl_snap *snap)
 {
 	free(snap->buf);
+	free(snap->cli_buf);
 	memset(snap, 0, sizeof(*snap));
 }
 
-/* Copy the segment while no write is under way; -1 when it never settles. */
-static int copy_consistent(const struct ctl_seg *seg, uint8_t *buf)
+/*
+ * Copy bytes of map, whose seqlock is *seq, while no write is under way;
+ * -1 when it never settles.
+ */
+static int copy_consistent(const uint8_t *map, size_t bytes, _Atomic uint64_t *seq,
+			   uint8_t *buf)
 {
-	const struct pg_stats_header *h = (const struct pg_stats_header *)seg->map;
 	struct timespec pause = { .tv_nsec = 20000 };
 
 	for (int i = 0; i < READ_TRIES; i++) {
-		uint64_t s1 = atomic_load_explicit(&((struct pg_stats_header *)h)->seq,
-						   memory_order_acquire);
+		uint64_t s1 = atomic_load_explicit(seq, memory_order_acquire);
 
 		if (s1 & 1) {
 			nanosleep(&pause, NULL);
 			continue;
 		}
-		memcpy(buf, seg->map, seg->bytes);
+		memcpy(buf, map, bytes);
 		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&((struct pg_stats_header *)h)->seq,
-					 memory_order_relaxed) == s1)
+		if (atomic_load_explicit(seq, memory_order_relaxed) == s1)
 			return 0;
 	}
 	return -1;
@@ -211,6 +283,45 @@ static void terminate_strings(struct pg_stats_header *h)
 	h->admin_group[sizeof(h->admin_group) - 1] = '\0';
 }
 
+/*
+ * The per-client table of the daemon whose header is h into snap, or a
+ * note in snap->cli_note saying why there is none.
+ */
+static void cli_read(const struct ctl_seg *seg, const struct pg_stats_header *h,
+		     struct ctl_snap *snap)
+{
+	const struct pg_stats_clients_header *ch;
+	uint8_t *buf;
+
+	if (!seg->cli_map) {
+		snprintf(snap->cli_note, sizeof(snap->cli_note), "%s", seg->cli_note);
+		return;
+	}
+	buf = malloc(seg->cli_bytes);
+	if (!buf) {
+		snprintf(snap->cli_note, sizeof(snap->cli_note), "out of memory for the per-client table");
+		return;
+	}
+	ch = (const struct pg_stats_clients_header *)seg->cli_map;
+	if (copy_consistent(seg->cli_map, seg->cli_bytes,
+			    &((struct pg_stats_clients_header *)ch)->seq, buf)) {
+		snprintf(snap->cli_note, sizeof(snap->cli_note), "%.300s never held still", seg->cli_path);
+		free(buf);
+		return;
+	}
+	ch = (const struct pg_stats_clients_header *)buf;
+	if (!cli_layout_ok(ch, seg->cli_bytes) || ch->generation != h->generation ||
+	    ch->pid != h->pid) {
+		snprintf(snap->cli_note, sizeof(snap->cli_note), "%.200s is not the per-client table of the daemon (pid %d) that writes %.200s",
+			 seg->cli_path, h->pid, seg->path);
+		free(buf);
+		return;
+	}
+	snap->cli_buf = buf;
+	snap->cli = (const struct pg_stats_client *)(buf + ch->slot_off);
+	snap->n_cli = ch->n_slots;
+}
+
 int ctl_seg_read(const struct ctl_seg *seg, struct ctl_snap *snap, char *err,
 		 size_t err_len)
 {
@@ -221,7 +332,8 @@ int ctl_seg_read(const struct ctl_seg *seg, struct ctl_snap *snap, char *err,
 		snprintf(err, err_len, "out of memory");
 		return CTL_FAIL;
 	}
-	if (copy_consistent(seg, buf)) {
+	if (copy_consistent(seg->map, seg->bytes,
+			    &((struct pg_stats_header *)seg->map)->seq, buf)) {
 		free(buf);
 		snprintf(err, err_len, "%s never held still: the daemon writes it without pause", seg->path);
 		return CTL_FAIL;
@@ -241,8 +353,8 @@ int ctl_seg_read(const struct ctl_seg *seg, struct ctl_snap *snap, char *err,
 	snap->bytes = seg->bytes;
 	snap->h = h;
 	snap->dev = (const struct pg_stats_device *)(buf + h->dev_off);
-	snap->cli = (const struct pg_stats_client *)(buf + h->client_off);
 	snap->hist = (const struct pg_stats_hist *)(buf + h->hist_off);
+	cli_read(seg, h, snap);
 	snap->read_unix_ns = unix_ns();
 	return CTL_OK;
 }
@@ -334,20 +446,43 @@ const char *ctl_fmt_bytes(double b, char *buf, size_t len)
 	return buf;
 }
 
-void ctl_json_str(FILE *f, const char *s)
+/* ---- strings from elsewhere ---- */
+
+const char *ctl_shown(char *buf, size_t len, const char *s, size_t max)
+{
+	pg_escape_str(buf, len, s, max, PG_ESCAPE_TEXT);
+	return buf;
+}
+
+void ctl_put_escaped(FILE *f, const char *s, size_t max, int mode)
+{
+	size_t n = strnlen(s, max);
+
+	for (size_t i = 0; i < n;) {
+		char one[PG_ESCAPE_MAX];
+
+		i += pg_escape_char(s + i, n - i, mode, one);
+		fputs(one, f);
+	}
+}
+
+void ctl_json_str(FILE *f, const char *s, size_t max)
 {
 	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
+	ctl_put_escaped(f, s, max, PG_ESCAPE_JSON);
 	fputc('"', f);
+}
+
+void ctl_put_safe(FILE *f, const char *s, size_t len, int json)
+{
+	int mode = (json ? PG_ESCAPE_JSON : PG_ESCAPE_TEXT) | PG_ESCAPE_F_KEEP;
+
+	for (size_t i = 0; i < len;) {
+		char one[PG_ESCAPE_MAX];
+
+		i += pg_escape_char(s + i, len - i, mode, one);
+		fputs(one, f);
+	}
 }
 
 static double pct(uint64_t part, uint64_t whole)
@@ -360,15 +495,18 @@ static double pct(uint64_t part, uint64_t whole)
 static void print_head(FILE *f, const struct ctl_snap *s)
 {
 	const struct pg_stats_header *h = s->h;
-	char up[32];
+	char up[32], b1[sizeof(h->model_path) * 4], b2[sizeof(h->plan) * 4];
 
-	fprintf(f, "pagodad %d %s %s (%s, %u blocks, vocabulary %u), up %s\n", h->pid,
-		ctl_state_name(h->state), h->model, h->arch, h->n_blocks, h->n_vocab,
+	fprintf(f, "pagodad %d %s %s", h->pid, ctl_state_name(h->state),
+		ctl_shown(b1, sizeof(b1), h->model, sizeof(h->model)));
+	fprintf(f, " (%s, %u blocks, vocabulary %u), up %s\n",
+		ctl_shown(b2, sizeof(b2), h->arch, sizeof(h->arch)), h->n_blocks, h->n_vocab,
 		ctl_fmt_dur((double)(s->read_unix_ns - h->start_unix_ns) * 1e-9, up, sizeof(up)));
-	fprintf(f, "  model        %s\n", h->model_path);
-	fprintf(f, "  plan         pipeline %u x tensor %u x context %u, %u devices, %u threads (%s)%s%s\n",
-		h->pp, h->tp, h->cp, h->n_devices, h->n_threads, h->isa,
-		h->plan[0] ? ": " : "", h->plan);
+	fprintf(f, "  model        %s\n", ctl_shown(b1, sizeof(b1), h->model_path, sizeof(h->model_path)));
+	fprintf(f, "  plan         pipeline %u x tensor %u x context %u, %u devices, %u threads (%s)",
+		h->pp, h->tp, h->cp, h->n_devices, h->n_threads,
+		ctl_shown(b1, sizeof(b1), h->isa, sizeof(h->isa)));
+	fprintf(f, "%s%s\n", h->plan[0] ? ": " : "", ctl_shown(b2, sizeof(b2), h->plan, sizeof(h->plan)));
 	if (h->reset_uptime_ns)
 		fprintf(f, "  counters     since a reset %s ago\n",
 			ctl_fmt_dur(ctl_counting_s(s), up, sizeof(up)));
@@ -422,11 +560,12 @@ static void print_devices(FILE *f, const struct ctl_snap *s)
 	for (uint32_t i = 0; i < s->h->n_devices; i++) {
 		const struct pg_stats_device *d = &s->dev[i];
 		double steps = d->steps ? (double)d->steps : 1;
-		char blocks[16];
+		char blocks[16], name[sizeof(d->name) * 4 + 1];
 
 		snprintf(blocks, sizeof(blocks), "%d-%d", d->first_block, d->first_block + d->n_blocks - 1);
-		fprintf(f, "               %-8.16s %5d %3d %3d %7s %8llu %10s %10s %5.1f%% %10s %10llu %8llu %12s %12s\n",
-			d->name, d->stage, d->tp_rank, d->cp_rank, blocks,
+		fprintf(f, "               %-8s %5d %3d %3d %7s %8llu %10s %10s %5.1f%% %10s %10llu %8llu %12s %12s\n",
+			ctl_shown(name, sizeof(name), d->name, sizeof(d->name)),
+			d->stage, d->tp_rank, d->cp_rank, blocks,
 			(unsigned long long)d->steps,
 			ctl_fmt_dur((double)d->compute_ns * 1e-9, b1, sizeof(b1)),
 			ctl_fmt_dur((double)d->comm_ns * 1e-9, b2, sizeof(b2)),
@@ -461,17 +600,23 @@ static void print_clients(FILE *f, const struct ctl_snap *s)
 {
 	fprintf(f, "clients        %llu connected (at most %u)\n",
 		(unsigned long long)s->h->c.clients_connected, s->h->max_clients);
+	if (!s->cli) {
+		fprintf(f, "               %s\n", s->cli_note);
+		return;
+	}
 	if (!s->h->c.clients_connected)
 		return;
 	fprintf(f, "               %6s %8s %6s %-15s %8s %9s %9s %10s %10s\n", "ID", "PID",
 		"UID", "COMMAND", "INFLIGHT", "REQUESTS", "DONE", "PROMPT", "GENERATED");
-	for (uint32_t i = 0; i < s->h->n_client_slots; i++) {
+	for (uint32_t i = 0; i < s->n_cli; i++) {
 		const struct pg_stats_client *c = &s->cli[i];
+		char comm[sizeof(c->comm) * 4 + 1];
 
 		if (!c->id)
 			continue;
-		fprintf(f, "               %6u %8d %6u %-15.16s %8llu %9llu %9llu %10llu %10llu\n",
-			c->id, c->pid, c->uid, c->comm[0] ? c->comm : "?",
+		ctl_shown(comm, sizeof(comm), c->comm, sizeof(c->comm));
+		fprintf(f, "               %6u %8d %6u %-15s %8llu %9llu %9llu %10llu %10llu\n",
+			c->id, c->pid, c->uid, comm[0] ? comm : "?",
 			(unsigned long long)c->inflight, (unsigned long long)c->requests,
 			(unsigned long long)c->done, (unsigned long long)c->prompt_tokens,
 			(unsigned long long)c->generated_tokens);
@@ -538,12 +683,9 @@ static void json_devices(FILE *f, const struct ctl_snap *s)
 	fprintf(f, "\"devices\":[");
 	for (uint32_t i = 0; i < s->h->n_devices; i++) {
 		const struct pg_stats_device *d = &s->dev[i];
-		char name[sizeof(d->name) + 1];
 
-		memcpy(name, d->name, sizeof(d->name));
-		name[sizeof(d->name)] = '\0';
 		fprintf(f, "%s{\"name\":", i ? "," : "");
-		ctl_json_str(f, name);
+		ctl_json_str(f, d->name, sizeof(d->name));
 		fprintf(f, ",\"stage\":%d,\"tp_rank\":%d,\"cp_rank\":%d,\"first_block\":%d,\"n_blocks\":%d,",
 			d->stage, d->tp_rank, d->cp_rank, d->first_block, d->n_blocks);
 		JU("steps", d->steps);
@@ -581,18 +723,20 @@ static void json_clients(FILE *f, const struct ctl_snap *s)
 {
 	int n = 0;
 
+	if (!s->cli) {
+		fprintf(f, "\"clients\":null,\"clients_note\":");
+		ctl_json_str(f, s->cli_note, sizeof(s->cli_note));
+		return;
+	}
 	fprintf(f, "\"clients\":[");
-	for (uint32_t i = 0; i < s->h->n_client_slots; i++) {
+	for (uint32_t i = 0; i < s->n_cli; i++) {
 		const struct pg_stats_client *c = &s->cli[i];
-		char comm[sizeof(c->comm) + 1];
 
 		if (!c->id)
 			continue;
-		memcpy(comm, c->comm, sizeof(c->comm));
-		comm[sizeof(c->comm)] = '\0';
 		fprintf(f, "%s{\"id\":%u,\"pid\":%d,\"uid\":%u,\"gid\":%u,\"comm\":", n++ ? "," : "",
 			c->id, c->pid, c->uid, c->gid);
-		ctl_json_str(f, comm);
+		ctl_json_str(f, c->comm, sizeof(c->comm));
 		fprintf(f, ",\"connected_unix\":%.3f,", (double)c->connected_unix_ns * 1e-9);
 		JU("inflight", c->inflight); fputc(',', f);
 		JU("requests", c->requests); fputc(',', f);
@@ -613,18 +757,18 @@ static void json_head(FILE *f, const struct ctl_snap *s)
 		(double)(s->read_unix_ns - h->start_unix_ns) * 1e-9, ctl_counting_s(s),
 		(unsigned long long)h->n_updates);
 	fprintf(f, "\"model\":{\"name\":");
-	ctl_json_str(f, h->model);
+	ctl_json_str(f, h->model, sizeof(h->model));
 	fprintf(f, ",\"arch\":");
-	ctl_json_str(f, h->arch);
+	ctl_json_str(f, h->arch, sizeof(h->arch));
 	fprintf(f, ",\"path\":");
-	ctl_json_str(f, h->model_path);
+	ctl_json_str(f, h->model_path, sizeof(h->model_path));
 	fprintf(f, ",\"n_vocab\":%u,\"n_ctx_train\":%u,\"n_blocks\":%u,\"n_embd\":%u},",
 		h->n_vocab, h->n_ctx_train, h->n_blocks, h->n_embd);
 	fprintf(f, "\"plan\":{\"pp\":%u,\"tp\":%u,\"cp\":%u,\"n_devices\":%u,\"threads\":%u,\"isa\":",
 		h->pp, h->tp, h->cp, h->n_devices, h->n_threads);
-	ctl_json_str(f, h->isa);
+	ctl_json_str(f, h->isa, sizeof(h->isa));
 	fprintf(f, ",\"reason\":");
-	ctl_json_str(f, h->plan);
+	ctl_json_str(f, h->plan, sizeof(h->plan));
 	fprintf(f, ",\"page_tokens\":%u},\"limits\":{\"max_clients\":%u,\"max_inflight\":%u,\"max_prompt\":%u,\"max_tokens\":%u},",
 		h->page_tokens, h->max_clients, h->max_inflight, h->max_prompt, h->max_tokens);
 }

@@ -1,7 +1,10 @@
 /*
  * ctl_top.c - `pagodactl top`: a live view of the statistics segment,
  * redrawn every interval like top(1): load, rates, KV pool, latency
- * percentiles over the last interval, devices and a per-client table.
+ * percentiles over the last interval, devices and a per-client table
+ * (for a user who may read it; a note saying who may otherwise).  What
+ * the files hold is shown escaped (shm/escape.h): a client's command
+ * name cannot write to the terminal.
  *
  * Plain ANSI escapes (alternate screen, home, erase to end of line), so
  * it works in any terminal and over ssh; the terminal is put in
@@ -69,16 +72,20 @@ static void frame_head(FILE *f, const struct ctl_snap *s, const struct ctl_rates
 {
 	const struct pg_stats_header *h = s->h;
 	const struct pg_stats_counters *c = &h->c;
-	char up[32], clock[16];
+	char up[32], clock[16], model[sizeof(h->model) * 4], arch[sizeof(h->arch) * 4 + 1],
+	     isa[sizeof(h->isa) * 4 + 1];
 	time_t now = time(NULL);
 	struct tm tm;
 
 	localtime_r(&now, &tm);
 	strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
 	fprintf(f, "pagodad %d %s - %s (%s) - up %s - plan %ux%ux%u, %u devices, %u threads (%s) - %s\n",
-		h->pid, ctl_state_name(h->state), h->model, h->arch,
+		h->pid, ctl_state_name(h->state),
+		ctl_shown(model, sizeof(model), h->model, sizeof(h->model)),
+		ctl_shown(arch, sizeof(arch), h->arch, sizeof(h->arch)),
 		ctl_fmt_dur((double)(s->read_unix_ns - h->start_unix_ns) * 1e-9, up, sizeof(up)),
-		h->pp, h->tp, h->cp, h->n_devices, h->n_threads, h->isa, clock);
+		h->pp, h->tp, h->cp, h->n_devices, h->n_threads,
+		ctl_shown(isa, sizeof(isa), h->isa, sizeof(h->isa)), clock);
 	fprintf(f, "Requests: %llu running, %llu waiting, %llu in flight; %llu done, %llu failed, %llu cancelled, %llu refused\n",
 		(unsigned long long)c->seqs_running, (unsigned long long)c->seqs_waiting,
 		(unsigned long long)c->requests_inflight, (unsigned long long)c->requests_done,
@@ -129,11 +136,12 @@ static void frame_devices(FILE *f, const struct ctl_snap *s, const struct ctl_sn
 	for (uint32_t i = 0; i < s->h->n_devices; i++) {
 		const struct pg_stats_device *d = &s->dev[i], *p = recent ? &prev->dev[i] : NULL;
 		double span = recent ? dt : (double)s->h->uptime_ns * 1e-9;
-		char b[32];
+		char b[32], name[sizeof(d->name) * 4 + 1];
 
 		if (span <= 0)
 			span = 1;
-		fprintf(f, "%-8.16s %5d %3d %3d %8.1f%% %5.1f%% %12s %12.1f\n", d->name, d->stage,
+		fprintf(f, "%-8s %5d %3d %3d %8.1f%% %5.1f%% %12s %12.1f\n",
+			ctl_shown(name, sizeof(name), d->name, sizeof(d->name)), d->stage,
 			d->tp_rank, d->cp_rank,
 			100.0 * (double)(d->compute_ns - (p ? p->compute_ns : 0)) * 1e-9 / span,
 			100.0 * (double)(d->comm_ns - (p ? p->comm_ns : 0)) * 1e-9 / span,
@@ -146,21 +154,27 @@ static void frame_devices(FILE *f, const struct ctl_snap *s, const struct ctl_sn
 static void frame_clients(FILE *f, const struct ctl_snap *s, const struct ctl_snap *prev,
 			  double dt)
 {
-	int recent = same_daemon(prev, s) && dt > 0;
+	int recent = same_daemon(prev, s) && dt > 0 && prev->cli && prev->n_cli == s->n_cli;
 
+	if (!s->cli) {
+		fprintf(f, "\nClients:  %s\n", s->cli_note);
+		return;
+	}
 	fprintf(f, "\n%6s %8s %6s %-15s %8s %9s %10s %10s\n", "ID", "PID", "UID", "COMMAND",
 		"INFLIGHT", "REQUESTS", "TOK/S", "GENERATED");
-	for (uint32_t i = 0; i < s->h->n_client_slots; i++) {
+	for (uint32_t i = 0; i < s->n_cli; i++) {
 		const struct pg_stats_client *c = &s->cli[i];
 		const struct pg_stats_client *p = recent ? &prev->cli[i] : NULL;
+		char comm[sizeof(c->comm) * 4 + 1];
 		double rate = 0;
 
 		if (!c->id)
 			continue;
 		if (p && p->id == c->id && p->pid == c->pid && p->generated_tokens <= c->generated_tokens)
 			rate = (double)(c->generated_tokens - p->generated_tokens) / dt;
-		fprintf(f, "%6u %8d %6u %-15.16s %8llu %9llu %10.1f %10llu\n", c->id, c->pid, c->uid,
-			c->comm[0] ? c->comm : "?", (unsigned long long)c->inflight,
+		ctl_shown(comm, sizeof(comm), c->comm, sizeof(c->comm));
+		fprintf(f, "%6u %8d %6u %-15s %8llu %9llu %10.1f %10llu\n", c->id, c->pid, c->uid,
+			comm[0] ? comm : "?", (unsigned long long)c->inflight,
 			(unsigned long long)c->requests, rate,
 			(unsigned long long)c->generated_tokens);
 	}
@@ -278,7 +292,7 @@ static int read_frame(const struct ctl_opts *o, struct ctl_seg *seg, struct ctl_
 
 static int top_once(const struct ctl_opts *o)
 {
-	struct ctl_seg seg = { .fd = -1 };
+	struct ctl_seg seg = { .fd = -1, .cli_fd = -1 };
 	struct ctl_snap prev = { 0 }, cur = { 0 };
 	char err[512], *buf;
 	int rc = read_frame(o, &seg, &cur, err, sizeof(err));
@@ -309,7 +323,7 @@ static int top_once(const struct ctl_opts *o)
 
 int ctl_cmd_top(const struct ctl_opts *o)
 {
-	struct ctl_seg seg = { .fd = -1 };
+	struct ctl_seg seg = { .fd = -1, .cli_fd = -1 };
 	struct ctl_snap prev = { 0 }, cur = { 0 };
 	struct termios saved;
 	char err[512];

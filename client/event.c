@@ -36,9 +36,15 @@ int pgc_figures(const struct pgc_rx *rx, struct pagoda_figures *fig)
 	*fig = (struct pagoda_figures){
 		.queue_s = d.queue_s, .ttft_s = d.ttft_s, .itl_s = d.itl_s,
 		.n_prompt = d.n_prompt, .n_cached = d.n_cached,
-		.n_gen = d.n_gen, .n_preempt = d.n_preempt,
+		.n_gen = d.n_gen, .n_preempt = d.n_preempt, .seed = d.seed,
 	};
 	return 0;
+}
+
+int pgc_logprobs_ok(const struct pgc_rx *rx)
+{
+	return rx->len >= sizeof(struct pg_logprob_wire) &&
+	       rx->len % sizeof(struct pg_logprob_wire) == 0;
 }
 
 static int match_stream(const struct pg_cqe *c, enum pgc_owner owner, void *ctx)
@@ -69,12 +75,21 @@ static int to_event(struct pagoda *p, struct pagoda_event *ev)
 		ev->text_len = rx->len;
 		ev->emitted_ns = c->t_ns;
 		return 1;
-	case PG_CQE_LOGPROBS:
+	case PG_CQE_LOGPROBS: {
+		const struct pagoda_logprob *lp = (const struct pagoda_logprob *)rx->data;
+
+		if (!pgc_logprobs_ok(rx))
+			return pgc_fail(p, PAGODA_EPROTO, "pagodad sent a malformed LOGPROBS");
 		ev->type = PAGODA_EVENT_LOGPROBS;
+		p->ev_ids[0] = c->ids[0];	/* the token */
+		ev->ids = p->ev_ids;
+		ev->n_ids = 1;
 		ev->emitted_ns = c->t_ns;
-		ev->logprobs = (const struct pagoda_logprob *)rx->data;
-		ev->n_logprobs = rx->len / sizeof(struct pagoda_logprob);
+		ev->logprob = lp[0].logprob;	/* proto.h: the token's own first */
+		ev->logprobs = lp + 1;
+		ev->n_logprobs = rx->len / sizeof(*lp) - 1;
 		return 1;
+	}
 	case PG_CQE_DONE:
 		ev->type = PAGODA_EVENT_DONE;
 		if (c->code < 0 || c->code > PG_FINISH_WIRE_ERROR ||

@@ -78,7 +78,6 @@ struct pagoda {
 	unsigned spin_probe;
 	int dead;			/* 0, or the code every call returns
 					   once the ring is empty */
-	char bye[160];			/* the daemon's goodbye message */
 	int poller;			/* a thread sleeps on cq_efd */
 	pthread_cond_t cond;		/* (CLOCK_MONOTONIC) the others */
 	int fd_armed;			/* pagoda_fd's user waits on it */
@@ -190,5 +189,9 @@ int pgc_error_code(int32_t wire);
 
 /* pgc_figures - a DONE payload's figures; 0 or -1 when malformed. */
 int pgc_figures(const struct pgc_rx *rx, struct pagoda_figures *fig);
+
+/* pgc_logprobs_ok - a LOGPROBS payload is whole entries, the token's own
+   first (proto.h). */
+int pgc_logprobs_ok(const struct pgc_rx *rx);
 
 #endif

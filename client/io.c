@@ -116,25 +116,44 @@ static int is_final(const struct pg_cqe *c)
 	}
 }
 
+/* fail_closed - the handle is dead for the daemon's reason why (code). */
+static int fail_closed(struct pagoda *p, int code, const char *why)
+{
+	return pgc_fail(p, code, "pagodad closed the connection: %s%s", why,
+			strstr(why, "reconnect") ? "" : "; reconnect");
+}
+
+/*
+ * header_bye - the daemon's last word in the segment's header (proto.h,
+ * pg_goodbye_wire): its code as a libpagoda error and its message in why
+ * (why_len bytes), or 0 when the segment is not closed or gives no
+ * reason.  The daemon wrote it before closed, which is read first.
+ */
+static int header_bye(struct pagoda *p, char *why, size_t why_len)
+{
+	const struct pg_goodbye_wire *b = &p->hdr->bye;
+	int32_t code;
+
+	if (!atomic_load_explicit(&p->hdr->closed, memory_order_acquire))
+		return 0;
+	code = b->code;
+	if (code <= 0)
+		return 0;
+	/* the daemon's bytes, which need not end in a NUL */
+	snprintf(why, why_len, "%.*s", (int)sizeof(b->message), b->message);
+	return pgc_error_code(code);
+}
+
 /*
  * Completions nobody reads: those of no request in flight (a cancel's
  * answer after the request ended), and the non-final errors above.  The
  * daemon's goodbye (an ERROR of req_id 0, before it closes the segment)
- * is kept for the message of PAGODA_ESHUTDOWN.
+ * too: the segment header's bye says the same, ring full or not (gone).
  */
-static int unwanted(struct pagoda *p, const struct pg_cqe *c,
-		    const uint8_t *data, enum pgc_owner owner)
+static int unwanted(const struct pg_cqe *c, enum pgc_owner owner)
 {
-	if (c->type == PG_CQE_ERROR && c->req_id == 0) {
-		size_t n = c->len < sizeof(p->bye) - 1 ? c->len : sizeof(p->bye) - 1;
-
-		memcpy(p->bye, data, n);
-		p->bye[n] = 0;
-		if (p->dead)
-			pgc_fail(p, p->dead, "pagodad closed the connection: %s; reconnect",
-				 p->bye);
+	if (c->type == PG_CQE_ERROR && c->req_id == 0)
 		return 1;
-	}
 	return owner == PGC_NONE || (c->type == PG_CQE_ERROR && !is_final(c));
 }
 
@@ -265,7 +284,7 @@ static int take_entry(struct pagoda *p, const struct pg_cqe *slot,
 	if (!data)
 		return broke(p, "a completion out of bounds");
 	owner = pgc_flight_owner(p, c.req_id);
-	if (unwanted(p, &c, data, owner))
+	if (unwanted(&c, owner))
 		owner = PGC_NONE;
 	hit = owner != PGC_NONE && match && match(&c, owner, ctx);
 	if (hit)
@@ -325,14 +344,22 @@ static int drain(struct pagoda *p, pgc_match_fn match, void *ctx,
 
 /* ---- the daemon's liveness ---- */
 
+/*
+ * gone - the daemon closed the segment or hung up (why): the handle fails
+ * from now on with the daemon's own code and reason when it gave one in
+ * the header (it writes them before it hangs up), else with
+ * PAGODA_ESHUTDOWN (it died).
+ */
 static int gone(struct pagoda *p, const char *why)
 {
+	char bye[sizeof(p->hdr->bye.message) + 1];
+	int code;
+
 	if (p->dead)
 		return p->dead;
-	if (p->bye[0])
-		p->dead = pgc_fail(p, PAGODA_ESHUTDOWN,
-				   "pagodad closed the connection: %s; reconnect",
-				   p->bye);
+	code = header_bye(p, bye, sizeof(bye));
+	if (code)
+		p->dead = fail_closed(p, code, bye);
 	else
 		p->dead = pgc_fail(p, PAGODA_ESHUTDOWN,
 				   "pagodad %s: it stopped or restarted; reconnect",

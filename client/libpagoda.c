@@ -149,6 +149,12 @@ static int open_socket(const char *path)
 	return fd;
 }
 
+static int hello_failed(const char *path)
+{
+	return pgc_fail(NULL, PAGODA_ECONNECT,
+			"%s: the daemon hung up during the handshake", path);
+}
+
 static int send_hello(int fd, const char *path)
 {
 	struct pg_hello h = { .magic = PG_PROTO_MAGIC, .version = PG_PROTO_VERSION };
@@ -157,10 +163,7 @@ static int send_hello(int fd, const char *path)
 	do
 		n = send(fd, &h, sizeof(h), MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(h))
-		return pgc_fail(NULL, PAGODA_ECONNECT,
-				"%s: the daemon hung up during the handshake", path);
-	return 0;
+	return n == (ssize_t)sizeof(h) ? 0 : hello_failed(path);
 }
 
 static void close_fds(int *fds, int n)
@@ -385,10 +388,18 @@ static int handshake(struct pagoda *p, const char *path)
 	int fds[3] = { -1, -1, -1 }, n_fds = 0, rc;
 
 	rc = send_hello(p->sock, path);
-	if (!rc)
+	/* read the answer even when the hello could not go out: a daemon that
+	   refuses at accept (its access rules, too many pending handshakes)
+	   answers and hangs up before it reads, and its answer says why */
+	if (!rc) {
 		rc = recv_welcome(p->sock, path, &w, fds, &n_fds);
-	if (!rc)
+		if (!rc)
+			rc = check_welcome(&w, n_fds, path);
+	} else if (!recv_welcome(p->sock, path, &w, fds, &n_fds)) {
 		rc = check_welcome(&w, n_fds, path);
+	} else {
+		rc = hello_failed(path);	/* no answer: say so of the hello */
+	}
 	if (rc) {
 		close_fds(fds, n_fds);
 		return rc;

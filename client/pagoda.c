@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client/cli.h"
@@ -50,7 +49,8 @@ static void usage(FILE *out)
 "\n"
 "Commands:\n"
 "  generate [options] [PROMPT]   stream a completion of PROMPT (default: standard\n"
-"                                input) to standard output\n"
+"                                input) to standard output; --chat sends it as\n"
+"                                a user message (instruct models)\n"
 "  chat [options]                a conversation: each line read is a user turn;\n"
 "                                /reset forgets the history, /quit ends\n"
 "  tokenize [--no-bos] [--special] [TEXT]   the token ids of TEXT (default: each\n"
@@ -68,15 +68,19 @@ static void usage(FILE *out)
 "  --repeat-last-n N      tokens the penalties look back at, -1 = all (default 64)\n"
 "  --presence-penalty X   -2..2, 0 = off (default 0)\n"
 "  --frequency-penalty X  -2..2, 0 = off (default 0)\n"
-"  --seed S               sampling seed (default: from the clock)\n"
+"  --seed S               sampling seed (default: a fresh one, which -v and\n"
+"                         --json report)\n"
 "  --max-tokens N         tokens to generate at most; 0 = the daemon's limit\n"
 "                         (default 128; chat 512)\n"
 "  --stop STR             stop string (repeatable, up to %d)\n"
 "  --ignore-eos           do not stop at end-of-generation tokens\n"
 "  --priority N           higher first among this connection's requests\n"
 "  --n N                  samples of the prompt, 1..16 (generate only)\n"
-"  --logprobs N           top log-probabilities per token, 0..20\n"
-"  --system TEXT          chat: a system message first\n"
+"  --logprobs N           the token's log-probability and the top N, 0..20\n"
+"                         (on standard error, or in --json)\n"
+"  --chat                 generate: PROMPT is a user message, rendered with\n"
+"                         the model's chat template\n"
+"  --system TEXT          chat, generate --chat: a system message first\n"
 "\n"
 "Global options:\n"
 "  -s, --socket PATH      pagodad's socket (default $PAGODA_SOCKET, else\n"
@@ -88,7 +92,8 @@ static void usage(FILE *out)
 "      --version          the version\n"
 "\n"
 "Exit status: 0 success, 1 the daemon refused or failed the request, 2 usage\n"
-"error, 3 cannot connect, 4 the daemon stopped, 130 interrupted.  See pagoda(1).\n",
+"error or input that is not text, 3 cannot connect, 4 the daemon stopped,\n"
+"130 interrupted.  See pagoda(1).\n",
 		MAX_STOP);
 }
 
@@ -156,6 +161,7 @@ enum {
 	OPT_REPEAT_N, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_MAX_TOKENS,
 	OPT_STOP, OPT_PRIORITY, OPT_N, OPT_IGNORE_EOS, OPT_LOGPROBS,
 	OPT_SYSTEM, OPT_COUNT, OPT_NO_BOS, OPT_SPECIAL, OPT_SPIN, OPT_VERSION,
+	OPT_CHAT,
 };
 
 static const struct option gen_options[] = {
@@ -175,6 +181,7 @@ static const struct option gen_options[] = {
 	{ "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
 	{ "logprobs", required_argument, NULL, OPT_LOGPROBS },
 	{ "system", required_argument, NULL, OPT_SYSTEM },
+	{ "chat", no_argument, NULL, OPT_CHAT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -182,22 +189,20 @@ static const struct option gen_options[] = {
 struct gen_opts {
 	struct pagoda_request req;
 	const char *stop[MAX_STOP];
-	const char *system;	/* chat */
+	const char *system;	/* chat, generate --chat */
+	int chat;		/* generate --chat */
 	int n_given;
-	int seed_given;
 	int max_given;
 };
 
-/* The defaults are pagodad --prompt's, so that both sample alike. */
+/*
+ * The defaults are libpagoda's (pagoda_request_init), which are pagodad
+ * --prompt's, so that the three sample alike; the daemon draws the seed.
+ */
 static void gen_defaults(struct gen_opts *g)
 {
 	memset(g, 0, sizeof(*g));
 	pagoda_request_init(&g->req);
-	g->req.temperature = 0.8f;
-	g->req.top_k = 40;
-	g->req.top_p = 0.95f;
-	g->req.min_p = 0.05f;
-	g->req.max_tokens = 128;
 	g->req.stop = g->stop;
 }
 
@@ -214,9 +219,7 @@ static int gen_sampling_opt(struct gen_opts *g, int opt, const char *arg)
 	case OPT_REPEAT_N: return parse_int("--repeat-last-n", arg, -1, INT_MAX, &r->repeat_last_n);
 	case OPT_PRESENCE: return parse_float("--presence-penalty", arg, &r->presence_penalty);
 	case OPT_FREQUENCY: return parse_float("--frequency-penalty", arg, &r->frequency_penalty);
-	case OPT_SEED:
-		g->seed_given = 1;
-		return parse_u64("--seed", arg, &r->seed);
+	case OPT_SEED: return parse_u64("--seed", arg, &r->seed);
 	}
 	return 1;
 }
@@ -243,6 +246,9 @@ static int gen_opt(struct gen_opts *g, int opt, const char *arg)
 		return 0;
 	case OPT_SYSTEM:
 		g->system = arg;
+		return 0;
+	case OPT_CHAT:
+		g->chat = 1;
 		return 0;
 	case OPT_STOP:
 		if (r->n_stop == MAX_STOP || !*arg) {
@@ -271,8 +277,6 @@ static int parse_gen(int argc, char **argv, struct gen_opts *g)
 		if (opt == '?' || gen_opt(g, opt, optarg))
 			return -1;
 	}
-	if (!g->seed_given)
-		g->req.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	return optind;
 }
 
@@ -296,21 +300,36 @@ static int open_handle(const struct cli *c, pagoda_t **p)
 struct run {
 	const struct cli *cli;
 	pagoda_t *p;
-	uint64_t id, seed;
+	uint64_t id;
 	int n;
 	struct cli_buf *text;	/* (n) each sample's text so far */
+	const char *hint;	/* said when a sample ends at its first token */
+	int quiet_toobig;	/* PAGODA_ETOOBIG: the caller retries; say nothing */
+	int error;		/* the request's error code, or 0 */
+	char note[160];		/* for stderr once the request is taken */
 	int over;		/* the last event came */
 	int status;		/* the exit status it earned */
 	int at_line_start;	/* the text printed ends with a newline */
+	size_t tok_at[16];	/* (n) where each sample's last token's text starts */
 };
+
+/* say_note - the pending note, once the daemon has taken the request. */
+static void say_note(struct run *r)
+{
+	if (r->note[0])
+		fprintf(stderr, "pagoda: %s\n", r->note);
+	r->note[0] = 0;
+}
 
 static void on_tokens(struct run *r, const struct pagoda_event *ev)
 {
 	if (ev->sample >= (unsigned)r->n)
 		return;
+	if (ev->n_ids)
+		r->tok_at[ev->sample] = r->text[ev->sample].len;
 	cli_buf_add(&r->text[ev->sample], ev->text, ev->text_len);
 	if (r->cli->json) {
-		cli_json_event(ev, NULL, 0);
+		cli_json_event(ev, NULL);
 	} else if (r->n == 1 && ev->text_len) {
 		fwrite(ev->text, 1, ev->text_len, stdout);
 		fflush(stdout);
@@ -318,14 +337,30 @@ static void on_tokens(struct run *r, const struct pagoda_event *ev)
 	}
 }
 
+/* on_logprobs - with --json an event; else a line on stderr. */
+static void on_logprobs(struct run *r, const struct pagoda_event *ev)
+{
+	const struct cli_buf *t;
+
+	if (r->cli->json) {
+		cli_json_event(ev, NULL);
+		return;
+	}
+	if (ev->sample >= (unsigned)r->n)
+		return;
+	t = &r->text[ev->sample];
+	cli_logprobs(ev, t->s ? t->s + r->tok_at[ev->sample] : "",
+		     t->len - r->tok_at[ev->sample]);
+}
+
 static void on_done(struct run *r, const struct pagoda_event *ev)
 {
 	const struct cli_buf *t = ev->sample < (unsigned)r->n ? &r->text[ev->sample] : NULL;
 
 	if (r->cli->json)
-		cli_json_event(ev, t, r->seed);
+		cli_json_event(ev, t);
 	if (r->cli->verbose)
-		cli_figures(ev, r->seed);
+		cli_figures(ev, r->hint);
 	if (ev->finish == PAGODA_FINISH_ERROR)
 		r->status = CLI_FAIL;
 	r->over = ev->last;
@@ -333,22 +368,28 @@ static void on_done(struct run *r, const struct pagoda_event *ev)
 
 static void on_event(struct run *r, const struct pagoda_event *ev)
 {
+	if (ev->type != PAGODA_EVENT_ERROR)
+		say_note(r);
 	switch (ev->type) {
 	case PAGODA_EVENT_TOKENS:
 		on_tokens(r, ev);
 		break;
 	case PAGODA_EVENT_LOGPROBS:
-		if (r->cli->json)
-			cli_json_event(ev, NULL, 0);
+		on_logprobs(r, ev);
 		break;
 	case PAGODA_EVENT_DONE:
 		on_done(r, ev);
 		break;
 	case PAGODA_EVENT_ERROR:
-		if (r->cli->json)
-			cli_json_event(ev, NULL, 0);
-		r->status = cli_error(ev->error, ev->text);
+		r->error = ev->error;
 		r->over = 1;
+		if (r->quiet_toobig && ev->error == PAGODA_ETOOBIG) {
+			r->status = CLI_FAIL;
+			break;
+		}
+		if (r->cli->json)
+			cli_json_event(ev, NULL);
+		r->status = cli_error(ev->error, ev->text);
 		break;
 	}
 }
@@ -368,7 +409,8 @@ static void print_samples(const struct run *r)
 
 /*
  * run_request - submit req and stream its events until the last; SIGINT
- * cancels it.  Returns the exit status; the texts stay in r->text.
+ * cancels it.  Returns the exit status; the texts stay in r->text, the
+ * error code (if any) in r->error.
  */
 static int run_request(struct run *r, const struct pagoda_request *req)
 {
@@ -376,19 +418,25 @@ static int run_request(struct run *r, const struct pagoda_request *req)
 	int rc, cancelled = 0;
 
 	r->n = req->n;
-	r->seed = req->seed;
 	r->status = CLI_OK;
+	r->error = 0;
 	r->over = 0;
 	r->at_line_start = 1;
 	for (int i = 0; i < r->n; i++)
-		r->text[i].len = 0;
+		r->text[i].len = r->tok_at[i] = 0;
 	rc = pagoda_submit(r->p, req, &r->id);
-	if (rc)
+	if (rc) {
+		r->error = rc;
+		if (r->quiet_toobig && rc == PAGODA_ETOOBIG)
+			return CLI_FAIL;
 		return cli_error(rc, pagoda_last_error(r->p));
+	}
 	while (!r->over) {
 		rc = pagoda_next_event(r->p, &ev, 200);
-		if (rc < 0)
+		if (rc < 0) {
+			r->error = rc;
 			return cli_error(rc, pagoda_last_error(r->p));
+		}
 		if (interrupted && !cancelled) {
 			cancelled = 1;
 			pagoda_cancel(r->p, r->id);
@@ -401,10 +449,32 @@ static int run_request(struct run *r, const struct pagoda_request *req)
 	return cancelled ? CLI_INTERRUPTED : r->status;
 }
 
+/* ---- reading text ---- */
+
+/*
+ * text_check - n bytes read at offset base of standard input: a NUL byte
+ * cannot be part of a prompt (the library's strings end there), so it is
+ * refused rather than cut at.  Returns 0, or -1 after saying where.
+ */
+static int text_check(const char *s, size_t n, size_t base)
+{
+	const char *nul = memchr(s, 0, n);
+
+	if (!nul)
+		return 0;
+	fprintf(stderr, "pagoda: standard input holds a NUL byte at offset %zu; pagoda prompts are text: remove it (tr -d '\\000')\n",
+		base + (size_t)(nul - s));
+	return -1;
+}
+
 /* ---- generate ---- */
 
-/* read_stdin - all of standard input (malloc'd), or NULL. */
-static char *read_stdin(void)
+/*
+ * read_stdin - all of standard input into *out (malloc'd).  Returns 0,
+ * CLI_FAIL when it cannot be read, CLI_USAGE when it is not text (both
+ * said on stderr).
+ */
+static int read_stdin(char **out)
 {
 	struct cli_buf b = { 0 };
 	char chunk[4096];
@@ -413,12 +483,19 @@ static char *read_stdin(void)
 	while ((n = fread(chunk, 1, sizeof(chunk), stdin)) > 0)
 		cli_buf_add(&b, chunk, n);
 	if (ferror(stdin)) {
+		fprintf(stderr, "pagoda: cannot read the prompt from standard input: %s\n",
+			strerror(errno));
 		free(b.s);
-		return NULL;
+		return CLI_FAIL;
 	}
 	if (!b.s)
 		cli_buf_add(&b, "", 0);
-	return b.s;
+	if (text_check(b.s, b.len, 0)) {
+		free(b.s);
+		return CLI_USAGE;
+	}
+	*out = b.s;
+	return 0;
 }
 
 /* join - the words of argv as one prompt (malloc'd). */
@@ -434,25 +511,42 @@ static char *join(int argc, char **argv)
 	return b.s;
 }
 
+/* The note of a sample that ended at its first token, by prompt kind. */
+#define HINT_RAW "the model ended at once: it produced no token; for an instruct model try --chat"
+#define HINT_CHAT "the model ended at once: it produced no token"
+
 static int cmd_generate(const struct cli *c, int argc, char **argv)
 {
 	struct cli_buf text[16] = { { 0 } };
 	struct run r = { .cli = c, .text = text };
+	struct pagoda_message msgs[2];
 	struct gen_opts g;
-	char *prompt;
-	int i = parse_gen(argc, argv, &g), status;
+	char *prompt = NULL;
+	int i = parse_gen(argc, argv, &g), status = 0;
 
 	if (i < 0)
 		return CLI_USAGE;
-	if (g.system)
-		return usage_error("generate: %s is for chat", "--system");
-	prompt = i < argc ? join(argc - i, argv + i) : read_stdin();
-	if (!prompt) {
-		fprintf(stderr, "pagoda: cannot read the prompt from standard input: %s\n",
-			strerror(errno));
-		return CLI_FAIL;
+	if (g.system && !g.chat)
+		return usage_error("generate: %s needs --chat (or use pagoda chat)", "--system");
+	if (i < argc)
+		prompt = join(argc - i, argv + i);
+	else
+		status = read_stdin(&prompt);
+	if (status)
+		return status;
+	if (g.chat) {
+		size_t n = 0;
+
+		if (g.system)
+			msgs[n++] = (struct pagoda_message){ PAGODA_ROLE_SYSTEM, g.system };
+		msgs[n++] = (struct pagoda_message){ PAGODA_ROLE_USER, prompt };
+		g.req.messages = msgs;
+		g.req.n_messages = n;
+		r.hint = HINT_CHAT;
+	} else {
+		g.req.prompt = prompt;
+		r.hint = HINT_RAW;
 	}
-	g.req.prompt = prompt;
 	status = open_handle(c, &r.p);
 	if (!status) {
 		catch_sigint();
@@ -473,6 +567,8 @@ struct history {
 	struct pagoda_message *msgs;
 	size_t n, cap;
 	size_t keep;		/* the system message stays on /reset */
+	unsigned context;	/* tokens the daemon can hold; 0: unknown */
+	size_t read;		/* bytes of standard input read so far */
 };
 
 static void history_add(struct history *h, enum pagoda_role role,
@@ -500,15 +596,82 @@ static void history_trim(struct history *h, size_t n)
 }
 
 /*
- * chat_line - one line read: a command or a turn.  Returns 1 to stop: the
- * daemon is gone, or SIGINT cancelled a reply read from a pipe (on a
- * terminal it only ends the reply).
+ * history_drop_oldest - forget the oldest turn (a user message and the
+ * reply to it) after the system message; never the last message, the
+ * turn being asked.  Returns 1, or 0 when there is nothing to drop.
+ */
+static int history_drop_oldest(struct history *h)
+{
+	size_t k = h->keep, n = 1;
+
+	if (h->n < k + 2)
+		return 0;
+	if (k + 2 < h->n && h->msgs[k + 1].role == PAGODA_ROLE_ASSISTANT)
+		n = 2;
+	for (size_t i = k; i < k + n; i++)
+		free((char *)h->msgs[i].content);
+	memmove(h->msgs + k, h->msgs + k + n, (h->n - k - n) * sizeof(*h->msgs));
+	h->n -= n;
+	return 1;
+}
+
+/* drop_note - what the note says after dropping n turns. */
+static void drop_note(struct run *r, const struct history *h, int n)
+{
+	char ctx[64] = "the daemon's limits";
+
+	if (h->context)
+		snprintf(ctx, sizeof(ctx), "the context of %u tokens", h->context);
+	if (n == 1)
+		snprintf(r->note, sizeof(r->note), "dropped the oldest turn to fit %s", ctx);
+	else
+		snprintf(r->note, sizeof(r->note), "dropped the %d oldest turns to fit %s",
+			 n, ctx);
+}
+
+/*
+ * chat_turn - ask for the reply to the conversation in h, whose last
+ * message is the user's new turn.  When the daemon finds the conversation
+ * too big for it, the oldest turns go (the system message stays) until
+ * it fits or only this turn is left, and a note says so.  Returns the
+ * exit status of the request that ran.
+ */
+static int chat_turn(struct run *r, struct gen_opts *g, struct history *h)
+{
+	int status, dropped = 0;
+
+	for (;;) {
+		r->quiet_toobig = h->n > h->keep + 1;
+		g->req.messages = h->msgs;
+		g->req.n_messages = h->n;
+		status = run_request(r, &g->req);
+		if (status != CLI_FAIL || r->error != PAGODA_ETOOBIG ||
+		    !r->quiet_toobig || !history_drop_oldest(h))
+			break;
+		drop_note(r, h, ++dropped);
+	}
+	say_note(r);	/* when no event came to say it */
+	r->quiet_toobig = 0;
+	return status;
+}
+
+/*
+ * chat_line - one line read (n bytes): a command or a turn.  Returns 1 to
+ * stop: the daemon is gone, the line was not text (from a pipe), or
+ * SIGINT cancelled a reply read from a pipe (on a terminal it only ends
+ * the reply).
  */
 static int chat_line(struct run *r, struct gen_opts *g, struct history *h,
-		     char *line, int tty, int *status)
+		     char *line, size_t len, int tty, int *status)
 {
-	size_t len = strlen(line);
+	size_t at = h->read;
 
+	h->read += len;
+	if (text_check(line, len, at)) {
+		if (!tty)
+			*status = CLI_USAGE;
+		return !tty;
+	}
 	while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 		line[--len] = 0;
 	if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
@@ -520,10 +683,8 @@ static int chat_line(struct run *r, struct gen_opts *g, struct history *h,
 	if (!len)
 		return 0;
 	history_add(h, PAGODA_ROLE_USER, line, len);
-	g->req.messages = h->msgs;
-	g->req.n_messages = h->n;
 	interrupted = 0;
-	*status = run_request(r, &g->req);
+	*status = chat_turn(r, g, h);
 	if (!r->cli->json) {
 		if (!r->at_line_start)
 			putchar('\n');
@@ -542,6 +703,7 @@ static int chat_loop(struct run *r, struct gen_opts *g, struct history *h)
 	int tty = isatty(STDIN_FILENO) && !r->cli->json, status = CLI_OK;
 	size_t cap = 0;
 	char *line = NULL;
+	ssize_t n;
 
 	if (tty)
 		fputs("pagoda chat: /reset forgets the conversation, /quit ends it\n", stderr);
@@ -551,8 +713,8 @@ static int chat_loop(struct run *r, struct gen_opts *g, struct history *h)
 			fflush(stdout);
 		}
 		interrupted = 0;
-		if (getline(&line, &cap, stdin) < 0 ||
-		    chat_line(r, g, h, line, tty, &status))
+		n = getline(&line, &cap, stdin);
+		if (n < 0 || chat_line(r, g, h, line, (size_t)n, tty, &status))
 			break;
 		catch_sigint();
 	}
@@ -562,10 +724,25 @@ static int chat_loop(struct run *r, struct gen_opts *g, struct history *h)
 	return interrupted && status == CLI_OK ? CLI_INTERRUPTED : status;
 }
 
+/* chat_context - the tokens a conversation may take: the KV pool, or the
+   prompt limit when that is lower; 0 when the daemon does not say. */
+static unsigned chat_context(pagoda_t *p)
+{
+	struct pagoda_model_info m;
+	unsigned long long pool;
+
+	if (pagoda_model_info(p, &m))
+		return 0;
+	pool = (unsigned long long)m.kv_pages * m.page_tokens;
+	if (m.max_prompt && m.max_prompt < pool)
+		pool = m.max_prompt;
+	return pool > UINT_MAX ? UINT_MAX : (unsigned)pool;
+}
+
 static int cmd_chat(const struct cli *c, int argc, char **argv)
 {
 	struct cli_buf text[1] = { { 0 } };
-	struct run r = { .cli = c, .text = text };
+	struct run r = { .cli = c, .text = text, .hint = HINT_CHAT };
 	struct history h = { 0 };
 	struct gen_opts g;
 	int i = parse_gen(argc, argv, &g), status;
@@ -585,6 +762,7 @@ static int cmd_chat(const struct cli *c, int argc, char **argv)
 	h.keep = h.n;
 	status = open_handle(c, &r.p);
 	if (!status) {
+		h.context = chat_context(r.p);
 		catch_sigint();
 		status = chat_loop(&r, &g, &h);
 		pagoda_close(r.p);
@@ -644,10 +822,15 @@ static int cmd_tokenize(const struct cli *c, int argc, char **argv)
 		free(text);
 	} else {
 		char *line = NULL;
-		size_t cap = 0;
+		size_t cap = 0, read = 0;
 		ssize_t n;
 
 		while (!status && (n = getline(&line, &cap, stdin)) >= 0) {
+			if (text_check(line, (size_t)n, read)) {
+				status = CLI_USAGE;
+				break;
+			}
+			read += (size_t)n;
 			if (n && line[n - 1] == '\n')
 				line[--n] = 0;
 			status = print_ids(c, p, line, (size_t)n, flags);

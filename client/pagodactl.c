@@ -1,6 +1,6 @@
 /*
  * pagodactl.c - the operator's command: live statistics from pagodad's
- * read-only statistics segment (stats, top, metrics: no request to the
+ * read-only statistics segments (stats, top, metrics: no request to the
  * daemon), and admin commands over its admin socket (evict, drain,
  * resume, clients, loglevel, stats reset, health).
  *
@@ -26,7 +26,8 @@ static void usage(FILE *out)
 	fprintf(out,
 "Usage: pagodactl [global options] COMMAND [options] [ARGS]\n"
 "\n"
-"Statistics (read from pagodad's statistics file; any user who may read it):\n"
+"Statistics (read from pagodad's statistics file; any user who may read it;\n"
+"the per-client table for root and the admin group only):\n"
 "  stats [--json] [-i SEC]       every figure: requests, tokens and rates, KV pool,\n"
 "                                prefix cache, devices, latency percentiles, clients;\n"
 "                                rates over SEC seconds (default 1; 0: since start)\n"

@@ -8,6 +8,7 @@
  * pg_sampling_check); this file checks only what it must to build the
  * payload.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +22,17 @@
 static_assert(sizeof(struct pagoda_logprob) == sizeof(struct pg_logprob_wire),
 	      "logprobs are copied as they come");
 
+/* The one set of defaults: the `pagoda` command's and pagodad --prompt's. */
 void pagoda_request_init(struct pagoda_request *req)
 {
 	memset(req, 0, sizeof(*req));
-	req->top_p = 1.0f;
+	req->temperature = 0.8f;
+	req->top_k = 40;
+	req->top_p = 0.95f;
+	req->min_p = 0.05f;
 	req->repeat_penalty = 1.0f;
 	req->repeat_last_n = 64;
+	req->seed = PAGODA_SEED_RANDOM;
 	req->max_tokens = 128;
 	req->n = 1;
 }
@@ -153,6 +159,7 @@ static uint8_t *encode_prompt(const struct pagoda_request *req, uint8_t *dst)
 
 void pgc_gen_encode(const struct pagoda_request *req, uint8_t *buf)
 {
+	int random = req->seed == PAGODA_SEED_RANDOM;
 	struct pg_gen_wire w = {
 		.prompt_kind = req->prompt ? PG_PROMPT_TEXT
 			       : req->tokens ? PG_PROMPT_TOKENS : PG_PROMPT_CHAT,
@@ -160,7 +167,9 @@ void pgc_gen_encode(const struct pagoda_request *req, uint8_t *buf)
 		.max_tokens = (uint32_t)req->max_tokens,
 		.priority = req->priority,
 		.n = (uint32_t)req->n,
-		.flags = PG_GEN_TEXT | (req->ignore_eos ? PG_GEN_IGNORE_EOS : 0),
+		.flags = PG_GEN_TEXT | (req->ignore_eos ? PG_GEN_IGNORE_EOS : 0) |
+			 (random ? PG_GEN_SEED_RANDOM : 0) |
+			 (req->content_special ? PG_GEN_CONTENT_SPECIAL : 0),
 		.temperature = req->temperature,
 		.top_k = req->top_k,
 		.top_p = req->top_p,
@@ -169,7 +178,7 @@ void pgc_gen_encode(const struct pagoda_request *req, uint8_t *buf)
 		.repeat_last_n = req->repeat_last_n,
 		.presence_penalty = req->presence_penalty,
 		.frequency_penalty = req->frequency_penalty,
-		.seed = req->seed,
+		.seed = random ? 0 : req->seed,
 		.n_logprobs = (uint32_t)req->n_logprobs,
 	};
 	uint8_t *prompt = buf + sizeof(w), *dst = encode_prompt(req, prompt);
@@ -281,7 +290,7 @@ static int grow(void **buf, size_t *cap, size_t need, size_t elem)
 
 /* What pagoda_generate keeps per sample besides the result. */
 struct gather {
-	size_t cap_text, cap_ids, cap_lp, cap_at;
+	size_t cap_text, cap_ids, cap_lp, cap_at, cap_tlp;
 	int done;
 };
 
@@ -301,26 +310,36 @@ static int add_tokens(struct pagoda_sample *s, struct gather *g,
 		size_t end = s->logprobs_at ? s->logprobs_at[s->n_ids] : 0;
 
 		if (grow((void **)&s->logprobs_at, &g->cap_at, s->n_ids + n + 1,
-			 sizeof(size_t)))
+			 sizeof(size_t)) ||
+		    grow((void **)&s->token_logprobs, &g->cap_tlp, s->n_ids + n,
+			 sizeof(float)))
 			return -1;
 		for (size_t i = 0; i <= n; i++)
 			s->logprobs_at[s->n_ids + i] = end;
+		for (size_t i = 0; i < n; i++)	/* until its LOGPROBS comes */
+			s->token_logprobs[s->n_ids + i] = NAN;
 	}
 	s->n_ids += n;
 	return 0;
 }
 
+/* add_logprobs - a LOGPROBS payload (proto.h: the token's own, then the
+   top ones) onto the sample's last token. */
 static int add_logprobs(struct pagoda_sample *s, struct gather *g,
 			const struct pgc_rx *rx)
 {
-	size_t n = rx->len / sizeof(struct pagoda_logprob), end;
+	const size_t one = sizeof(struct pagoda_logprob);
+	size_t n = rx->len / one - 1, end;
+	struct pagoda_logprob own;
 
 	if (!s->logprobs_at || !s->n_ids)
 		return 0;	/* nothing to attach them to */
+	memcpy(&own, rx->data, one);
+	s->token_logprobs[s->n_ids - 1] = own.logprob;
 	end = s->logprobs_at[s->n_ids];
 	if (grow((void **)&s->logprobs, &g->cap_lp, end + n, sizeof(*s->logprobs)))
 		return -1;
-	memcpy(s->logprobs + end, rx->data, n * sizeof(*s->logprobs));
+	memcpy(s->logprobs + end, rx->data + one, n * one);
 	s->logprobs_at[s->n_ids] = end + n;
 	return 0;
 }
@@ -348,6 +367,8 @@ static int gather_one(struct pagoda *p, struct pagoda_completion *out,
 	case PG_CQE_TOKENS:
 		return add_tokens(s, g, rx, logprobs) ? PAGODA_ENOMEM : 0;
 	case PG_CQE_LOGPROBS:
+		if (!pgc_logprobs_ok(rx))
+			return pgc_fail(p, PAGODA_EPROTO, "pagodad sent a malformed LOGPROBS");
 		return add_logprobs(s, g, rx) ? PAGODA_ENOMEM : 0;
 	case PG_CQE_DONE:
 		if (c->code < 0 || c->code > PG_FINISH_WIRE_ERROR ||
@@ -442,6 +463,7 @@ void pagoda_completion_free(struct pagoda_completion *c)
 		free(c->samples[i].ids);
 		free(c->samples[i].logprobs);
 		free(c->samples[i].logprobs_at);
+		free(c->samples[i].token_logprobs);
 	}
 	free(c->samples);
 	memset(c, 0, sizeof(*c));

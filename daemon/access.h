@@ -1,7 +1,7 @@
 /*
  * access.h - who may use the daemon: the --allow-users and --allow-groups
  * rules, checked against a client's credentials (SO_PEERCRED and its
- * groups) at the handshake.  The socket's own mode and group are the
+ * groups) when its connection is accepted, before its hello.  The socket's own mode and group are the
  * first gate (server.c); these rules narrow it.  Not an authentication
  * scheme: the kernel vouches for the credentials.
  */

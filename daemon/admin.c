@@ -20,6 +20,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,11 +34,13 @@
 #include "admin.h"
 #include "daemon.h"
 #include "engine/engine.h"
+#include "engine/fault.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "log.h"
 #include "shm/admin.h"
+#include "shm/escape.h"
 #include "shm/stats.h"
 #include "stats.h"
 
@@ -75,6 +78,7 @@ struct conn {
 	struct pg_admin_request req;	/* the io_uring receives into it */
 	char *out;			/* (out_len) header + text being sent */
 	size_t out_len, out_sent;
+	long fault_arm;			/* FAULT: arm once answered (0: no) */
 };
 
 struct pgd_admin {
@@ -228,20 +232,24 @@ static void out_printf(struct out *o, const char *fmt, ...)
 	}
 }
 
+/* s in mode (shm/escape.h): what a client chose is never sent as itself. */
+static void out_escaped(struct out *o, const char *s, int mode)
+{
+	size_t n = strlen(s);
+
+	for (size_t i = 0; i < n;) {
+		char one[PG_ESCAPE_MAX];
+
+		i += pg_escape_char(s + i, n - i, mode, one);
+		out_printf(o, "%s", one);
+	}
+}
+
 /* A JSON string value (quotes included). */
 static void out_json_str(struct out *o, const char *s)
 {
 	out_printf(o, "\"");
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			out_printf(o, "\\%c", ch);
-		else if (ch < 0x20)
-			out_printf(o, "\\u%04x", ch);
-		else
-			out_printf(o, "%c", ch);
-	}
+	out_escaped(o, s, PG_ESCAPE_JSON);
 	out_printf(o, "\"");
 }
 
@@ -441,7 +449,7 @@ static void client_line(struct pgd *d, const struct pgd_client *c, struct out *o
 			int first)
 {
 	uint64_t requests, tokens;
-	char comm[16];
+	char comm[16], shown[16 * 4 + 1];
 	char path[64];
 	FILE *f;
 
@@ -456,8 +464,9 @@ static void client_line(struct pgd *d, const struct pgd_client *c, struct out *o
 	}
 	comm[strcspn(comm, "\n")] = '\0';
 	if (!o->json) {
+		pg_escape_str(shown, sizeof(shown), comm, sizeof(comm), PG_ESCAPE_TEXT);
 		out_printf(o, "%6u %8d %6u %-15s %8d %10llu %12llu %8.0f\n", c->id,
-			   (int)c->pid, (unsigned)c->uid, comm[0] ? comm : "?",
+			   (int)c->pid, (unsigned)c->uid, shown[0] ? shown : "?",
 			   c->n_inflight, (unsigned long long)requests,
 			   (unsigned long long)tokens, d->now - c->since);
 		return;
@@ -576,9 +585,36 @@ static void cmd_health(struct pgd *d, struct out *o)
 		       d->m->name, d->n_live, running, waiting);
 }
 
+/*
+ * FAULT (tests only, shm/admin.h): report the last arming, then arm anew.
+ * The arming itself waits until the answer is built (on_read), so that
+ * the answer's own allocations do not count.
+ */
+static void cmd_fault(struct pgd *d, struct conn *k, struct out *o)
+{
+	const char *env = getenv("PAGODA_FAULT_INJECTION");
+	long seen = 0;
+	bool fired;
+
+	(void)d;
+	if (!env || strcmp(env, "1")) {
+		answer(o, "fault", EPERM, NULL,
+		       "allocation failure injection is for tests: start pagodad with PAGODA_FAULT_INJECTION=1 in its environment to use it");
+		return;
+	}
+	fired = pg_fault_fired(&seen);
+	pg_fault_arm(0);
+	k->fault_arm = (long)(k->req.arg > (uint64_t)LONG_MAX ? LONG_MAX : (long)k->req.arg);
+	answer(o, "fault", 0, NULL, "fired: %s; seen: %ld; armed: %ld",
+	       fired ? "yes" : "no", seen, k->fault_arm);
+	pgd_log(PGD_LOG_INFO, "admin: fault injection: the last arming %s after %ld allocations; %s %ld",
+		fired ? "fired" : "did not fire", seen,
+		k->fault_arm ? "failing the allocation numbered" : "disarmed:", k->fault_arm);
+}
+
 static const char *const cmd_names[] = {
 	"?", "evict", "drain", "resume", "clients", "disconnect", "loglevel",
-	"stats-reset", "health",
+	"stats-reset", "health", "fault",
 };
 
 static void run_command(struct pgd *d, struct conn *k, struct out *o)
@@ -605,6 +641,7 @@ static void run_command(struct pgd *d, struct conn *k, struct out *o)
 	case PG_ADMIN_LOGLEVEL: cmd_loglevel(d, k, o); return;
 	case PG_ADMIN_STATS_RESET: cmd_stats_reset(d, k, o); return;
 	case PG_ADMIN_HEALTH: cmd_health(d, o); return;
+	case PG_ADMIN_FAULT: cmd_fault(d, k, o); return;
 	}
 	answer(o, "?", EINVAL, NULL, "unknown admin command %u (this pagodad knows 1 to %d)",
 	       q->cmd, PG_ADMIN_CMD_MAX - 1);
@@ -771,6 +808,7 @@ static void on_read(struct pgd *d, struct conn *k, int res)
 	}
 	o.json = !!(k->req.flags & PG_ADMIN_F_JSON);
 	k->json = o.json;
+	k->fault_arm = 0;
 	run_command(d, k, &o);
 	pgd_stats_admin_command(d->stats);
 	pgd_stats_tick(d, 1);	/* what the command did is in the figures */
@@ -779,6 +817,8 @@ static void on_read(struct pgd *d, struct conn *k, int res)
 		return;
 	}
 	reply(d, k, &o);
+	if (k->fault_arm)
+		pg_fault_arm(k->fault_arm);	/* FAULT: from the next allocation on */
 }
 
 static void on_send(struct pgd *d, struct conn *k, int res)
@@ -851,23 +891,24 @@ void pgd_admin_tick(struct pgd *d)
  * The admin group: --admin-group (a name or a number, which must exist),
  * else PGD_DEFAULT_ADMIN_GROUP when it exists, else none (root only).
  */
-static int admin_gid(struct pgd_admin *a, const char *given, char *err, size_t err_len)
+int pgd_admin_group_lookup(const char *given, gid_t *gid, char *name, size_t name_len,
+			   char *err, size_t err_len)
 {
-	const char *name = given ? given : PGD_DEFAULT_ADMIN_GROUP;
-	struct group *g = getgrnam(name);
+	struct group *g = getgrnam(given ? given : PGD_DEFAULT_ADMIN_GROUP);
 	char *end;
 	unsigned long v;
 
-	a->gid = (gid_t)-1;
-	a->group[0] = '\0';
+	*gid = (gid_t)-1;
+	if (name_len)
+		name[0] = '\0';
 	if (!g && given && *given >= '0' && *given <= '9') {
 		v = strtoul(given, &end, 10);
 		if (!*end && v < UINT_MAX)
 			g = getgrgid((gid_t)v);
 	}
 	if (g) {
-		a->gid = g->gr_gid;
-		snprintf(a->group, sizeof(a->group), "%s", g->gr_name);
+		*gid = g->gr_gid;
+		snprintf(name, name_len, "%s", g->gr_name);
 		return 0;
 	}
 	if (given) {
@@ -876,6 +917,11 @@ static int admin_gid(struct pgd_admin *a, const char *given, char *err, size_t e
 		return -1;
 	}
 	return 0;
+}
+
+static int admin_gid(struct pgd_admin *a, const char *given, char *err, size_t err_len)
+{
+	return pgd_admin_group_lookup(given, &a->gid, a->group, sizeof(a->group), err, err_len);
 }
 
 /* Remove a socket file no daemon listens on; refuse to take a live one. */
@@ -1025,6 +1071,11 @@ const char *pgd_admin_path(const struct pgd_admin *a)
 const char *pgd_admin_group(const struct pgd_admin *a)
 {
 	return a ? a->group : "";
+}
+
+gid_t pgd_admin_gid(const struct pgd_admin *a)
+{
+	return a ? a->gid : (gid_t)-1;
 }
 
 void pgd_admin_close(struct pgd *d)

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct pgd;
 struct pgd_admin;
@@ -56,5 +57,22 @@ void pgd_admin_tick(struct pgd *d);
 /* The socket's path and the admin group's name ("" when none). */
 const char *pgd_admin_path(const struct pgd_admin *a);
 const char *pgd_admin_group(const struct pgd_admin *a);
+
+/*
+ * pgd_admin_gid - the admin group the socket was given, or (gid_t)-1
+ * when only root and the daemon's user may administer (NULL a too).  The
+ * statistics' per-client table is readable by the same group.
+ */
+gid_t pgd_admin_gid(const struct pgd_admin *a);
+
+/*
+ * pgd_admin_group_lookup - the admin group: `given` (--admin-group, a
+ * name or a number), else PGD_DEFAULT_ADMIN_GROUP when it exists.  Sets
+ * *gid ((gid_t)-1: none) and its name in name (name_len bytes; "" when
+ * none).  Returns 0, or -1 with a message in err when `given` names no
+ * group.
+ */
+int pgd_admin_group_lookup(const char *given, gid_t *gid, char *name, size_t name_len,
+			   char *err, size_t err_len);
 
 #endif

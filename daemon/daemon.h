@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "access.h"
@@ -27,8 +28,17 @@ struct pg_model;
 struct pgd_admin;
 struct pgd_stats;
 
-/* Connections between accept() and their hello; more wait in the kernel. */
+/*
+ * Connections between accept() and their hello (a hello already there at
+ * accept() is read at once and takes none).  One user may hold
+ * PGD_MAX_HANDSHAKES_PER_USER of them; past that, or when all are taken,
+ * the oldest of the user holding the most is closed to make room, so
+ * silent connections delay nobody but their own user's.  Closed ones keep
+ * their slot until the io_uring lets go of it: twice as many slots.
+ */
 #define PGD_MAX_HANDSHAKES 32
+#define PGD_MAX_HANDSHAKES_PER_USER 8
+#define PGD_HS_SLOTS (2 * PGD_MAX_HANDSHAKES)
 
 /* Malformed requests a client may send before it is dropped. */
 #define PGD_MAX_MALFORMED 100
@@ -63,6 +73,8 @@ struct pgd_req {
 					   events are dropped until the last */
 	int text;			/* send text with the ids */
 	int n_samples;			/* pg_request.n */
+	uint64_t seed;			/* the sampling seed, given or drawn:
+					   reported in DONE */
 	struct pgd_tokjob *job;		/* while the worker tokenizes its prompt
 					   (then in the client's table only, not
 					   the engine's); NULL once submitted */
@@ -121,7 +133,10 @@ struct pgd_client {
 /* An accepted connection waiting for its hello. */
 struct pgd_handshake {
 	int fd;				/* -1: slot free */
-	uint64_t serial;
+	int closing;			/* closed to make room: its receive
+					   ends, then the slot is free */
+	uint64_t serial;		/* also its age: the oldest is lowest */
+	struct ucred cr;		/* the peer's, read at accept() */
 	struct pg_hello hello;		/* the io_uring receives into it */
 };
 
@@ -156,8 +171,8 @@ struct pgd {
 	struct __kernel_timespec watchdog_ts;	/* half of $WATCHDOG_USEC;
 						   zero: no pings */
 	struct signalfd_siginfo sig_buf;
-	struct pgd_handshake hs[PGD_MAX_HANDSHAKES];
-	int n_handshakes;
+	struct pgd_handshake hs[PGD_HS_SLOTS];
+	int n_handshakes;		/* waiting, not closing */
 	/* clients: by slot, and the live ones packed for the loop */
 	struct pgd_client **slots;	/* (max_clients) */
 	uint64_t *bell_buf;		/* (max_clients) sinks of doorbell reads */
@@ -180,6 +195,7 @@ struct pgd {
 	struct pgd_admin *admin;	/* admin.c; NULL: no admin socket */
 	struct pgd_tok *tok;		/* tokwork.c: the tokenizing worker */
 	int n_tokjobs;			/* jobs handed to it, not yet finished */
+	size_t tok_total;		/* their payload bytes (tokwork.c) */
 	uint64_t tok_buf;		/* the sink of its eventfd's reads */
 	int tok_armed;			/* a read of it is in the io_uring */
 	int draining;			/* admin: GENERATE is refused */
@@ -244,35 +260,53 @@ void pgd_make_parent_dir(const char *path);
 
 /*
  * pgd_mark_dead - c must go at the end of this iteration; code (unless
- * PG_OK) and the message go out as a last ERROR completion if the ring
- * has room.  The first reason given wins.
+ * PG_OK) and the message are its last word (pgd_say_goodbye).  The first
+ * reason given wins.
  */
 void pgd_mark_dead(struct pgd *d, struct pgd_client *c, enum pg_error code,
 		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /*
- * pgd_say_goodbye - the last words to c: the final ERROR (code, msg) when
- * code is not PG_OK and the ring has room, the segment marked closed, and
- * its doorbell rung.
+ * pgd_say_goodbye - the last words to c: code and msg in the segment
+ * header's bye (always: it needs no room in the ring), the final ERROR too
+ * when code is not PG_OK and the ring has room, the segment marked closed,
+ * and its doorbell rung.
  */
 void pgd_say_goodbye(struct pgd_client *c, enum pg_error code,
 		     const char *msg);
 
 /* ---- request.c: submissions, requests, engine events ---- */
 
-/* Payload bytes a client may have at the tokenizing worker before its
+/* Payload bytes a client may have at the tokenizing workers before its
    submissions wait (it is not read meanwhile; nothing is refused). */
 #define PGD_TOK_MAX_BYTES (4u << 20)
 
+/* Payload bytes of all clients at the tokenizing workers past which a
+   client that already has a job there waits too. */
+#define PGD_TOK_MAX_TOTAL (32u << 20)
+
+/*
+ * pgd_tok_held - c's submissions wait for the tokenizing workers: it has
+ * PGD_TOK_MAX_BYTES there, or some while all clients have
+ * PGD_TOK_MAX_TOTAL.  A client with nothing there is never held, so the
+ * workers hold at most PGD_TOK_MAX_TOTAL + max_clients * max_payload
+ * bytes, and a newcomer is never kept out by the others.
+ */
+static inline int pgd_tok_held(const struct pgd *d, const struct pgd_client *c)
+{
+	return c->tok_bytes >= PGD_TOK_MAX_BYTES ||
+	       (c->tok_bytes && d->tok_total >= PGD_TOK_MAX_TOTAL);
+}
+
 /*
  * pgd_holding - c's submissions wait: its completions have a backlog, or
- * the worker has much of its text to tokenize.  A held client does not
- * keep the loop awake: what frees it (the client reading, the worker
- * finishing) wakes the loop.
+ * the workers have much of its text (or of everyone's) to tokenize.  A
+ * held client does not keep the loop awake: what frees it (the client
+ * reading, a job of its own finishing) wakes the loop.
  */
-static inline int pgd_holding(const struct pgd_client *c)
+static inline int pgd_holding(const struct pgd *d, const struct pgd_client *c)
 {
-	return c->bl_head != NULL || c->tok_bytes >= PGD_TOK_MAX_BYTES;
+	return c->bl_head != NULL || pgd_tok_held(d, c);
 }
 
 /*
@@ -319,7 +353,7 @@ static inline int pgd_idle(const struct pgd *d)
 	return d->n_tokjobs == 0 && pg_engine_idle(d->engine);
 }
 
-/* ---- tokwork.c: tokenizing on a worker thread ---- */
+/* ---- tokwork.c: tokenizing on worker threads ---- */
 
 /*
  * A job: the text (or chat messages) of one GENERATE or TOKENIZE request,
@@ -342,12 +376,16 @@ struct pgd_tokjob {
 	const uint8_t *in;		/* in buf: the text, or chat messages */
 	uint32_t in_len;
 	int chat;			/* in is PG_PROMPT_CHAT messages */
-	int add_bos, special;
+	int add_bos, special;		/* special: text prompts only */
+	int content_special;		/* chat: control tokens in the messages
+					   count (PG_GEN_CONTENT_SPECIAL) */
 	struct pg_request q;		/* GENERATE: all but the prompt and
 					   max_tokens; stop strings point into
 					   buf */
 	const char *stops[PGD_MAX_STOP];
 	uint32_t max_tokens;		/* as asked (0: as many as allowed) */
+	uint64_t tag, seq;		/* tokwork.c's order: finish tag, then
+					   submission */
 	/* the worker's */
 	int32_t *ids;			/* (n_ids) */
 	int64_t n_ids;
@@ -356,7 +394,7 @@ struct pgd_tokjob {
 };
 
 /*
- * pgd_tok_start - the worker thread and its eventfd, for d's model and
+ * pgd_tok_start - the worker threads and their eventfd, for d's model and
  * chat template.  Returns 0, or -1 with a message in err.
  */
 int pgd_tok_start(struct pgd *d, char *err, size_t err_len);
@@ -368,8 +406,15 @@ void pgd_tok_stop(struct pgd *d);
 /* pgd_tok_fd - the eventfd the worker writes when a job is done. */
 int pgd_tok_fd(const struct pgd *d);
 
-/* pgd_tok_submit - hand j to the worker. */
+/* pgd_tok_submit - hand j to the workers, in its client's queue. */
 void pgd_tok_submit(struct pgd *d, struct pgd_tokjob *j);
+
+/*
+ * pgd_tok_forget - the client in slot is gone: its jobs not yet started
+ * come back through pgd_tok_collect() untokenized (code PG_ECANCELLED);
+ * one being tokenized ends as usual.
+ */
+void pgd_tok_forget(struct pgd *d, uint32_t slot);
 
 /* pgd_tok_collect - the jobs the worker has finished, oldest first (a
    list through next), or NULL; no system call when there are none. */

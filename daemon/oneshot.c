@@ -583,35 +583,52 @@ static int emit_stdout(void *ctx, const char *text, size_t len)
 	return 0;
 }
 
-/* The prompt text, wrapped in the chat template with --chat (malloc'd). */
-static char *prompt_text(const struct options *o, const struct pg_model *m)
+/* The prompt text, as given (malloc'd; *len its length). */
+static char *prompt_text(const struct options *o, size_t *len)
 {
-	size_t len, tlen = m->chat_template ? strlen(m->chat_template) : 0;
-	char *text = o->prompt_file ? read_all(o->prompt_file, &len)
+	char *text = o->prompt_file ? read_all(o->prompt_file, len)
 				    : strdup(o->prompt);
-	struct pg_chat_msg msg = { .role = "user" };
-	char *out = NULL, *sys;
-	int fmt;
 
-	if (!text || !o->chat)
-		return text;
-	fmt = pg_chat_detect(m->chat_template, tlen);
+	if (text)
+		*len = strlen(text);
+	return text;
+}
+
+/*
+ * With --chat: text as a user message in the model's chat template, whose
+ * markers are special tokens while the message is text (unless
+ * --parse-special).  The template's name goes to standard error, with a
+ * warning when pagoda does not know it and renders ChatML.
+ */
+static int64_t chat_ids(const struct options *o, const struct pg_model *m,
+			const char *text, int32_t **ids)
+{
+	size_t tlen = m->chat_template ? strlen(m->chat_template) : 0;
+	struct pg_chat_msg msg = { .role = "user", .content = text };
+	enum pg_chat_format fmt;
+	char warn[512], *sys;
+	int64_t n;
+
+	fmt = pg_chat_choose(m->chat_template, tlen, warn, sizeof(warn));
+	if (warn[0])
+		fprintf(stderr, "pagodad: warning: %s\n", warn);
+	if (!o->quiet)
+		fprintf(stderr, "pagodad: chat template: %s\n",
+			pg_chat_format_name(fmt));
 	sys = pg_chat_default_system(m->chat_template, tlen);
-	msg.content = text;
-	if (pg_chat_render(fmt < 0 ? PG_CHAT_CHATML : (enum pg_chat_format)fmt,
-			   &msg, 1, 1, sys, &out))
-		out = NULL;
+	n = pg_chat_tokenize(m->tok, fmt, &msg, 1, 1, sys,
+			     pg_tokenizer_add_bos(m->tok), o->parse_special, ids);
 	free(sys);
-	free(text);
-	return out;
+	return n;
 }
 
 static int32_t *tokenize_prompt(const struct options *o,
 				const struct pg_model *m, int *n_out)
 {
-	char *text = prompt_text(o, m);
+	size_t len = 0;
+	char *text = prompt_text(o, &len);
 	int32_t *ids = NULL;
-	int64_t n;
+	int64_t n = 0;
 
 	if (!text) {
 		fprintf(stderr, "pagodad: cannot read the prompt%s%s: %s\n",
@@ -619,16 +636,24 @@ static int32_t *tokenize_prompt(const struct options *o,
 			o->prompt_file ? o->prompt_file : "", strerror(errno ? errno : ENOMEM));
 		return NULL;
 	}
-	n = pg_tokenize(m->tok, text, strlen(text), pg_tokenizer_add_bos(m->tok),
-			o->chat || o->parse_special, NULL, 0);
-	if (n > 0 && n < INT_MAX)
-		ids = malloc(sizeof(*ids) * (size_t)n);
-	if (ids)
-		pg_tokenize(m->tok, text, strlen(text),
-			    pg_tokenizer_add_bos(m->tok),
-			    o->chat || o->parse_special, ids, n);
-	else
-		fprintf(stderr, "pagodad: the prompt is empty: it gives no tokens\n");
+	if (o->chat) {
+		n = chat_ids(o, m, text, &ids);
+	} else {
+		n = pg_tokenize(m->tok, text, len, pg_tokenizer_add_bos(m->tok),
+				o->parse_special, NULL, 0);
+		if (n > 0 && n < INT_MAX)
+			ids = malloc(sizeof(*ids) * (size_t)n);
+		if (ids)
+			pg_tokenize(m->tok, text, len,
+				    pg_tokenizer_add_bos(m->tok),
+				    o->parse_special, ids, n);
+	}
+	if (!ids || n <= 0 || n >= INT_MAX) {
+		fprintf(stderr, n < 0 ? "pagodad: out of memory tokenizing the prompt\n"
+			: "pagodad: the prompt is empty: it gives no tokens\n");
+		free(ids);
+		ids = NULL;
+	}
 	free(text);
 	*n_out = (int)n;
 	return ids;

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "daemon.h"
@@ -190,6 +191,30 @@ void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
 
 /* ---- GENERATE ---- */
 
+/* The KV pool's capacity in tokens. */
+static int pool_tokens(const struct pgd *d)
+{
+	return pg_forward_n_pages(d->fw) * pg_forward_page_tokens(d->fw);
+}
+
+/*
+ * A prompt of n tokens over d->max_prompt: the message names the cap that
+ * was hit, --max-prompt when it was set, else the KV pool it defaults to.
+ */
+static void prompt_too_big(struct pgd *d, struct pgd_client *c, uint64_t req_id,
+			   long long n)
+{
+	if (d->cfg->max_prompt > 0)
+		pgd_reply_error(d, c, req_id, PG_ETOOBIG, 1,
+				"the prompt has %lld tokens, over the daemon's limit of %d (--max-prompt): shorten it, or raise the limit",
+				n, d->max_prompt);
+	else
+		pgd_reply_error(d, c, req_id, PG_ETOOBIG, 1,
+				"the prompt has %lld tokens, more than the KV pool holds (%d pages of %d tokens = %d): shorten it, or give pagodad a larger pool (--ctx-size or --kv-size)",
+				n, pg_forward_n_pages(d->fw),
+				pg_forward_page_tokens(d->fw), pool_tokens(d));
+}
+
 /* Token ids given as such into d->ids; the count or -1 after replying. */
 static int given_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
 		     const uint8_t *p, uint32_t bytes)
@@ -202,9 +227,7 @@ static int given_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e
 		return -1;
 	}
 	if (n > (uint32_t)d->max_prompt) {
-		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
-				"the prompt has %u tokens, over the daemon's limit of %d (--max-prompt)",
-				n, d->max_prompt);
+		prompt_too_big(d, c, e->req_id, n);
 		return -1;
 	}
 	memcpy(d->ids, p, bytes);
@@ -246,6 +269,24 @@ static int stop_strings(struct pgd *d, struct pgd_client *c, const struct pg_sqe
 	return 0;
 }
 
+#define GEN_FLAGS (PG_GEN_IGNORE_EOS | PG_GEN_TEXT | PG_GEN_SEED_RANDOM | \
+		   PG_GEN_CONTENT_SPECIAL)
+
+/*
+ * A seed for a request that gives none (PG_GEN_SEED_RANDOM): from the
+ * kernel's pool, else from the clock and a counter, so that two requests
+ * never share one.
+ */
+static uint64_t fresh_seed(void)
+{
+	static uint64_t n;
+	uint64_t s;
+
+	if (getrandom(&s, sizeof(s), GRND_NONBLOCK) == (ssize_t)sizeof(s))
+		return s;
+	return mix64((uint64_t)time(NULL) ^ mix64(++n) ^ (uint64_t)clock());
+}
+
 /* Check g's counts, flags and sampling values and fill q; -1 after replying. */
 static int gen_params(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
 		      const struct pg_gen_wire *g, struct pg_request *q)
@@ -253,8 +294,8 @@ static int gen_params(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 	struct pg_sampling *sp = &q->sampling;
 	char msg[256];
 
-	if (g->flags & ~(PG_GEN_IGNORE_EOS | PG_GEN_TEXT)) {
-		BAD(d, c, e, "unknown GENERATE flags 0x%x", g->flags & ~(PG_GEN_IGNORE_EOS | PG_GEN_TEXT));
+	if (g->flags & ~GEN_FLAGS) {
+		BAD(d, c, e, "unknown GENERATE flags 0x%x", g->flags & ~GEN_FLAGS);
 		return -1;
 	}
 	if (g->n > PGD_MAX_SAMPLES) {
@@ -281,7 +322,7 @@ static int gen_params(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 	sp->repeat_last_n = g->repeat_last_n;
 	sp->presence_penalty = g->presence_penalty;
 	sp->frequency_penalty = g->frequency_penalty;
-	sp->seed = g->seed;
+	sp->seed = g->flags & PG_GEN_SEED_RANDOM ? fresh_seed() : g->seed;
 	if (g->temperature < 0.0f)
 		sp->temperature = 0.0f;	/* proto.h: <= 0 is greedy */
 	if (pg_sampling_check(sp, msg, sizeof(msg))) {
@@ -302,14 +343,14 @@ static int gen_params(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 static int gen_max_tokens(struct pgd *d, struct pgd_client *c,
 			  const struct pg_sqe *e, uint32_t asked, int n_prompt)
 {
-	int pool = pg_forward_n_pages(d->fw) * pg_forward_page_tokens(d->fw);
+	int pool = pool_tokens(d);
 	int room = pool - n_prompt;
 
 	if (asked)
 		return (int)asked;
 	if (room < 1) {
 		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
-				"the prompt of %d tokens leaves no room in the KV pool of %d tokens",
+				"the prompt of %d tokens leaves no room in the KV pool of %d tokens: shorten it, or give pagodad a larger pool (--ctx-size or --kv-size)",
 				n_prompt, pool);
 		return -1;
 	}
@@ -346,8 +387,9 @@ static void gen_submit(struct pgd *d, struct pgd_client *c, struct pgd_req *r,
 	if (rc) {
 		client_unlink(c, r);
 		free(r);
-		pgd_reply_error(d, c, e.req_id, engine_code(rc), 1, "%s",
-				pg_engine_last_error(d->engine));
+		pgd_reply_error(d, c, e.req_id, engine_code(rc), 1, "%s%s",
+				pg_engine_last_error(d->engine),
+				rc == PG_ENGINE_ETOOBIG ? ": ask for fewer tokens (max_tokens), shorten the prompt, or give pagodad a larger pool (--ctx-size or --kv-size)" : "");
 		return;
 	}
 	engine_insert(d, r);
@@ -355,7 +397,8 @@ static void gen_submit(struct pgd *d, struct pgd_client *c, struct pgd_req *r,
 }
 
 static struct pgd_req *req_new(struct pgd *d, struct pgd_client *c,
-			       const struct pg_sqe *e, const struct pg_gen_wire *g)
+			       const struct pg_sqe *e, const struct pg_gen_wire *g,
+			       const struct pg_request *q)
 {
 	struct pgd_req *r = calloc(1, sizeof(*r));
 
@@ -366,6 +409,7 @@ static struct pgd_req *req_new(struct pgd *d, struct pgd_client *c,
 	r->req_id = e->req_id;
 	r->text = !!(g->flags & PG_GEN_TEXT);
 	r->n_samples = g->n ? (int)g->n : 1;
+	r->seed = q->sampling.seed;
 	return r;
 }
 
@@ -387,7 +431,7 @@ static void gen_now(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
 		return;
 	q.prompt = d->ids;
 	q.n_prompt = n;
-	r = req_new(d, c, e, g);
+	r = req_new(d, c, e, g, &q);
 	if (!r)
 		return;
 	client_insert(c, r);
@@ -456,8 +500,9 @@ static void gen_later(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 	j->in = j->buf + sizeof(*g);
 	j->in_len = g->prompt_bytes;
 	j->add_bos = j->special = 1;
+	j->content_special = !!(g->flags & PG_GEN_CONTENT_SPECIAL);
 	j->max_tokens = g->max_tokens;
-	r = req_new(d, c, e, g);
+	r = req_new(d, c, e, g, &j->q);
 	if (!r)
 		goto out_free;
 	r->job = j;
@@ -543,9 +588,7 @@ static void generate_finish(struct pgd *d, struct pgd_client *c,
 	if (j->code)
 		pgd_reply_error(d, c, j->req_id, j->code, 1, "%s", j->msg);
 	else if (j->n_ids > d->max_prompt)
-		pgd_reply_error(d, c, j->req_id, PG_ETOOBIG, 1,
-				"the prompt has %lld tokens, over the daemon's limit of %d (--max-prompt)",
-				(long long)j->n_ids, d->max_prompt);
+		prompt_too_big(d, c, j->req_id, (long long)j->n_ids);
 	else if (!j->n_ids)
 		pgd_reply_error(d, c, j->req_id, PG_EINVAL, 1, "the prompt is empty: it gives no tokens");
 	if (j->code || j->n_ids > d->max_prompt || !j->n_ids)
@@ -595,7 +638,7 @@ void pgd_tok_finish(struct pgd *d, struct pgd_tokjob *j)
  */
 static void cancel_pending(struct pgd *d, struct pgd_client *c, struct pgd_req *r)
 {
-	struct pg_done_wire w = { 0 };
+	struct pg_done_wire w = { .seed = r->seed };
 
 	for (int s = 0; s < r->n_samples; s++) {
 		struct pg_cqe cqe = { .req_id = r->req_id, .type = PG_CQE_DONE,
@@ -659,13 +702,13 @@ static int detok_one(const struct pg_tokenizer *tok, struct pg_detok_stream *s,
 
 		if (n >= 0) {
 			*len += (size_t)n;
-			return *len <= max ? 0 : -1;
+			return *len <= max ? 0 : -E2BIG;
 		}
 		if (*cap >= max + 1024)
-			return -1;
+			return -E2BIG;
 		grown = realloc(*out, *cap * 2);
 		if (!grown)
-			return -1;
+			return -ENOMEM;
 		*out = grown;
 		*cap *= 2;
 	}
@@ -695,8 +738,17 @@ static void op_detokenize(struct pgd *d, struct pgd_client *c,
 	out = malloc(cap);
 	for (uint32_t i = 0; out && i < len / 4; i++) {
 		memcpy(&id, buf + 4 * i, 4);
-		if (detok_one(d->m->tok, &s, id, e->flags & PG_TOK_SPECIAL, &out,
-			      &out_len, &cap, max)) {
+		int rc = detok_one(d->m->tok, &s, id, e->flags & PG_TOK_SPECIAL, &out,
+				   &out_len, &cap, max);
+
+		if (rc == -ENOMEM) {
+			pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1,
+					"pagodad is out of memory for the text of these %u tokens; try again later",
+					len / 4);
+			free(out);
+			return;
+		}
+		if (rc) {
 			pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
 					"the text of these %u tokens is more than a completion can carry (%zu bytes): detokenize them in parts",
 					len / 4, max);
@@ -714,9 +766,13 @@ static void op_detokenize(struct pgd *d, struct pgd_client *c,
 	}
 	if (out)
 		out_len += (size_t)pg_detok_flush(&s, out + out_len, cap - out_len);
-	if (!out || out_len > max)
-		pgd_reply_error(d, c, e->req_id, out ? PG_ETOOBIG : PG_ENOMEM, 1,
-				"the text does not fit a completion");
+	if (!out)
+		pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1,
+				"pagodad is out of memory for the text of these tokens; try again later");
+	else if (out_len > max)
+		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
+				"the text of these %u tokens is more than a completion can carry (%zu bytes): detokenize them in parts",
+				len / 4, max);
 	else
 		pgd_emit(d, c, &cqe, out, (uint32_t)out_len);
 	free(out);
@@ -820,7 +876,7 @@ int pgd_drain(struct pgd *d, struct pgd_client *c)
 	struct pg_sqe e;
 	int n = 0;
 
-	while (!c->dead && !pgd_holding(c) && (slot = pg_ring_peek(&c->sq))) {
+	while (!c->dead && !pgd_holding(d, c) && (slot = pg_ring_peek(&c->sq))) {
 		int ok;
 
 		memcpy(&e, slot, sizeof(e));	/* the client may rewrite it */
@@ -873,14 +929,17 @@ static void send_token(struct pgd *d, struct pgd_req *r,
 		struct pg_cqe lq = { .req_id = r->req_id, .type = PG_CQE_LOGPROBS,
 				     .sample = (uint8_t)ev->sample, .n_ids = 1,
 				     .t_ns = cqe.t_ns };
-		struct pg_logprob_wire w[PG_MAX_LOGPROBS];
+		struct pg_logprob_wire w[1 + PG_MAX_LOGPROBS];
 		int n = ev->n_top < PG_MAX_LOGPROBS ? ev->n_top : PG_MAX_LOGPROBS;
 
+		/* proto.h: the sampled token's own first, then the top n */
+		w[0] = (struct pg_logprob_wire){ .id = ev->token,
+						 .logprob = ev->logprob };
 		for (int i = 0; i < n; i++)
-			w[i] = (struct pg_logprob_wire){ .id = ev->top[i].id,
-							 .logprob = ev->top[i].logprob };
+			w[1 + i] = (struct pg_logprob_wire){ .id = ev->top[i].id,
+							     .logprob = ev->top[i].logprob };
 		lq.ids[0] = ev->token;
-		pgd_emit(d, r->c, &lq, w, (uint32_t)(n * sizeof(w[0])));
+		pgd_emit(d, r->c, &lq, w, (uint32_t)((1 + n) * sizeof(w[0])));
 	}
 }
 
@@ -891,7 +950,7 @@ static void send_done(struct pgd *d, struct pgd_req *r,
 			      .sample = (uint8_t)ev->sample,
 			      .flags = ev->last ? PG_CQE_F_LAST : 0,
 			      .code = finish_code(ev->finish) };
-	struct pg_done_wire w = { 0 };
+	struct pg_done_wire w = { .seed = r->seed };
 
 	if (r->text && ev->text_len) {	/* text the stop matcher held back */
 		struct pg_cqe held = { .req_id = r->req_id, .type = PG_CQE_TOKENS,

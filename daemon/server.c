@@ -153,8 +153,7 @@ static void arm_accept(struct pgd *d)
 {
 	struct io_uring_sqe *sqe;
 
-	if (d->accept_armed || d->n_handshakes >= PGD_MAX_HANDSHAKES ||
-	    d->stop_signal)
+	if (d->accept_armed || d->stop_signal)	/* on_accept() makes room */
 		return;
 	sqe = get_sqe(d, tag(OP_ACCEPT, 0, 0));
 	if (!sqe)
@@ -471,6 +470,30 @@ static int send_welcome(int fd, const struct pg_welcome *w, const int *fds,
 	return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(*w) ? 0 : -1;
 }
 
+/* Refusals logged in one second at most (a flood of refused connections
+   must not flood the log); the rest are counted. */
+#define PGD_REFUSALS_LOGGED 20
+
+static void log_refusal(const struct ucred *cr, const char *msg)
+{
+	static time_t second;	/* the daemon's one loop is the only caller */
+	static int n, n_quiet;
+	time_t now = time(NULL);
+
+	if (now != second) {
+		if (n_quiet)
+			pgd_log(PGD_LOG_INFO, "%d more refusals were not logged (at most %d a second)",
+				n_quiet, PGD_REFUSALS_LOGGED);
+		second = now;
+		n = n_quiet = 0;
+	}
+	if (n++ < PGD_REFUSALS_LOGGED)
+		pgd_log(PGD_LOG_INFO, "refused pid %d uid %u: %s", (int)cr->pid,
+			(unsigned)cr->uid, msg);
+	else
+		n_quiet++;
+}
+
 static void refuse(int fd, const struct ucred *cr, enum pg_error status,
 		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
@@ -485,8 +508,7 @@ static void refuse(int fd, const struct ucred *cr, enum pg_error status,
 	va_start(ap, fmt);
 	vsnprintf(w.message, sizeof(w.message), fmt, ap);
 	va_end(ap);
-	pgd_log(PGD_LOG_INFO, "refused pid %d uid %u: %s", (int)cr->pid,
-		(unsigned)cr->uid, w.message);
+	log_refusal(cr, w.message);
 	send_welcome(fd, &w, NULL, 0);
 	close(fd);
 }
@@ -564,47 +586,73 @@ static void add_client(struct pgd *d, struct pgd_client *c)
 		c->id, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid, d->n_live);
 }
 
-/* Admit (or refuse) the peer on fd that sent hello h. */
-static void handshake(struct pgd *d, int fd, const struct pg_hello *h)
+/*
+ * Refuse the peer on fd before its hello: what of the hello has come is
+ * read first, so that the peer's socket is not reset under the refusal.
+ */
+static void refuse_early(int fd, const struct ucred *cr, enum pg_error status,
+			 const char *msg)
 {
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
-	gid_t gids[256];
+	struct pg_hello h;
+
+	if (recv(fd, &h, sizeof(h), MSG_DONTWAIT) < 0 && errno != EAGAIN)
+		pgd_log(PGD_LOG_DEBUG, "pid %d: reading its hello: %s", (int)cr->pid,
+			strerror(errno));
+	refuse(fd, cr, status, "%s", msg);
+}
+
+/* Whether hello h is one this daemon speaks; else refuses fd and says so. */
+static int hello_ok(int fd, const struct ucred *cr, const struct pg_hello *h)
+{
+	if (h->magic != PG_PROTO_MAGIC) {
+		refuse(fd, cr, PG_EPROTO, "the peer does not speak pagoda's protocol (magic 0x%08x, expected 0x%08x)",
+		       h->magic, PG_PROTO_MAGIC);
+		return 0;
+	}
+	if (h->version != PG_PROTO_VERSION) {
+		refuse(fd, cr, PG_EVERSION, "protocol version mismatch: the client speaks version %u, pagodad speaks version %u; use a libpagoda of version %u",
+		       h->version, PG_PROTO_VERSION, PG_PROTO_VERSION);
+		return 0;
+	}
+	if (h->flags) {
+		refuse(fd, cr, PG_EVERSION, "the hello asks for flags 0x%x, which pagodad (protocol version %u) does not know: use a libpagoda of version %u, which sends none",
+		       h->flags, PG_PROTO_VERSION, PG_PROTO_VERSION);
+		return 0;
+	}
+	if (h->reserved) {
+		refuse(fd, cr, PG_EPROTO, "the hello's reserved field is 0x%x, not 0: the client is broken; use libpagoda",
+		       h->reserved);
+		return 0;
+	}
+	return 1;
+}
+
+static void close_dead(struct pgd *d);
+
+/* Admit (or refuse) the peer cr on fd that sent hello h (access checked). */
+static void handshake(struct pgd *d, int fd, const struct ucred *cr,
+		      const struct pg_hello *h)
+{
 	struct pg_welcome w = { .magic = PG_PROTO_MAGIC, .version = PG_PROTO_VERSION };
 	struct pgd_client *c;
 	char err[224];
-	int n_gids, slot, fds[3];
+	int slot, fds[3];
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len)) {
-		pgd_log(PGD_LOG_WARN, "cannot read a peer's credentials: %s", strerror(errno));
-		close(fd);
+	if (!hello_ok(fd, cr, h))
 		return;
-	}
-	n_gids = peer_groups(fd, cr.gid, gids, 256);
-	if (h->magic != PG_PROTO_MAGIC) {
-		refuse(fd, &cr, PG_EPROTO, "the peer does not speak pagoda's protocol (magic 0x%08x, expected 0x%08x)",
-		       h->magic, PG_PROTO_MAGIC);
-		return;
-	}
-	if (!pgd_access_allowed(&d->access, cr.uid, gids, n_gids)) {
-		refuse(fd, &cr, PG_EACCESS, "uid %u is not allowed by pagodad's access rules: add it to --allow-users, or one of its groups to --allow-groups",
-		       (unsigned)cr.uid);
-		return;
-	}
-	if (h->version != PG_PROTO_VERSION) {
-		refuse(fd, &cr, PG_EVERSION, "protocol version mismatch: the client speaks version %u, pagodad speaks version %u; use a libpagoda of version %u",
-		       h->version, PG_PROTO_VERSION, PG_PROTO_VERSION);
-		return;
-	}
 	slot = free_slot(d);
+	if (slot < 0 && d->n_dead) {	/* a client that just left makes room */
+		close_dead(d);
+		slot = free_slot(d);
+	}
 	if (slot < 0) {
-		refuse(fd, &cr, PG_ECLIENTS, "pagodad already serves %d clients (--max-clients %d): try again later, or raise --max-clients",
+		refuse(fd, cr, PG_ECLIENTS, "pagodad already serves %d clients (--max-clients %d): try again later, or raise --max-clients",
 		       d->n_live, d->cfg->max_clients);
 		return;
 	}
-	c = pgd_session_create(d, slot, fd, cr.pid, cr.uid, cr.gid, err, sizeof(err));
+	c = pgd_session_create(d, slot, fd, cr->pid, cr->uid, cr->gid, err, sizeof(err));
 	if (!c) {
-		refuse(fd, &cr, PG_ENOMEM, "%s", err);
+		refuse(fd, cr, PG_ENOMEM, "%s", err);
 		return;
 	}
 	c->pidfd = peer_pidfd(d, fd);
@@ -615,7 +663,7 @@ static void handshake(struct pgd *d, int fd, const struct pg_hello *h)
 	fds[1] = c->sq_bell;
 	fds[2] = c->cq_bell;
 	if (send_welcome(fd, &w, fds, 3)) {
-		pgd_log(PGD_LOG_WARN, "cannot send the welcome to pid %d: %s", (int)cr.pid, strerror(errno));
+		pgd_log(PGD_LOG_WARN, "cannot send the welcome to pid %d: %s", (int)cr->pid, strerror(errno));
 		pgd_session_destroy(c);
 		return;
 	}
@@ -624,22 +672,127 @@ static void handshake(struct pgd *d, int fd, const struct pg_hello *h)
 	add_client(d, c);
 }
 
-static void on_accept(struct pgd *d, int res)
+/*
+ * The peer's credentials, checked against the access rules before it may
+ * take anything: 0, or -1 after refusing (or closing) fd.
+ */
+static int admit_peer(struct pgd *d, int fd, struct ucred *cr)
 {
-	struct pgd_handshake *hs = NULL;
+	socklen_t len = sizeof(*cr);
+	gid_t gids[256];
+	char msg[224];
+	int n_gids;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len)) {
+		pgd_log(PGD_LOG_WARN, "cannot read a peer's credentials: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	n_gids = peer_groups(fd, cr->gid, gids, 256);
+	if (pgd_access_allowed(&d->access, cr->uid, gids, n_gids))
+		return 0;
+	snprintf(msg, sizeof(msg), "uid %u is not allowed by pagodad's access rules: add it to --allow-users, or one of its groups to --allow-groups",
+		 (unsigned)cr->uid);
+	refuse_early(fd, cr, PG_EACCESS, msg);
+	return -1;
+}
+
+/* The oldest waiting handshake of uid, or NULL. */
+static struct pgd_handshake *oldest_of(struct pgd *d, uid_t uid)
+{
+	struct pgd_handshake *old = NULL;
+
+	for (int i = 0; i < PGD_HS_SLOTS; i++) {
+		struct pgd_handshake *hs = &d->hs[i];
+
+		if (hs->fd >= 0 && !hs->closing && hs->cr.uid == uid &&
+		    (!old || hs->serial < old->serial))
+			old = hs;
+	}
+	return old;
+}
+
+static int waiting_of(const struct pgd *d, uid_t uid)
+{
+	int n = 0;
+
+	for (int i = 0; i < PGD_HS_SLOTS; i++)
+		n += d->hs[i].fd >= 0 && !d->hs[i].closing && d->hs[i].cr.uid == uid;
+	return n;
+}
+
+/* The user with the most handshakes waiting (all are taken). */
+static uid_t greediest_user(const struct pgd *d)
+{
+	uid_t uid = 0;
+	int most = -1;
+
+	for (int i = 0; i < PGD_HS_SLOTS; i++) {
+		const struct pgd_handshake *hs = &d->hs[i];
+		int n = hs->fd >= 0 && !hs->closing ? waiting_of(d, hs->cr.uid) : -1;
+
+		if (n > most) {
+			most = n;
+			uid = hs->cr.uid;
+		}
+	}
+	return uid;
+}
+
+/*
+ * Close hs to make room: its peer gets a refusal, its receive ends at
+ * once (the socket is shut down), and on_hello() frees the slot.
+ */
+static void evict(struct pgd *d, struct pgd_handshake *hs, int n_waiting)
+{
+	struct pg_welcome w = { .magic = PG_PROTO_MAGIC,
+				.version = PG_PROTO_VERSION,
+				.status = PG_ECLIENTS };
+
+	snprintf(w.message, sizeof(w.message), "closed before its hello: uid %u has %d connections waiting to send theirs (at most %d per user, %d in all): send the hello at once after connecting",
+		 (unsigned)hs->cr.uid, n_waiting, PGD_MAX_HANDSHAKES_PER_USER,
+		 PGD_MAX_HANDSHAKES);
+	pgd_log(PGD_LOG_DEBUG, "pid %d uid %u: %s", (int)hs->cr.pid,
+		(unsigned)hs->cr.uid, w.message);
+	send_welcome(hs->fd, &w, NULL, 0);
+	shutdown(hs->fd, SHUT_RDWR);
+	hs->closing = 1;
+	d->n_handshakes--;
+}
+
+/*
+ * A slot for a handshake of uid: past its user's share, that user's
+ * oldest makes room; when all are taken, the oldest of the user holding
+ * the most.  NULL only while every slot is still being let go.
+ */
+static struct pgd_handshake *hs_slot(struct pgd *d, uid_t uid)
+{
+	int mine = waiting_of(d, uid);
+	uid_t victim = uid;
+
+	if (mine >= PGD_MAX_HANDSHAKES_PER_USER || d->n_handshakes >= PGD_MAX_HANDSHAKES) {
+		struct pgd_handshake *old;
+
+		if (mine < PGD_MAX_HANDSHAKES_PER_USER)
+			victim = greediest_user(d);
+		old = oldest_of(d, victim);
+		if (old)
+			evict(d, old, waiting_of(d, victim));
+	}
+	for (int i = 0; i < PGD_HS_SLOTS; i++)
+		if (d->hs[i].fd < 0)
+			return &d->hs[i];
+	return NULL;
+}
+
+/* Wait (in the io_uring, at most the hello timeout) for fd's hello. */
+static void wait_hello(struct pgd *d, int fd, const struct ucred *cr)
+{
+	struct pgd_handshake *hs = hs_slot(d, cr->uid);
 	struct io_uring_sqe *sqe;
 
-	d->accept_armed = 0;
-	if (res < 0) {
-		if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
-			pgd_log(PGD_LOG_WARN, "accept: %s", strerror(-res));
-		return;
-	}
-	for (int i = 0; i < PGD_MAX_HANDSHAKES && !hs; i++)
-		if (d->hs[i].fd < 0)
-			hs = &d->hs[i];
 	if (!hs) {
-		close(res);
+		refuse_early(fd, cr, PG_ECLIENTS, "too many connections are waiting to send their hello: try again, and send the hello at once after connecting");
 		return;
 	}
 	if (io_uring_sq_space_left(&d->ring) < 2)	/* the pair stays linked */
@@ -647,12 +800,14 @@ static void on_accept(struct pgd *d, int res)
 	hs->serial = ++d->next_serial;
 	sqe = get_sqe(d, tag(OP_HELLO, (uint32_t)(hs - d->hs), hs->serial));
 	if (!sqe) {
-		close(res);
+		close(fd);
 		return;
 	}
-	hs->fd = res;
+	hs->fd = fd;
+	hs->closing = 0;
+	hs->cr = *cr;
 	d->n_handshakes++;
-	io_uring_prep_recv(sqe, res, &hs->hello, sizeof(hs->hello), MSG_WAITALL);
+	io_uring_prep_recv(sqe, fd, &hs->hello, sizeof(hs->hello), MSG_WAITALL);
 	sqe->user_data = tag(OP_HELLO, (uint32_t)(hs - d->hs), hs->serial);
 	sqe->flags |= IOSQE_IO_LINK;
 	sqe = get_sqe(d, tag(OP_HELLO_TIMEOUT, 0, 0));
@@ -660,12 +815,43 @@ static void on_accept(struct pgd *d, int res)
 	sqe->user_data = tag(OP_HELLO_TIMEOUT, 0, 0);
 }
 
+/*
+ * A new connection: its credentials are checked at once (a refused user
+ * takes no slot); a hello already there is answered at once; otherwise
+ * it waits for its hello in a slot.
+ */
+static void on_accept(struct pgd *d, int res)
+{
+	struct pg_hello h;
+	struct ucred cr;
+
+	d->accept_armed = 0;
+	if (res < 0) {
+		if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
+			pgd_log(PGD_LOG_WARN, "accept: %s", strerror(-res));
+		return;
+	}
+	if (admit_peer(d, res, &cr))
+		return;
+	if (recv(res, &h, sizeof(h), MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof(h) &&
+	    recv(res, &h, sizeof(h), MSG_DONTWAIT) == (ssize_t)sizeof(h)) {
+		handshake(d, res, &cr, &h);
+		return;
+	}
+	wait_hello(d, res, &cr);
+}
+
 static void on_hello(struct pgd *d, struct pgd_handshake *hs, int res)
 {
 	struct pg_hello h = hs->hello;
-	int fd = hs->fd;
+	int fd = hs->fd, closing = hs->closing;
 
 	hs->fd = -1;
+	hs->closing = 0;
+	if (closing) {		/* evict() counted it out already */
+		close(fd);
+		return;
+	}
 	d->n_handshakes--;
 	if (res != (int)sizeof(h)) {
 		pgd_log(PGD_LOG_DEBUG, "a connection sent no hello within %d s: closed",
@@ -673,7 +859,7 @@ static void on_hello(struct pgd *d, struct pgd_handshake *hs, int res)
 		close(fd);
 		return;
 	}
-	handshake(d, fd, &h);
+	handshake(d, fd, &hs->cr, &h);
 }
 
 /* ---- completions of the io_uring ---- */
@@ -760,7 +946,7 @@ static void on_cqe(struct pgd *d, uint64_t ud, int res)
 		on_accept(d, res);
 		return;
 	case OP_HELLO:
-		if (slot < PGD_MAX_HANDSHAKES && d->hs[slot].fd >= 0 &&
+		if (slot < PGD_HS_SLOTS && d->hs[slot].fd >= 0 &&
 		    (d->hs[slot].serial & SERIAL_MASK) == serial)
 			on_hello(d, &d->hs[slot], res);
 		return;
@@ -846,6 +1032,7 @@ static void close_client(struct pgd *d, struct pgd_client *c)
 	if (c->exit_armed)
 		cancel_op(d, tag(OP_EXIT, slot, c->serial));
 	d->slots[slot] = NULL;
+	pgd_tok_forget(d, slot);	/* its jobs not begun are dropped */
 	for (int i = 0; i < d->n_live; i++)
 		if (d->live[i] == c) {
 			d->live[i] = d->live[--d->n_live];
@@ -959,8 +1146,8 @@ static void sleep_until_woken(struct pgd *d)
 		struct pgd_client *c = d->live[i];
 
 		arm_bell(d, c);
-		if (c->tok_bytes >= PGD_TOK_MAX_BYTES)
-			continue;	/* the worker's eventfd wakes us */
+		if (pgd_tok_held(d, c))
+			continue;	/* the workers' eventfd wakes us */
 		if (!pg_ring_prepare_sleep(&c->sq))
 			may_sleep = 0;
 		backlog |= c->bl_head != NULL;
@@ -1063,7 +1250,7 @@ static int alloc_tables(struct pgd *d)
 	d->payload = malloc((size_t)d->cfg->sq_arena + 1);	/* any max_payload */
 	d->ids_cap = d->max_prompt;
 	d->ids = malloc(sizeof(*d->ids) * (size_t)d->ids_cap);
-	for (int i = 0; i < PGD_MAX_HANDSHAKES; i++)
+	for (int i = 0; i < PGD_HS_SLOTS; i++)
 		d->hs[i].fd = -1;
 	return d->slots && d->live && d->bell_buf && d->payload && d->ids &&
 	       !pgd_requests_init(d) ? 0 : -1;
@@ -1074,14 +1261,17 @@ static int start_engine(struct pgd *d, char *err, size_t err_len)
 	struct pg_engine_config ec = pg_engine_config_default();
 	const char *tmpl = d->m->chat_template;
 	size_t tlen = tmpl ? strlen(tmpl) : 0;
+	char warn[512];
 
 	ec.on_event = pgd_on_event;
 	ec.ctx = d;
 	ec.max_batch_tokens = d->cfg->max_batch_tokens;
 	ec.max_batch_seqs = d->cfg->max_batch_seqs;
-	d->chat_fmt = pg_chat_detect(tmpl, tlen);
-	if (d->chat_fmt < 0)
-		d->chat_fmt = PG_CHAT_CHATML;
+	d->chat_fmt = (int)pg_chat_choose(tmpl, tlen, warn, sizeof(warn));
+	if (warn[0])
+		pgd_log(PGD_LOG_WARN, "%s", warn);
+	pgd_log(PGD_LOG_INFO, "chat requests use the %s template",
+		pg_chat_format_name((enum pg_chat_format)d->chat_fmt));
 	d->chat_system = pg_chat_default_system(tmpl, tlen);
 	return pg_engine_create(d->m, d->fw, &ec, &d->engine, err, err_len);
 }
@@ -1092,7 +1282,7 @@ static int start_ring(struct pgd *d, char *err, size_t err_len)
 	sigset_t set;
 	int rc;
 
-	while (entries < 3u * (unsigned)d->cfg->max_clients + 2u * PGD_MAX_HANDSHAKES + 16u)
+	while (entries < 3u * (unsigned)d->cfg->max_clients + 2u * PGD_HS_SLOTS + 16u)
 		entries <<= 1;
 	rc = io_uring_queue_init(entries, &d->ring, 0);
 	if (rc) {
@@ -1188,7 +1378,7 @@ static void stop_clients(struct pgd *d, int sig)
 
 static void daemon_stop(struct pgd *d)
 {
-	for (int i = 0; i < PGD_MAX_HANDSHAKES; i++)
+	for (int i = 0; i < PGD_HS_SLOTS; i++)
 		if (d->hs[i].fd >= 0)
 			close(d->hs[i].fd);
 	if (d->ring_ready)

@@ -185,37 +185,54 @@ void pgd_session_destroy(struct pgd_client *c)
 
 /* ---- completions ---- */
 
+/* A client that moved its completion ring's head where it cannot be. */
+#define RING_CORRUPT "the completion ring's head moved backwards or past the ring: disconnected; fix the client"
+
 int pgd_payload_fits(const struct pgd_client *c, size_t len)
 {
 	return len <= c->cq_arena.size;
 }
 
 /*
+ * The arena run of len bytes (0 for an inline entry) for ring entry k,
+ * reclaiming what the client has consumed when there is no room: every
+ * entry takes its run, even an empty one, so that runs free in order.
+ */
+static uint8_t *arena_run(struct pgd_client *c, uint32_t k, uint32_t len,
+			  uint32_t *off)
+{
+	uint8_t *dst = pg_arena_alloc(&c->cq_arena, k, len, off);
+
+	if (!dst) {
+		pg_arena_reclaim(&c->cq_arena, pg_ring_consumed(&c->cq));
+		dst = pg_arena_alloc(&c->cq_arena, k, len, off);
+	}
+	return dst;
+}
+
+/*
  * Write cqe (len and any inline text already in it) into the next slot of
- * the ring, its arena payload (cqe->len bytes) beside it.  Returns 0, or
- * -1 when the ring or the arena has no room now (nothing written).
+ * the ring, its arena payload (cqe->len bytes; NULL when len is 0) beside
+ * it.  Returns 0, or -1 when the ring or the arena has no room now
+ * (nothing written).
  */
 static int put(struct pgd_client *c, struct pg_cqe *cqe, const void *payload)
 {
 	void *slot = pg_ring_reserve(&c->cq);
 	uint32_t k = c->cq.local, off = 0;
+	int in_arena;
 	uint8_t *dst;
 
 	if (!slot)
 		return -1;
-	if (cqe->len > PG_CQE_TEXT) {
-		dst = pg_arena_alloc(&c->cq_arena, k, cqe->len, &off);
-		if (!dst) {
-			pg_arena_reclaim(&c->cq_arena, pg_ring_consumed(&c->cq));
-			dst = pg_arena_alloc(&c->cq_arena, k, cqe->len, &off);
-		}
-		if (!dst)
-			return -1;
+	in_arena = cqe->len > PG_CQE_TEXT;
+	dst = arena_run(c, k, in_arena ? cqe->len : 0, &off);
+	if (!dst)
+		return -1;
+	if (in_arena) {
 		memcpy(dst, payload, cqe->len);
 		cqe->flags |= PG_CQE_F_ARENA;
 	} else {
-		/* every entry takes its (empty) run so that runs free in order */
-		pg_arena_alloc(&c->cq_arena, k, 0, &off);
 		off = 0;
 	}
 	cqe->off = off;
@@ -224,6 +241,11 @@ static int put(struct pgd_client *c, struct pg_cqe *cqe, const void *payload)
 	return 0;
 }
 
+/*
+ * Keep cqe (inline text already in it) and, for an arena entry, its
+ * cqe->len bytes of payload until the ring has room.  payload may be NULL
+ * when nothing is to be copied (a PONG, a token whose text is held back).
+ */
 static void backlog_push(struct pgd *d, struct pgd_client *c,
 			 const struct pg_cqe *cqe, const void *payload)
 {
@@ -233,7 +255,7 @@ static void backlog_push(struct pgd *d, struct pgd_client *c,
 	if (c->bl_count + 1 > PGD_BACKLOG_MAX_ENTRIES ||
 	    c->bl_bytes + sizeof(*p) + extra > PGD_BACKLOG_MAX_BYTES) {
 		pgd_mark_dead(d, c, PG_EPROTO,
-			      "the client does not read its completions (%zu waiting, %zu bytes): disconnected",
+			      "the client does not read its completions (%zu waiting, %zu bytes): disconnected; read them promptly and reconnect",
 			      c->bl_count, c->bl_bytes);
 		return;
 	}
@@ -245,7 +267,8 @@ static void backlog_push(struct pgd *d, struct pgd_client *c,
 	p->next = NULL;
 	p->cqe = *cqe;
 	p->len = cqe->len;
-	memcpy(p->payload, payload, extra);
+	if (extra)
+		memcpy(p->payload, payload, extra);
 	if (!c->bl_head) {
 		c->bl_head = p;
 		c->bl_progress = d->now;
@@ -263,12 +286,12 @@ void pgd_emit(struct pgd *d, struct pgd_client *c, struct pg_cqe *cqe,
 	if (c->dead)
 		return;
 	cqe->len = len;
-	if (len <= PG_CQE_TEXT && len)
+	if (len && len <= PG_CQE_TEXT)
 		memcpy(cqe->text, payload, len);
 	if (!c->bl_head && !put(c, cqe, payload))
 		return;
 	if (pg_ring_corrupt(&c->cq)) {
-		pgd_mark_dead(d, c, PG_OK, "the completion ring's head moved backwards or past the ring: disconnected");
+		pgd_mark_dead(d, c, PG_EPROTO, RING_CORRUPT);
 		return;
 	}
 	backlog_push(d, c, cqe, payload);
@@ -296,10 +319,10 @@ int pgd_flush_backlog(struct pgd *d, struct pgd_client *c)
 	if (moved)
 		c->bl_progress = d->now;
 	if (pg_ring_corrupt(&c->cq))
-		pgd_mark_dead(d, c, PG_OK, "the completion ring's head moved backwards or past the ring: disconnected");
+		pgd_mark_dead(d, c, PG_EPROTO, RING_CORRUPT);
 	else if (c->bl_head && d->now - c->bl_progress > d->cfg->drain_timeout_s)
 		pgd_mark_dead(d, c, PG_EPROTO,
-			      "the client left its completion ring full for %.1f s (%zu completions waiting): disconnected",
+			      "the client left its completion ring full for %.1f s (%zu waiting): disconnected; read completions promptly (or raise --drain-timeout) and reconnect",
 			      d->now - c->bl_progress, c->bl_count);
 	return moved;
 }
@@ -339,9 +362,23 @@ void pgd_mark_dead(struct pgd *d, struct pgd_client *c, enum pg_error code,
 	d->n_dead++;
 }
 
+/*
+ * The reason in the header, where it needs no room in the ring (proto.h,
+ * pg_goodbye_wire): visible to the client with closed, which is stored
+ * after it with release order.
+ */
+static void write_bye(struct pgd_client *c, enum pg_error code, const char *msg)
+{
+	struct pg_goodbye_wire *b = &c->hdr->bye;
+
+	b->code = (int32_t)code;
+	snprintf(b->message, sizeof(b->message), "%s", code != PG_OK ? msg : "");
+}
+
 void pgd_say_goodbye(struct pgd_client *c, enum pg_error code,
 		     const char *msg)
 {
+	write_bye(c, code, msg);
 	if (code != PG_OK && !pg_ring_corrupt(&c->cq)) {
 		struct pg_cqe cqe = { .type = PG_CQE_ERROR, .code = (int32_t)code };
 		size_t len = strlen(msg);

@@ -11,6 +11,11 @@
  * clients, so a client that saw its last DONE also sees it counted), and
  * before the loop sleeps.  It is not the admin socket (admin.c) and never
  * reads anything a reader wrote.
+ *
+ * Two files: the public figures (0644, or 0640 in the socket's group),
+ * and the per-client table (who runs what: pid, uid, command name) in a
+ * file of its own, 0640 in the admin group or else 0600, so that only
+ * those the admin socket serves can read it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,18 +51,25 @@ struct client_acc {
 	uint64_t requests, done, prompt_tokens, generated_tokens;
 };
 
-struct pgd_stats {
+/* One of the two files, mapped shared. */
+struct seg_file {
 	char path[PATH_MAX];
 	int fd;
 	dev_t dev;
 	ino_t ino;			/* to remove only our own file */
-	uint8_t *seg;			/* (seg_bytes) the mapping */
-	size_t seg_bytes;
-	struct pg_stats_header *h;
-	struct pg_stats_device *dev_tab;	/* (n_devices) in the segment */
-	struct pg_stats_client *cli_tab;	/* (n_slots) in the segment */
-	struct pg_stats_hist *hist_tab;		/* (PG_STATS_N_HIST) there */
-	uint64_t seq;			/* the seqlock's value, even */
+	uint8_t *map;			/* (bytes) */
+	size_t bytes;
+	uint64_t seq;			/* its seqlock's value, even */
+};
+
+struct pgd_stats {
+	struct seg_file pub;		/* the public figures */
+	struct seg_file cli;		/* the per-client table */
+	struct pg_stats_header *h;		/* in pub */
+	struct pg_stats_device *dev_tab;	/* (n_devices) in pub */
+	struct pg_stats_hist *hist_tab;		/* (PG_STATS_N_HIST) in pub */
+	struct pg_stats_clients_header *ch;	/* in cli */
+	struct pg_stats_client *cli_tab;	/* (n_slots) in cli */
 	/* accumulators since start or the last reset */
 	struct pg_stats_hist hist[PG_STATS_N_HIST];
 	struct client_acc *clients;	/* (n_slots) */
@@ -434,6 +446,35 @@ static void write_client(struct pgd_stats *s, const struct pgd_client *c,
 
 /* ---- publication ---- */
 
+/* A seqlock's write section: odd while the writer is inside. */
+static void seq_begin(_Atomic uint64_t *seq, uint64_t even)
+{
+	atomic_store_explicit(seq, even + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static void seq_end(_Atomic uint64_t *seq, uint64_t *even)
+{
+	*even += 2;
+	atomic_store_explicit(seq, *even, memory_order_release);
+}
+
+static void publish_clients(struct pgd *d)
+{
+	struct pgd_stats *s = d->stats;
+
+	seq_begin(&s->ch->seq, s->cli.seq);
+	for (int i = 0; i < s->n_slots; i++) {
+		const struct pgd_client *cl = d->slots[i];
+
+		if (cl)
+			write_client(s, cl, &s->cli_tab[i]);
+		else if (s->cli_tab[i].id)
+			memset(&s->cli_tab[i], 0, sizeof(s->cli_tab[i]));
+	}
+	seq_end(&s->ch->seq, &s->cli.seq);
+}
+
 static void publish(struct pgd *d)
 {
 	struct pgd_stats *s = d->stats;
@@ -445,26 +486,17 @@ static void publish(struct pgd *d)
 	for (int i = 0; i < s->n_devices; i++)
 		gather_device(d, i, &s->dev_now[i]);
 	now = mono_s();
-	atomic_store_explicit(&h->seq, s->seq + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
+	seq_begin(&h->seq, s->pub.seq);
 	h->c = c;
 	memcpy(s->dev_tab, s->dev_now, sizeof(*s->dev_tab) * (size_t)s->n_devices);
-	for (int i = 0; i < s->n_slots; i++) {
-		const struct pgd_client *cl = d->slots[i];
-
-		if (cl)
-			write_client(s, cl, &s->cli_tab[i]);
-		else if (s->cli_tab[i].id)
-			memset(&s->cli_tab[i], 0, sizeof(s->cli_tab[i]));
-	}
 	memcpy(s->hist_tab, s->hist, sizeof(s->hist));
 	h->state = d->draining ? PG_STATS_DRAINING : PG_STATS_SERVING;
 	h->updated_unix_ns = unix_ns();
 	h->uptime_ns = to_ns(now - s->t_start);
 	h->reset_uptime_ns = s->t_reset > 0 ? to_ns(s->t_reset - s->t_start) : 0;
 	h->n_updates++;
-	s->seq += 2;
-	atomic_store_explicit(&h->seq, s->seq, memory_order_release);
+	seq_end(&h->seq, &s->pub.seq);
+	publish_clients(d);
 	s->dirty = 0;
 	s->seen_live = d->n_live;
 	s->seen_serial = d->next_serial;
@@ -506,24 +538,27 @@ void pgd_stats_reset(struct pgd *d)
 	s->t_published = d->now;
 }
 
-/* ---- the segment ---- */
+/* ---- the segments ---- */
 
 /*
- * The path: cfg->stats_path, else beside the client socket.  Returns 0,
- * 1 for "none" (no statistics), -1 with a message.
+ * The paths: cfg->stats_path, else beside the client socket, and the
+ * per-client table's beside it.  Returns 0, 1 for "none" (no
+ * statistics), -1 with a message.
  */
-static int stats_path(const struct pgd_config *cfg, char *out, size_t len,
-		      char *err, size_t err_len)
+static int stats_paths(const struct pgd_config *cfg, struct pgd_stats *s,
+		       char *err, size_t err_len)
 {
 	const char *p = cfg->stats_path;
+	size_t len = sizeof(s->pub.path);
 
 	if (p && !strcmp(p, "none"))
 		return 1;
-	if (p && (size_t)snprintf(out, len, "%s", p) < len)
-		return 0;
-	if (!p && !pg_stats_path_beside(cfg->socket_path, ".stats", out, len))
-		return 0;
-	snprintf(err, err_len, "--stats-path: the path is too long (at most %zu bytes)", len - 1);
+	if (p ? (size_t)snprintf(s->pub.path, len, "%s", p) < len
+	      : !pg_stats_path_beside(cfg->socket_path, ".stats", s->pub.path, len)) {
+		if (!pg_stats_clients_path(s->pub.path, s->cli.path, sizeof(s->cli.path)))
+			return 0;
+	}
+	snprintf(err, err_len, "--stats-path: the path is too long (give one under %zu bytes)", len - 9);
 	return -1;
 }
 
@@ -548,22 +583,47 @@ static int other_daemon(const char *path, pid_t *pid)
 	return live;
 }
 
+/* Give fd to gid (unless (gid_t)-1) with group_mode, else owner_mode. */
+static unsigned set_perms(int fd, gid_t gid, unsigned group_mode, unsigned owner_mode,
+			  const char *what)
+{
+	unsigned mode = owner_mode;
+
+	if (gid != (gid_t)-1 && !fchown(fd, (uid_t)-1, gid))
+		mode = group_mode;
+	if (fchmod(fd, mode))
+		pgd_log(PGD_LOG_WARN, "statistics: cannot set the mode of the %s: %s", what,
+			strerror(errno));
+	return mode;
+}
+
 /*
- * Readable by all (0644), or by the socket's group only (0640) when that
- * group exists and the file can be given to it.  Never writable but by
- * the daemon's user.
+ * The public figures: readable by all (0644), or by the socket's group
+ * only (0640) when that group exists and the file can be given to it.
  */
-static unsigned file_perms(const struct pgd_config *cfg, int fd)
+static unsigned public_perms(const struct pgd_config *cfg, int fd)
 {
 	const char *name = cfg->socket_group ? cfg->socket_group : PGD_DEFAULT_GROUP;
 	struct group *g = getgrnam(name);
-	unsigned mode = 0644;
 
-	if (g && !fchown(fd, (uid_t)-1, g->gr_gid))
-		mode = 0640;
-	if (fchmod(fd, mode))
-		pgd_log(PGD_LOG_WARN, "statistics: cannot set the mode of the file: %s", strerror(errno));
-	return mode;
+	return set_perms(fd, g ? g->gr_gid : (gid_t)-1, 0640, 0644, "statistics file");
+}
+
+/*
+ * The per-client table: for those the admin socket serves, root, the
+ * daemon's user and the admin group (0640 in it), else 0600.
+ */
+static unsigned clients_perms(const struct pgd *d, int fd)
+{
+	gid_t gid = (gid_t)-1;
+	char name[64], err[256];
+
+	if (d->admin)
+		gid = pgd_admin_gid(d->admin);
+	else if (pgd_admin_group_lookup(d->cfg->admin_group, &gid, name, sizeof(name),
+					err, sizeof(err)))
+		gid = (gid_t)-1;
+	return set_perms(fd, gid, 0640, 0600, "per-client table");
 }
 
 static void copy_str(char *dst, size_t len, const char *src)
@@ -582,7 +642,7 @@ static void write_static(const struct pgd *d, struct pgd_stats *s)
 	h->magic = PG_STATS_MAGIC;
 	h->version = PG_STATS_VERSION;
 	h->header_bytes = PG_STATS_HEADER_BYTES;
-	h->total_bytes = (uint32_t)s->seg_bytes;
+	h->total_bytes = (uint32_t)s->pub.bytes;
 	h->generation = d->generation;
 	h->pid = (int32_t)getpid();
 	h->state = PG_STATS_STARTING;
@@ -591,10 +651,8 @@ static void write_static(const struct pgd *d, struct pgd_stats *s)
 	h->interval_ms = (uint32_t)(s->interval_s * 1000 + 0.5);
 	h->n_devices = (uint32_t)s->n_devices;
 	h->dev_off = PG_STATS_HEADER_BYTES;
-	h->n_client_slots = (uint32_t)s->n_slots;
-	h->client_off = h->dev_off + h->n_devices * (uint32_t)sizeof(struct pg_stats_device);
 	h->n_hist = PG_STATS_N_HIST;
-	h->hist_off = h->client_off + h->n_client_slots * (uint32_t)sizeof(struct pg_stats_client);
+	h->hist_off = h->dev_off + h->n_devices * (uint32_t)sizeof(struct pg_stats_device);
 	h->n_buckets = PG_STATS_N_BUCKETS;
 	bucket_bounds(h->bucket_le_ns);
 	copy_str(h->model, sizeof(h->model), d->m->name);
@@ -618,49 +676,117 @@ static void write_static(const struct pgd *d, struct pgd_stats *s)
 	h->max_inflight = (uint32_t)cfg->max_inflight;
 	h->max_prompt = (uint32_t)d->max_prompt;
 	h->max_tokens = (uint32_t)d->max_tokens;
-	s->dev_tab = (struct pg_stats_device *)(s->seg + h->dev_off);
-	s->cli_tab = (struct pg_stats_client *)(s->seg + h->client_off);
-	s->hist_tab = (struct pg_stats_hist *)(s->seg + h->hist_off);
+	s->dev_tab = (struct pg_stats_device *)(s->pub.map + h->dev_off);
+	s->hist_tab = (struct pg_stats_hist *)(s->pub.map + h->hist_off);
 }
 
-/* Create path's file under a temporary name, map it, then rename it. */
-static int create_segment(const struct pgd *d, struct pgd_stats *s, char *err,
-			  size_t err_len)
+static void write_clients_static(const struct pgd *d, struct pgd_stats *s)
 {
-	char tmp[PATH_MAX + 32];
-	struct stat st;
-	unsigned mode;
+	struct pg_stats_clients_header *ch = s->ch;
 
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", s->path, (int)getpid());
+	ch->magic = PG_STATS_CLIENTS_MAGIC;
+	ch->version = PG_STATS_VERSION;
+	ch->header_bytes = (uint32_t)sizeof(*ch);
+	ch->total_bytes = (uint32_t)s->cli.bytes;
+	ch->generation = d->generation;
+	ch->pid = (int32_t)getpid();
+	ch->n_slots = (uint32_t)s->n_slots;
+	ch->slot_off = (uint32_t)sizeof(*ch);
+	s->cli_tab = (struct pg_stats_client *)(s->cli.map + ch->slot_off);
+}
+
+/*
+ * Create f's file under a temporary name (tmp), mode 0600 until the
+ * caller sets its own, sized and mapped.  Returns 0, or -1 with a message.
+ */
+static int seg_create(struct seg_file *f, char *tmp, size_t tmp_len, char *err,
+		      size_t err_len)
+{
+	snprintf(tmp, tmp_len, "%s.%d.tmp", f->path, (int)getpid());
 	unlink(tmp);
-	s->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (s->fd < 0) {
+	f->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (f->fd < 0) {
 		snprintf(err, err_len, "cannot create the statistics file %s: %s (choose another --stats-path, or none)",
 			 tmp, strerror(errno));
 		return -1;
 	}
-	if (ftruncate(s->fd, (off_t)s->seg_bytes))
+	if (ftruncate(f->fd, (off_t)f->bytes))
 		goto out_errno;
-	s->seg = mmap(NULL, s->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
-	if (s->seg == MAP_FAILED) {
-		s->seg = NULL;
+	f->map = mmap(NULL, f->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
 		goto out_errno;
 	}
-	s->h = (struct pg_stats_header *)s->seg;
-	write_static(d, s);
-	mode = file_perms(d->cfg, s->fd);
-	if (rename(tmp, s->path))
-		goto out_errno;
-	if (!fstat(s->fd, &st)) {
-		s->dev = st.st_dev;
-		s->ino = st.st_ino;
-	}
-	pgd_log(PGD_LOG_INFO, "statistics at %s (mode %04o, %zu bytes, published every %u ms while busy)",
-		s->path, mode, s->seg_bytes, s->h->interval_ms);
 	return 0;
 out_errno:
-	snprintf(err, err_len, "cannot set up the statistics file %s: %s", s->path, strerror(errno));
+	snprintf(err, err_len, "cannot set up the statistics file %s: %s", f->path, strerror(errno));
 	unlink(tmp);
+	return -1;
+}
+
+/* Put f's temporary file tmp in its place. */
+static int seg_install(struct seg_file *f, const char *tmp, char *err, size_t err_len)
+{
+	struct stat st;
+
+	if (rename(tmp, f->path)) {
+		snprintf(err, err_len, "cannot set up the statistics file %s: %s", f->path,
+			 strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	if (!fstat(f->fd, &st)) {
+		f->dev = st.st_dev;
+		f->ino = st.st_ino;
+	}
+	return 0;
+}
+
+/* Remove f's file when it is still the one we made. */
+static void seg_remove(const struct seg_file *f)
+{
+	struct stat st;
+
+	if (f->ino && !stat(f->path, &st) && st.st_dev == f->dev && st.st_ino == f->ino)
+		unlink(f->path);
+}
+
+static void seg_free(struct seg_file *f)
+{
+	if (f->map)
+		munmap(f->map, f->bytes);
+	if (f->fd >= 0)
+		close(f->fd);
+	f->map = NULL;
+	f->fd = -1;
+}
+
+/* Both files, the per-client table first: the public file announces a daemon. */
+static int create_segments(const struct pgd *d, struct pgd_stats *s, char *err,
+			   size_t err_len)
+{
+	char tmp[PATH_MAX + 32];
+	unsigned mode, cmode;
+
+	if (seg_create(&s->cli, tmp, sizeof(tmp), err, err_len))
+		return -1;
+	s->ch = (struct pg_stats_clients_header *)s->cli.map;
+	write_clients_static(d, s);
+	cmode = clients_perms(d, s->cli.fd);
+	if (seg_install(&s->cli, tmp, err, err_len))
+		return -1;
+	if (seg_create(&s->pub, tmp, sizeof(tmp), err, err_len))
+		goto out_remove;
+	s->h = (struct pg_stats_header *)s->pub.map;
+	write_static(d, s);
+	mode = public_perms(d->cfg, s->pub.fd);
+	if (seg_install(&s->pub, tmp, err, err_len))
+		goto out_remove;
+	pgd_log(PGD_LOG_INFO, "statistics at %s (mode %04o, %zu bytes, published every %u ms while busy); the per-client table at %s (mode %04o)",
+		s->pub.path, mode, s->pub.bytes, s->h->interval_ms, s->cli.path, cmode);
+	return 0;
+out_remove:
+	seg_remove(&s->cli);
 	return -1;
 }
 
@@ -671,16 +797,15 @@ static int alloc_acc(const struct pgd *d, struct pgd_stats *s)
 	s->clients = calloc((size_t)s->n_slots, sizeof(*s->clients));
 	s->dev_base = calloc((size_t)s->n_devices, sizeof(*s->dev_base));
 	s->dev_now = calloc((size_t)s->n_devices, sizeof(*s->dev_now));
-	s->seg_bytes = (size_t)pg_stats_bytes((uint32_t)s->n_devices, (uint32_t)s->n_slots);
+	s->pub.bytes = (size_t)pg_stats_bytes((uint32_t)s->n_devices);
+	s->cli.bytes = (size_t)pg_stats_clients_bytes((uint32_t)s->n_slots);
 	return s->clients && s->dev_base && s->dev_now ? 0 : -1;
 }
 
 static void stats_free(struct pgd_stats *s)
 {
-	if (s->seg)
-		munmap(s->seg, s->seg_bytes);
-	if (s->fd >= 0)
-		close(s->fd);
+	seg_free(&s->pub);
+	seg_free(&s->cli);
 	free(s->clients);
 	free(s->dev_base);
 	free(s->dev_now);
@@ -707,15 +832,15 @@ int pgd_stats_open(struct pgd *d, char *err, size_t err_len)
 		snprintf(err, err_len, "out of memory for the statistics");
 		return -1;
 	}
-	s->fd = -1;
-	rc = stats_path(d->cfg, s->path, sizeof(s->path), err, err_len);
+	s->pub.fd = s->cli.fd = -1;
+	rc = stats_paths(d->cfg, s, err, err_len);
 	if (rc) {
 		free(s);
 		return rc < 0 ? -1 : 0;
 	}
-	if (other_daemon(s->path, &other)) {
+	if (other_daemon(s->pub.path, &other)) {
 		snprintf(err, err_len, "another pagodad (pid %d) publishes its statistics at %s: stop it, or choose another --stats-path",
-			 (int)other, s->path);
+			 (int)other, s->pub.path);
 		goto out_free;
 	}
 	if (alloc_acc(d, s)) {
@@ -723,8 +848,8 @@ int pgd_stats_open(struct pgd *d, char *err, size_t err_len)
 		goto out_free;
 	}
 	start_clock(d, s);
-	pgd_make_parent_dir(s->path);
-	if (create_segment(d, s, err, err_len))
+	pgd_make_parent_dir(s->pub.path);
+	if (create_segments(d, s, err, err_len))
 		goto out_free;
 	pg_engine_stats(d->engine, &s->base);
 	for (int i = 0; i < s->n_devices; i++)
@@ -739,23 +864,21 @@ out_free:
 
 const char *pgd_stats_path(const struct pgd_stats *s)
 {
-	return s ? s->path : NULL;
+	return s ? s->pub.path : NULL;
 }
 
 void pgd_stats_close(struct pgd *d)
 {
 	struct pgd_stats *s = d->stats;
-	struct stat st;
 
 	if (!s)
 		return;
-	atomic_store_explicit(&s->h->seq, s->seq + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
+	seq_begin(&s->h->seq, s->pub.seq);
 	s->h->state = PG_STATS_STOPPED;
 	s->h->updated_unix_ns = unix_ns();
-	atomic_store_explicit(&s->h->seq, s->seq + 2, memory_order_release);
-	if (s->ino && !stat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino)
-		unlink(s->path);
+	seq_end(&s->h->seq, &s->pub.seq);
+	seg_remove(&s->pub);
+	seg_remove(&s->cli);
 	stats_free(s);
 	d->stats = NULL;
 }

@@ -129,9 +129,17 @@ struct pagoda_message {
 	const char *content;	/* UTF-8, NUL-terminated */
 };
 
+/* pagoda_request.seed: no seed; the daemon draws a fresh one per request
+   and reports it in the figures (pagoda_figures.seed). */
+#define PAGODA_SEED_RANDOM UINT64_MAX
+
 /*
  * A generation request.  Fill it with pagoda_request_init() and then set
- * the fields wanted.  The prompt is exactly one of: prompt (text; special
+ * the fields wanted.  The defaults are the `pagoda` command's (and
+ * pagodad --prompt's): sampling at temperature 0.8 with top-k 40, top-p
+ * 0.95 and min-p 0.05, a fresh seed for every request, at most 128
+ * tokens; set temperature to 0 for greedy decoding, and a seed to
+ * reproduce a sampled text.  The prompt is exactly one of: prompt (text; special
  * tokens such as <|im_start|> are recognised and the model's BOS is
  * added), tokens (ids, taken as they are) or messages (a chat, rendered
  * by the daemon with the model's chat template, ending with the
@@ -145,15 +153,16 @@ struct pagoda_request {
 	const struct pagoda_message *messages;
 	size_t n_messages;
 
-	float temperature;	/* <= 0: greedy (default 0) */
-	int top_k;		/* <= 0: off (default) */
-	float top_p;		/* >= 1: off (default 1) */
-	float min_p;		/* <= 0: off (default 0) */
+	float temperature;	/* <= 0: greedy (default 0.8) */
+	int top_k;		/* <= 0: off (default 40) */
+	float top_p;		/* >= 1: off (default 0.95) */
+	float min_p;		/* <= 0: off (default 0.05) */
 	float repeat_penalty;	/* 1: off (default) */
 	int repeat_last_n;	/* tokens looked back; -1 all (default 64) */
 	float presence_penalty;	/* 0: off (default) */
 	float frequency_penalty;/* 0: off (default) */
-	uint64_t seed;		/* sample i uses seed + i (default 0) */
+	uint64_t seed;		/* sample i uses seed + i (default
+				   PAGODA_SEED_RANDOM: a fresh one) */
 	int n_logprobs;		/* top log-probabilities per token, 0..20 */
 
 	int max_tokens;		/* tokens to generate at most (default 128;
@@ -166,7 +175,12 @@ struct pagoda_request {
 	int n;			/* samples of the one prompt, 1..16 (default 1) */
 	uint64_t id;		/* 1 .. 2^63 - 1, unique among the handle's
 				   requests in flight; 0: the library picks */
-	uint64_t reserved[4];	/* zero: room to grow without a new size */
+	/* messages: 1 lets control tokens written inside a message's
+	   content (<|im_start|>, ...) act as such; 0 (default) reads content
+	   as text, so that only the chat template's own markers are special */
+	int content_special;
+	int reserved_int;	/* zero */
+	uint64_t reserved[3];	/* zero: room to grow without a new size */
 };
 
 /* pagoda_request_init - zero req and set the defaults above. */
@@ -193,6 +207,11 @@ struct pagoda_figures {
 	unsigned n_cached;	/* of which the prefix cache supplied */
 	unsigned n_gen;		/* tokens generated */
 	unsigned n_preempt;	/* times preempted for memory */
+	uint64_t seed;		/* the request's seed, the one given or the
+				   one the daemon drew: sample i drew with
+				   seed + i, and a request with this seed
+				   (and the same prompt and settings) draws
+				   the same text */
 };
 
 struct pagoda_logprob {
@@ -212,6 +231,9 @@ struct pagoda_sample {
 	size_t *logprobs_at;	/* n_ids + 1 offsets */
 	enum pagoda_finish finish;
 	struct pagoda_figures figures;
+	/* with n_logprobs: token i's own log-probability (of the same
+	   distribution as the top ones); else NULL */
+	float *token_logprobs;	/* n_ids */
 };
 
 /* What pagoda_generate() returns: the request's n samples. */
@@ -265,14 +287,15 @@ struct pagoda_event {
 	uint64_t id;			/* the request */
 	unsigned sample;		/* 0 .. n - 1 */
 	int last;
-	const int32_t *ids;		/* TOKENS */
+	const int32_t *ids;		/* TOKENS; LOGPROBS: ids[0], the token */
 	size_t n_ids;
 	const char *text;		/* TOKENS: the text (may be empty, and
 					   may end inside a character that the
 					   next event completes); ERROR: the
 					   daemon's message.  NUL-terminated. */
 	size_t text_len;
-	const struct pagoda_logprob *logprobs;	/* LOGPROBS */
+	const struct pagoda_logprob *logprobs;	/* LOGPROBS: the top n_logprobs,
+						   best first */
 	size_t n_logprobs;
 	enum pagoda_finish finish;	/* DONE */
 	struct pagoda_figures figures;	/* DONE */
@@ -285,6 +308,10 @@ struct pagoda_event {
 	 * for other events.
 	 */
 	uint64_t emitted_ns;
+	/* LOGPROBS: the token's own log-probability (after penalties, at
+	   temperature 1: what the model gave it, whether or not it is among
+	   the top n_logprobs) */
+	float logprob;
 };
 
 /*

@@ -39,6 +39,12 @@ enum pg_admin_cmd {
 	PG_ADMIN_LOGLEVEL = 6,	/* text: error, warn, info or debug */
 	PG_ADMIN_STATS_RESET = 7,	/* zero the counters and histograms */
 	PG_ADMIN_HEALTH = 8,	/* status 0: healthy; else why not */
+	PG_ADMIN_FAULT = 9,	/* tests only: arg N >= 1 makes the Nth
+				   allocation from now fail; arg 0 disarms.
+				   Answers "fired: yes|no; seen: M" (of the
+				   previous arming).  EPERM unless pagodad was
+				   started with PAGODA_FAULT_INJECTION=1
+				   (daemon/engine/fault.h) */
 	PG_ADMIN_CMD_MAX
 };
 

@@ -33,8 +33,12 @@
 
 #define PG_PROTO_MAGIC 0x41444f47u	/* "GODA" */
 /* 2: completions carry t_ns (the time a token was emitted) and 16 bytes
-   of inline text, not 24 */
-#define PG_PROTO_VERSION 2u
+   of inline text, not 24.  3: PG_GEN_SEED_RANDOM; PG_GEN_CONTENT_SPECIAL (chat content is
+   text without it); DONE's figures carry
+   the seed (struct pg_done_wire is 48 bytes); a LOGPROBS payload starts
+   with the sampled token's own entry; the segment header carries the
+   daemon's last word (bye) */
+#define PG_PROTO_VERSION 3u
 
 #define PG_SLOT_BYTES 64
 #define PG_CACHE_LINE 64
@@ -117,6 +121,23 @@ struct pg_ring_ctl {
 };
 static_assert(sizeof(struct pg_ring_ctl) == 4 * PG_CACHE_LINE, "pg_ring_ctl");
 
+/*
+ * The connection's last word, in the segment's header: why the daemon let
+ * this client go.  The daemon writes it once, just before it sets
+ * header.closed (release), so a client that has seen closed (acquire)
+ * reads it whole.  It needs no room in the completion ring, which is how
+ * it reaches a client dropped for leaving that ring full.  (When the ring
+ * has room the same words also come as an ERROR completion of req_id 0.)
+ * code 0: no reason given (the client hung up, or its process exited).
+ */
+struct pg_goodbye_wire {
+	int32_t code;		/* enum pg_error */
+	uint32_t reserved;
+	char message[248];	/* NUL-terminated; says what to do (the
+				   client checks the NUL) */
+};
+static_assert(sizeof(struct pg_goodbye_wire) == 256, "pg_goodbye_wire");
+
 struct pg_seg_header {
 	uint32_t magic;		/* PG_PROTO_MAGIC */
 	uint32_t version;	/* PG_PROTO_VERSION */
@@ -132,7 +153,8 @@ struct pg_seg_header {
 	uint32_t sq_arena_off;
 	uint32_t cq_arena_off;
 	/* written by the daemon: 1 once it has stopped serving this client
-	   (shutdown, disconnect); the client then sees PG_ESHUTDOWN */
+	   (shutdown, disconnect), stored with release order after bye; the
+	   client then fails with bye.code (PG_ESHUTDOWN when it is 0) */
 	_Atomic uint32_t closed;
 	uint32_t max_inflight;	/* the daemon's limits for this client */
 	uint32_t max_prompt;	/* tokens */
@@ -143,10 +165,13 @@ struct pg_seg_header {
 	char model[128];	/* the model's name */
 	_Alignas(PG_CACHE_LINE) struct pg_ring_ctl sq;	/* client → daemon */
 	_Alignas(PG_CACHE_LINE) struct pg_ring_ctl cq;	/* daemon → client */
-	uint8_t reserved[PG_SEG_HEADER_BYTES - 256 - 2 * sizeof(struct pg_ring_ctl)];
+	struct pg_goodbye_wire bye;	/* why the daemon let the client go */
+	uint8_t reserved[PG_SEG_HEADER_BYTES - 256 - 2 * sizeof(struct pg_ring_ctl)
+			 - sizeof(struct pg_goodbye_wire)];
 };
 static_assert(sizeof(struct pg_seg_header) == PG_SEG_HEADER_BYTES,
 	      "pg_seg_header");
+static_assert(offsetof(struct pg_seg_header, bye) == 768, "pg_seg_header.bye");
 
 /* ---- submissions: client → daemon ---- */
 
@@ -194,7 +219,9 @@ enum pg_prompt_kind {
 	PG_PROMPT_TOKENS = 1,	/* int32_t ids */
 	PG_PROMPT_CHAT = 2,	/* messages rendered with the model's chat
 				   template and the assistant prompt:
-				   repeated struct pg_chat_msg_wire + text */
+				   repeated struct pg_chat_msg_wire + text;
+				   the template's markers are special, the
+				   messages text (see PG_GEN_CONTENT_SPECIAL) */
 };
 
 /* One chat message in a PG_PROMPT_CHAT prompt: role, then len bytes of
@@ -208,6 +235,12 @@ static_assert(sizeof(struct pg_chat_msg_wire) == 8, "pg_chat_msg_wire");
 
 #define PG_GEN_IGNORE_EOS 1u	/* keep going past end-of-generation */
 #define PG_GEN_TEXT 2u		/* send text with the token ids */
+#define PG_GEN_SEED_RANDOM 4u	/* ignore seed: the daemon draws a fresh
+				   one (and reports it in DONE) */
+#define PG_GEN_CONTENT_SPECIAL 8u	/* PG_PROMPT_CHAT: control tokens written
+				   in the messages (<|im_start|> ...) count
+				   as such; without it a message is text and
+				   only the template's markers are special */
 
 /*
  * A GENERATE payload: this struct, then prompt_bytes of prompt (text,
@@ -232,7 +265,8 @@ struct pg_gen_wire {
 	int32_t repeat_last_n;	/* -1: all */
 	float presence_penalty;
 	float frequency_penalty;
-	uint64_t seed;
+	uint64_t seed;		/* sample i uses seed + i; unless
+				   PG_GEN_SEED_RANDOM */
 	uint32_t n_logprobs;	/* top log-probabilities per token, 0 .. 20
 				   (see PG_CQE_LOGPROBS) */
 	uint32_t reserved[5];
@@ -250,7 +284,8 @@ enum pg_cqe_type {
 				   without it (a CANCEL that found nothing,
 				   a duplicate req_id) the request named is
 				   unaffected.  req_id 0: the connection is
-				   over (then header.closed is 1) */
+				   over (then header.closed is 1 and
+				   header.bye says the same) */
 	PG_CQE_PONG = 4,	/* arg echoed */
 	PG_CQE_TOKENS_RESULT = 5,	/* TOKENIZE: payload int32_t ids */
 	PG_CQE_TEXT_RESULT = 6,	/* DETOKENIZE: payload UTF-8 */
@@ -258,9 +293,11 @@ enum pg_cqe_type {
 	PG_CQE_LOGPROBS = 8,	/* right after the TOKENS entry of one token
 				   (n_ids 1), when the request asked for
 				   n_logprobs: payload struct pg_logprob_wire
-				   × n_logprobs, the top tokens best first
-				   (after penalties, before truncation and
-				   temperature); ids[0] is the token */
+				   × (1 + n_logprobs): first the sampled
+				   token's own, then the top tokens best
+				   first, all of the distribution after
+				   penalties, before truncation and
+				   temperature; ids[0] is the token */
 };
 
 enum pg_finish_wire {
@@ -317,8 +354,11 @@ struct pg_done_wire {
 	uint32_t n_cached;	/* of which the prefix cache supplied */
 	uint32_t n_gen;		/* generated tokens */
 	uint32_t n_preempt;	/* times preempted */
+	uint64_t seed;		/* the request's seed, given or drawn
+				   (PG_GEN_SEED_RANDOM); sample i drew with
+				   seed + i */
 };
-static_assert(sizeof(struct pg_done_wire) == 40, "pg_done_wire");
+static_assert(sizeof(struct pg_done_wire) == 48, "pg_done_wire");
 
 struct pg_logprob_wire {
 	int32_t id;

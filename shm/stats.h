@@ -1,32 +1,49 @@
 /*
- * stats.h - the layout of pagodad's statistics segment: the one definition
- * that the daemon (daemon/stats.c, the writer) and pagodactl (the readers)
- * share.  Not an API for requests: nothing here is sent over a socket.
+ * stats.h - the layout of pagodad's statistics segments: the one
+ * definition that the daemon (daemon/stats.c, the writer) and pagodactl
+ * (the readers) share.  Not an API for requests: nothing here is sent
+ * over a socket.
  *
- * The segment is a file in the runtime directory (tmpfs), by default
- * beside the client socket (/run/pagoda/pagodad.stats), created by the
- * daemon with mode 0644 (0640 and the socket's group when that group
- * exists).  The daemon maps it shared and writes it; readers open it
- * O_RDONLY and map it PROT_READ, so no reader can change what another
- * sees, and nothing a reader does can make the daemon wait.
+ * Two files in the runtime directory (tmpfs), by default beside the
+ * client socket:
+ *
+ *   the public figures (/run/pagoda/pagodad.stats), mode 0644 (0640 and
+ *   the socket's group when that group exists): who may use the daemon
+ *   may see how busy it is.
  *
  *     [struct pg_stats_header]    4096 bytes: identity, static facts about
  *                                 the model and plan, counters and gauges
  *     [struct pg_stats_device]    × n_devices, at dev_off
- *     [struct pg_stats_client]    × n_client_slots, at client_off
  *     [struct pg_stats_hist]      × PG_STATS_N_HIST, at hist_off
  *
- * Consistency: one sequence counter (a seqlock) covers the whole segment.
+ *   the per-client table (/run/pagoda/pagodad.clients, the public file's
+ *   name with .clients for .stats: pg_stats_clients_path), mode 0640 in
+ *   the admin group, else 0600: who runs what (pid, uid, command name)
+ *   is for root, the daemon's user and the admin group only, the same
+ *   people the admin socket serves.
+ *
+ *     [struct pg_stats_clients_header]   128 bytes
+ *     [struct pg_stats_client]           × n_slots, at slot_off
+ *
+ * The daemon maps both shared and writes them; readers open them
+ * O_RDONLY and map them PROT_READ, so no reader can change what another
+ * sees, and nothing a reader does can make the daemon wait.
+ *
+ * Consistency: one sequence counter (a seqlock) covers each segment.
  * The writer makes it odd, writes, and makes it even again; it never
  * waits.  A reader loads it (acquire), retries while it is odd, copies
  * the segment, fences (acquire), and retries when the counter moved.  The
  * daemon publishes at most every interval_ms while busy, and once more
- * before its loop sleeps, so an idle daemon's figures are final.
+ * before its loop sleeps, so an idle daemon's figures are final.  The two
+ * files are published one after the other, each whole; a reader matches
+ * them by generation.
  *
  * Counters only grow, except through an administrator's `pagodactl stats
  * reset` (reset_uptime_ns then says when); gauges are the state at the
  * last publication.  Times are nanoseconds in integers, so that no field
- * needs floating point to be exact.
+ * needs floating point to be exact.  Strings are as their source gave
+ * them (a client's command name is its own choice): show them through
+ * shm/escape.h.
  */
 #ifndef PAGODA_SHM_STATS_H
 #define PAGODA_SHM_STATS_H
@@ -39,7 +56,8 @@
 #include <sys/types.h>
 
 #define PG_STATS_MAGIC 0x54534750u	/* "PGST" */
-#define PG_STATS_VERSION 1u
+#define PG_STATS_VERSION 2u
+#define PG_STATS_CLIENTS_MAGIC 0x43534750u	/* "PGSC" */
 
 #define PG_STATS_HEADER_BYTES 4096
 
@@ -128,8 +146,7 @@ struct pg_stats_header {
 	/* where the arrays lie (offsets from the segment's start) */
 	uint32_t n_devices;
 	uint32_t dev_off;
-	uint32_t n_client_slots;	/* = --max-clients */
-	uint32_t client_off;
+	uint32_t reserved1, reserved2;
 	uint32_t n_hist;		/* PG_STATS_N_HIST */
 	uint32_t hist_off;
 	uint32_t n_buckets;		/* PG_STATS_N_BUCKETS */
@@ -176,12 +193,34 @@ struct pg_stats_device {
 };
 static_assert(sizeof(struct pg_stats_device) == 128, "pg_stats_device");
 
+/*
+ * The per-client table's header.  generation and pid are the public
+ * segment's, so a reader tells a table of the same daemon from a stale
+ * one.
+ */
+struct pg_stats_clients_header {
+	uint32_t magic;			/* PG_STATS_CLIENTS_MAGIC */
+	uint32_t version;		/* PG_STATS_VERSION */
+	uint32_t header_bytes;		/* sizeof(struct pg_stats_clients_header) */
+	uint32_t total_bytes;		/* the whole segment (= the file) */
+	_Atomic uint64_t seq;		/* the seqlock: odd while writing */
+	uint64_t generation;		/* as in pg_stats_header */
+	int32_t pid;			/* the daemon's */
+	uint32_t n_slots;		/* = --max-clients */
+	uint32_t slot_off;		/* where the slots lie */
+	uint32_t reserved0;
+	uint64_t reserved[10];
+};
+static_assert(sizeof(struct pg_stats_clients_header) == 128, "pg_stats_clients_header");
+
 /* One connected client (id 0: the slot is empty). */
 struct pg_stats_client {
 	uint32_t id;			/* the daemon's client id */
 	int32_t pid;
 	uint32_t uid, gid;
-	char comm[16];			/* its /proc/PID/comm at connection */
+	char comm[16];			/* its /proc/PID/comm at connection, as
+					   the client set it (any bytes; NUL-
+					   terminated unless 16 long) */
 	int64_t connected_unix_ns;
 	uint64_t inflight;		/* gauge: GENERATE requests in flight */
 	uint64_t requests;		/* accepted since it connected */
@@ -200,13 +239,19 @@ struct pg_stats_hist {
 };
 static_assert(sizeof(struct pg_stats_hist) == 256, "pg_stats_hist");
 
-/* The bytes a segment of these counts takes (every array 64-aligned). */
-static inline uint64_t pg_stats_bytes(uint32_t n_devices, uint32_t n_client_slots)
+/* The bytes the public segment takes (every array 64-aligned). */
+static inline uint64_t pg_stats_bytes(uint32_t n_devices)
 {
 	return PG_STATS_HEADER_BYTES +
 	       (uint64_t)n_devices * sizeof(struct pg_stats_device) +
-	       (uint64_t)n_client_slots * sizeof(struct pg_stats_client) +
 	       (uint64_t)PG_STATS_N_HIST * sizeof(struct pg_stats_hist);
+}
+
+/* The bytes the per-client table of n_slots slots takes. */
+static inline uint64_t pg_stats_clients_bytes(uint32_t n_slots)
+{
+	return sizeof(struct pg_stats_clients_header) +
+	       (uint64_t)n_slots * sizeof(struct pg_stats_client);
 }
 
 /*
@@ -225,6 +270,22 @@ static inline int pg_stats_path_beside(const char *socket, const char *suffix,
 	if (n >= 5 && !strcmp(socket + n - 5, ".sock"))
 		n -= 5;
 	w = snprintf(out, out_len, "%.*s%s", (int)n, socket, suffix);
+	return w < 0 || (size_t)w >= out_len ? -1 : 0;
+}
+
+/*
+ * pg_stats_clients_path - the per-client table's path for the public
+ * segment at stats_path: its name with ".clients" for a final ".stats",
+ * else with ".clients" added.  Returns 0, or -1 when out is too small.
+ */
+static inline int pg_stats_clients_path(const char *stats_path, char *out, size_t out_len)
+{
+	size_t n = strlen(stats_path);
+	int w;
+
+	if (n >= 6 && !strcmp(stats_path + n - 6, ".stats"))
+		n -= 6;
+	w = snprintf(out, out_len, "%.*s.clients", (int)n, stats_path);
 	return w < 0 || (size_t)w >= out_len ? -1 : 0;
 }
 

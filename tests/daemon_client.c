@@ -17,10 +17,17 @@
  *                                            a child keeps its socket
  *   daemon_client SOCK bigprompt [--kind K]  pings stay quick while a prompt
  *                                            of ~1 MiB is tokenized
+ *   daemon_client SOCK tokflood [--clients N] a short prompt's first token
+ *                                            beside N clients' 1 MiB TOKENIZEs
  *   daemon_client SOCK version               another protocol version
+ *   daemon_client SOCK hellofields           hello.flags, hello.reserved not 0
  *   daemon_client SOCK refused               (root) a uid the rules refuse
+ *   daemon_client SOCK loris [--uid U | --refused]  handshakes beside silent
+ *                                            connections (of a refused uid)
  *   daemon_client SOCK limits                against a daemon with small limits
  *   daemon_client SOCK restart-wait          outlive a daemon restart
+ *   daemon_client SOCK unread                (--cq-slots 8) pings and split
+ *                                            UTF-8 text into full rings
  *
  * Exit status: 0 pass, 1 fail, 2 usage, 77 skip.  It is not a library:
  * everything dies on the first unexpected system error.
@@ -188,8 +195,9 @@ static int conn_open(struct conn *c, uint32_t version)
 	c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&addr, sizeof(addr)))
 		goto out_close;
-	if (write(c->sock, &h, sizeof(h)) != (ssize_t)sizeof(h) ||
-	    recv_welcome(c->sock, &c->w, fds, &n_fds))
+	/* a refusal may come before the hello went: read it all the same */
+	if ((send(c->sock, &h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h) &&
+	     errno != EPIPE) || recv_welcome(c->sock, &c->w, fds, &n_fds))
 		goto out_close;
 	if (c->w.status) {
 		for (int i = 0; i < n_fds; i++)
@@ -991,6 +999,195 @@ static int cmd_bigprompt(int argc, char **argv)
 	return 0;
 }
 
+/* ---- a short prompt's first token beside a flood of TOKENIZE ---- */
+
+/* Victim rounds alone (before and after) and under the flood: medians. */
+#define FLOOD_ROUNDS 9
+
+/*
+ * The slack on top of twice the time alone: on a small shared host the
+ * forward pass's threads wait for a core now and then (before the
+ * workers served clients in turn, the victim waited some 10 s).
+ */
+#define FLOOD_SLACK_MS 50.0
+
+/* Private memory (MiB) the daemon may gain while it is flooded. */
+#define FLOOD_MAX_GROWTH_MIB 160
+
+struct flooder {
+	pthread_t thread;
+	struct conn c;
+	const char *text;
+	uint32_t len;
+	atomic_int *stop;
+	int n_results, n_errors;
+};
+
+/* Keep TOKENIZE requests of len bytes queued, reading their results. */
+static void *flooder_run(void *arg)
+{
+	struct flooder *f = arg;
+	struct reply r;
+	uint64_t id = 1;
+	int inflight = 0;
+
+	while (!atomic_load(f->stop) && !f->c.lost) {
+		while (inflight < 8 &&
+		       !queue_sqe(&f->c, PG_OP_TOKENIZE, id, 0, f->text, f->len, 0)) {
+			id++;
+			inflight++;
+		}
+		publish(&f->c);
+		while (next_reply(&f->c, &r, inflight ? 20 : 1, 0) > 0) {
+			inflight--;
+			if (r.cqe.type == PG_CQE_TOKENS_RESULT)
+				f->n_results++;
+			else
+				f->n_errors++;
+		}
+	}
+	return NULL;
+}
+
+/* Seconds from submitting a 5-token text GENERATE to its first token. */
+static double victim_ttft(struct conn *c, uint64_t req_id)
+{
+	static uint8_t buf[4096];
+	struct gen g;
+	struct reply r;
+	double t0, t = -1;
+	int last = 0;
+
+	gen_default(&g);
+	g.kind = PG_PROMPT_TEXT;
+	g.text = "hello there, world";
+	g.max_tokens = 2;
+	g.flags = PG_GEN_IGNORE_EOS;
+	t0 = now_s();
+	if (submit(c, PG_OP_GENERATE, req_id, 0, buf, gen_payload(&g, buf), 0, NULL, NULL))
+		die("the victim cannot submit");
+	while (!last && next_reply(c, &r, 30000, 0) > 0) {
+		if (r.cqe.req_id != req_id)
+			continue;
+		if (r.cqe.type == PG_CQE_TOKENS && t < 0)
+			t = now_s() - t0;
+		last = r.cqe.type == PG_CQE_ERROR || (r.cqe.flags & PG_CQE_F_LAST);
+	}
+	if (t < 0)
+		die("the victim's request got no token");
+	return t;
+}
+
+static double median(double *t, int n)
+{
+	qsort(t, (size_t)n, sizeof(*t), cmp_double);
+	return t[n / 2];
+}
+
+/* The daemon's private resident memory in MiB (RssAnon), or -1. */
+static long daemon_anon_mib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssAnon: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib < 0 ? -1 : kib / 1024;
+}
+
+/*
+ * A victim's short text prompt (which the daemon tokenizes on its
+ * workers too) while --clients N (24) connections each keep TOKENIZE
+ * requests of nearly --max-payload (1 MiB) queued: the median time to its
+ * first token must stay within twice its median alone (measured before
+ * and after the flood, the slower taken) plus FLOOD_SLACK_MS; the daemon's private memory must not grow by more
+ * than FLOOD_MAX_GROWTH_MIB (not checked under the sanitizers, whose
+ * quarantine holds freed memory).
+ */
+static int cmd_tokflood(int argc, char **argv)
+{
+	int n = argc >= 2 && !strcmp(argv[0], "--clients") ? atoi(argv[1]) : 24;
+	struct flooder *fs = calloc((size_t)(n > 0 ? n : 1), sizeof(*fs));
+	double alone[FLOOD_ROUNDS], flood[FLOOD_ROUNDS], m_alone, m_after, m_flood, limit;
+	long base_mib, peak_mib = 0;
+	atomic_int stop = 0;
+	struct ucred cr;
+	socklen_t cr_len = sizeof(cr);
+	struct conn v;
+	char *text;
+	uint32_t len;
+	int results = 0, errors = 0;
+
+	if (!fs || n < 1)
+		die("tokflood --clients N (N >= 1)");
+	conn_must_open(&v);
+	if (getsockopt(v.sock, SOL_SOCKET, SO_PEERCRED, &cr, &cr_len))
+		die("SO_PEERCRED: %s", strerror(errno));
+	len = v.hdr->max_payload - 64;
+	text = malloc((size_t)len + 1);
+	if (!text)
+		die("out of memory");
+	big_text(text, len);
+	for (int i = 0; i < 3; i++)
+		victim_ttft(&v, 100 + (uint64_t)i);	/* warm up */
+	for (int i = 0; i < FLOOD_ROUNDS; i++)
+		alone[i] = victim_ttft(&v, 200 + (uint64_t)i);
+	m_alone = median(alone, FLOOD_ROUNDS) * 1e3;
+	base_mib = daemon_anon_mib(cr.pid);
+	for (int i = 0; i < n; i++) {
+		fs[i].text = text;
+		fs[i].len = len;
+		fs[i].stop = &stop;
+		conn_must_open(&fs[i].c);
+		if (pthread_create(&fs[i].thread, NULL, flooder_run, &fs[i]))
+			die("pthread_create");
+	}
+	usleep(500 * 1000);	/* every flooder has its requests queued */
+	for (int i = 0; i < FLOOD_ROUNDS; i++) {
+		long mib = daemon_anon_mib(cr.pid);
+
+		peak_mib = mib > peak_mib ? mib : peak_mib;
+		flood[i] = victim_ttft(&v, 300 + (uint64_t)i);
+		usleep(50 * 1000);
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < n; i++) {
+		pthread_join(fs[i].thread, NULL);
+		results += fs[i].n_results;
+		errors += fs[i].n_errors;
+		conn_close(&fs[i].c);
+	}
+	usleep(500 * 1000);	/* the last long job ends */
+	for (int i = 0; i < FLOOD_ROUNDS; i++)
+		alone[i] = victim_ttft(&v, 400 + (uint64_t)i);
+	/* the host's load may change meanwhile: the slower of before and after */
+	m_after = median(alone, FLOOD_ROUNDS) * 1e3;
+	m_alone = m_after > m_alone ? m_after : m_alone;
+	m_flood = median(flood, FLOOD_ROUNDS) * 1e3;
+	limit = 2 * m_alone + FLOOD_SLACK_MS;
+	printf("tokflood: first token alone %.2f ms, beside %d clients flooding %u-byte TOKENIZE %.2f ms (limit %.1f ms); %d results, %d errors; daemon private memory %ld MiB, at most %ld MiB while flooded\n",
+	       m_alone, n, len, m_flood, limit, results, errors, base_mib, peak_mib);
+	CHECK(m_flood <= limit, "the victim's first token took %.1f ms beside the flood, %.1f ms alone",
+	      m_flood, m_alone);
+	CHECK(!errors, "%d flood requests got errors", errors);
+#if !defined(__SANITIZE_ADDRESS__)
+	CHECK(base_mib < 0 || peak_mib - base_mib <= FLOOD_MAX_GROWTH_MIB,
+	      "the daemon's private memory grew from %ld to %ld MiB under the flood",
+	      base_mib, peak_mib);
+#endif
+	free(text);
+	free(fs);
+	conn_close(&v);
+	return 0;
+}
+
 /* ---- stress: many clients, many requests, checked against one alone ---- */
 
 #define N_VARIANTS 12
@@ -1710,6 +1907,44 @@ static int cmd_version(void)
 	return 0;
 }
 
+/* The status of the welcome to a hello with these flags and reserved field. */
+static uint32_t hello_with(uint32_t flags, uint32_t reserved, struct pg_welcome *w)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct pg_hello h = { .magic = PG_PROTO_MAGIC, .version = PG_PROTO_VERSION,
+			      .flags = flags, .reserved = reserved };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), fds[4], n_fds = 0;
+
+	memset(w, 0, sizeof(*w));
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock_path);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) ||
+	    send(fd, &h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h) ||
+	    recv_welcome(fd, w, fds, &n_fds))
+		die("cannot shake hands with %s", sock_path);
+	for (int i = 0; i < n_fds; i++)
+		close(fds[i]);
+	close(fd);
+	return w->status;
+}
+
+/* hello.flags and hello.reserved must be 0: refused, saying what to do. */
+static int cmd_hellofields(void)
+{
+	struct pg_welcome w;
+	uint32_t st;
+
+	st = hello_with(1, 0, &w);
+	CHECK(st == PG_EVERSION && strstr(w.message, "flags 0x1") && strstr(w.message, "libpagoda"),
+	      "hello.flags 1 got status %u: %s", st, w.message);
+	printf("hellofields: %s\n", w.message);
+	st = hello_with(0, 7, &w);
+	CHECK(st == PG_EPROTO && strstr(w.message, "reserved") && strstr(w.message, "libpagoda"),
+	      "hello.reserved 7 got status %u: %s", st, w.message);
+	printf("hellofields: %s\n", w.message);
+	CHECK(hello_with(0, 0, &w) == PG_OK, "a plain hello was refused: %s", w.message);
+	return 0;
+}
+
 static int cmd_refused(void)
 {
 	int status, fds[2];
@@ -1745,6 +1980,162 @@ static int cmd_refused(void)
 	CHECK(strstr(msg, "uid 65534") && strstr(msg, "--allow-users"),
 	      "the refusal does not name the uid and the option: %s", msg);
 	printf("refused: %s\n", msg);
+	return 0;
+}
+
+/* ---- slow loris: silent connections beside a new client ---- */
+
+/* Silent connections opened; the longest a handshake beside them may take. */
+#define LORIS_CONNECTIONS 100
+#define LORIS_MAX_MS 500.0
+
+/* Up to n connections that send nothing (fds in fds); how many connected. */
+static int silent_open(int *fds, int n)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int k = 0;
+
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock_path);
+	for (int i = 0; i < n; i++) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+		if (fd < 0)
+			die("socket: %s", strerror(errno));
+		if (connect(fd, (struct sockaddr *)&addr, sizeof(addr))) {
+			close(fd);	/* the listen backlog is full */
+			continue;
+		}
+		fds[k++] = fd;
+	}
+	return k;
+}
+
+/* Milliseconds a whole handshake takes (as uid when not -1); < 0: failed. */
+static double timed_handshake(int uid)
+{
+	int fds[2], status;
+	double t0 = now_s(), ms = -1;
+	pid_t pid;
+
+	if (uid < 0) {
+		struct conn c;
+		int rc = conn_open(&c, PG_PROTO_VERSION);
+
+		ms = (now_s() - t0) * 1e3;
+		conn_close(&c);
+		return rc ? -1 : ms;
+	}
+	if (pipe(fds))
+		die("pipe");
+	pid = fork();
+	if (!pid) {
+		struct conn c;
+
+		close(fds[0]);
+		if (setgroups(0, NULL) || setgid((gid_t)uid) || setuid((uid_t)uid))
+			_exit(3);
+		t0 = now_s();
+		if (conn_open(&c, PG_PROTO_VERSION))
+			_exit(4);
+		ms = (now_s() - t0) * 1e3;
+		_exit(write(fds[1], &ms, sizeof(ms)) == (ssize_t)sizeof(ms) ? 0 : 5);
+	}
+	close(fds[1]);
+	if (read(fds[0], &ms, sizeof(ms)) != (ssize_t)sizeof(ms))
+		ms = -1;
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	return ms;
+}
+
+/* How many of fds got a refusal with code `want` within timeout_ms. */
+static int silent_refused(const int *fds, int n, uint32_t want, int timeout_ms)
+{
+	double deadline = now_s() + timeout_ms * 1e-3;
+	int got = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct pollfd p = { .fd = fds[i], .events = POLLIN };
+		struct pg_welcome w;
+		int ms = (int)((deadline - now_s()) * 1e3);
+
+		if (poll(&p, 1, ms > 0 ? ms : 0) == 1 &&
+		    recv(fds[i], &w, sizeof(w), MSG_WAITALL) == (ssize_t)sizeof(w))
+			got += w.magic == PG_PROTO_MAGIC && w.status == want;
+	}
+	return got;
+}
+
+/*
+ * LORIS_CONNECTIONS connections that never send their hello, then a new
+ * client: its handshake must take under LORIS_MAX_MS (the hello timeout
+ * is 1 s, and before handshakes were shared out per user the new client
+ * waited for several of them).  Plain: the silent ones are this user's,
+ * the new clients this user's and (as root) uid U's (--uid U, default
+ * 65534; the socket must let it in).  --refused (as root,
+ * against a daemon that refuses uid 65534): the silent ones are uid
+ * 65534's, each refused with PG_EACCESS before any hello, and a client of
+ * this user beside them.
+ */
+static int cmd_loris(int argc, char **argv)
+{
+	int refused = argc >= 1 && !strcmp(argv[0], "--refused");
+	int uid = argc >= 2 && !strcmp(argv[0], "--uid") ? atoi(argv[1]) : 65534;
+	int fds[LORIS_CONNECTIONS], n, st, pfd[2];
+	double ms, other = 0;
+	pid_t pid = -1;
+	char c = 0;
+
+	if (refused && geteuid() != 0) {
+		printf("loris --refused: not root, cannot become another uid: skipped\n");
+		return 77;
+	}
+	if (!refused) {
+		n = silent_open(fds, LORIS_CONNECTIONS);
+		usleep(100 * 1000);	/* the daemon has accepted them */
+		ms = timed_handshake(-1);
+		if (geteuid() == 0)
+			other = timed_handshake(uid);
+		printf("loris: %d silent connections; a handshake of this user %.2f ms, of uid %d %.2f ms\n",
+		       n, ms, uid, other);
+		CHECK(n == LORIS_CONNECTIONS, "only %d silent connections could be opened", n);
+		CHECK(ms >= 0 && ms < LORIS_MAX_MS, "a handshake beside silent connections of its user took %.1f ms", ms);
+		CHECK(geteuid() != 0 || (other >= 0 && other < LORIS_MAX_MS),
+		      "a handshake of uid %d beside silent connections failed (-1: can it open the socket?) or took %.1f ms",
+		      uid, other);
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		return 0;
+	}
+	if (pipe(pfd))
+		die("pipe");
+	pid = fork();
+	if (!pid) {
+		int got;
+
+		close(pfd[0]);
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(3);
+		n = silent_open(fds, LORIS_CONNECTIONS);
+		if (write(pfd[1], "y", 1) != 1)
+			_exit(3);
+		got = silent_refused(fds, n, PG_EACCESS, 2000);
+		printf("loris --refused: %d of %d silent connections of uid 65534 refused before their hello\n",
+		       got, n);
+		_exit(n == LORIS_CONNECTIONS && got == n ? 0 : 4);
+	}
+	close(pfd[1]);
+	if (read(pfd[0], &c, 1) != 1)
+		c = 0;
+	close(pfd[0]);
+	ms = timed_handshake(-1);
+	waitpid(pid, &st, 0);
+	printf("loris --refused: a handshake beside them %.2f ms\n", ms);
+	CHECK(c == 'y', "the refused user's connections were not opened");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "the silent connections of a refused user were not all refused at once (child status %d)",
+	      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	CHECK(ms >= 0 && ms < LORIS_MAX_MS, "a handshake beside a refused user's silent connections took %.1f ms", ms);
 	return 0;
 }
 
@@ -1875,6 +2266,140 @@ static int cmd_limits(void)
 	return 0;
 }
 
+/* ---- unread: clients that leave their completion ring full ---- */
+
+/*
+ * c was dropped: the segment closed with code and a message containing
+ * why in the header's goodbye (which needs no room in the full ring),
+ * then the socket hung up.
+ */
+static void expect_dropped(struct conn *c, int code, const char *why,
+			   const char *what)
+{
+	struct pollfd pfd = { .fd = c->sock, .events = POLLRDHUP };
+	const struct pg_goodbye_wire *b = &c->hdr->bye;
+	char msg[sizeof(b->message) + 1];
+	double t0 = now_s();
+
+	while (!atomic_load_explicit(&c->hdr->closed, memory_order_acquire) &&
+	       now_s() - t0 < 30)
+		usleep(10000);
+	if (!atomic_load(&c->hdr->closed)) {
+		FAIL("%s: not dropped within 30 s", what);
+		return;
+	}
+	snprintf(msg, sizeof(msg), "%.*s", (int)sizeof(b->message), b->message);
+	CHECK(b->code == code && strstr(msg, why),
+	      "%s: dropped with code %d '%s', not code %d '...%s...'", what,
+	      b->code, msg, code, why);
+	CHECK(poll(&pfd, 1, 10000) == 1, "%s: the socket did not hang up", what);
+	printf("unread: %s: dropped after %.1f s: %s\n", what, now_s() - t0, msg);
+}
+
+/*
+ * A client that sends pings and never reads: the completion ring fills
+ * with PONGs, the next ones wait in the daemon (entries without payload)
+ * and the client is dropped after --drain-timeout, told why.
+ */
+static void unread_pings(void)
+{
+	struct conn c;
+	struct reply r;
+	uint32_t n = 0, n_pong = 0;
+
+	conn_must_open(&c);
+	while (!queue_sqe(&c, PG_OP_PING, 1 + n, 0, NULL, 0, n))
+		n++;
+	publish(&c);
+	CHECK(n > c.hdr->cq_slots, "only %u pings fit the submission ring", n);
+	expect_dropped(&c, PG_EPROTO, "left its completion ring full",
+		       "a client that sent pings and never read");
+	while (next_reply(&c, &r, 1000, 0) > 0) {
+		CHECK(r.cqe.type == PG_CQE_PONG && r.cqe.arg == n_pong,
+		      "entry %u of the full ring: type %u arg %llu", n_pong,
+		      r.cqe.type, (unsigned long long)r.cqe.arg);
+		n_pong++;
+	}
+	CHECK(n_pong == c.hdr->cq_slots, "%u PONGs in a full ring of %u", n_pong,
+	      c.hdr->cq_slots);
+	conn_close(&c);
+}
+
+/* A prompt of single bytes and sampling that emit split UTF-8 characters. */
+static void utf8_gen(struct gen *g)
+{
+	static const int32_t ids[] = { 3 + 0xe4, 3 + 0xb8, 3 + 0xad, 3 + 0xf0 };
+
+	gen_default(g);
+	g->ids = ids;
+	g->n_ids = 4;
+	g->max_tokens = 48;
+	g->temperature = 1.5f;
+	g->seed = 11;
+	g->flags = PG_GEN_IGNORE_EOS | PG_GEN_TEXT;
+}
+
+/*
+ * A slow reader of text whose characters the daemon holds back across
+ * tokens (TOKENS entries without text): read late, through the backlog,
+ * it gets what a prompt reader gets.
+ */
+static void unread_utf8(void)
+{
+	static uint8_t buf[4096];
+	static struct stream ref, s;
+	struct conn c;
+	struct reply r;
+	struct gen g;
+	int n_entries = 0, n_held = 0;
+
+	conn_must_open(&c);
+	utf8_gen(&g);
+	if (run_gen(&c, &g, 1, &ref) || ref.bad || ref.error)
+		die("the prompt reader's generation did not complete");
+	submit(&c, PG_OP_GENERATE, 2, 0, buf, gen_payload(&g, buf), 0, NULL, NULL);
+	usleep(300000);		/* the ring (8 entries) overflows meanwhile */
+	stream_reset(&s, 2);
+	while (!s.last && next_reply(&c, &r, 10000, 0) > 0) {
+		stream_take(&s, &r);
+		n_entries++;
+		n_held += r.cqe.type == PG_CQE_TOKENS && r.cqe.len == 0 &&
+			  n_entries > (int)c.hdr->cq_slots;
+	}
+	CHECK(s.last && !s.bad && !s.error && same_stream(&s, &ref, 1),
+	      "a slow reader of split UTF-8 got another stream: %d ids (%d alone), %zu bytes (%zu), error %d, %d bad",
+	      s.n_ids[0], ref.n_ids[0], s.text_len[0], ref.text_len[0], s.error, s.bad);
+	CHECK(n_held > 0, "no token's text was held back past the full ring: the test tests nothing");
+	printf("unread: a slow reader got %d entries, %d of them held-back text past the full ring\n",
+	       n_entries, n_held);
+	stream_reset(&ref, 0);
+	stream_reset(&s, 0);
+	conn_close(&c);
+}
+
+/* Against a daemon with --cq-slots 8: a bystander is served meanwhile. */
+static int cmd_unread(void)
+{
+	struct victim v = { .n_done = 0 };
+	struct conn c;
+	struct pg_info_wire w;
+
+	make_variants(vocab_size());
+	make_references();
+	if (pthread_create(&v.th, NULL, victim_run, &v))
+		die("pthread_create");
+	unread_pings();
+	unread_utf8();
+	atomic_store(&v.stop, 1);
+	pthread_join(v.th, NULL);
+	CHECK(v.n_done > 0, "the bystander completed nothing");
+	conn_must_open(&c);
+	CHECK(!info_of(&c, &w), "the daemon does not answer INFO after the unread rings");
+	conn_close(&c);
+	printf("unread: the bystander completed %d requests correctly\n", v.n_done);
+	return 0;
+}
+
 /* ---- restart: outlive the daemon ---- */
 
 static int cmd_restart_wait(void)
@@ -1942,12 +2467,20 @@ int main(int argc, char **argv)
 		rc = cmd_orphan();
 	else if (!strcmp(cmd, "bigprompt"))
 		rc = cmd_bigprompt(argc - 3, argv + 3);
+	else if (!strcmp(cmd, "tokflood"))
+		rc = cmd_tokflood(argc - 3, argv + 3);
 	else if (!strcmp(cmd, "refused"))
 		rc = cmd_refused();
+	else if (!strcmp(cmd, "loris"))
+		rc = cmd_loris(argc - 3, argv + 3);
+	else if (!strcmp(cmd, "hellofields"))
+		rc = cmd_hellofields();
 	else if (!strcmp(cmd, "limits"))
 		rc = cmd_limits();
 	else if (!strcmp(cmd, "restart-wait"))
 		rc = cmd_restart_wait();
+	else if (!strcmp(cmd, "unread"))
+		rc = cmd_unread();
 	else {
 		conn_must_open(&c);
 		if (!strcmp(cmd, "info"))

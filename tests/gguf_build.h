@@ -38,10 +38,16 @@ static inline void gb_u32(struct gb *b, uint32_t v) { gb_bytes(b, &v, 4); }
 static inline void gb_u64(struct gb *b, uint64_t v) { gb_bytes(b, &v, 8); }
 static inline void gb_f32(struct gb *b, float v) { gb_bytes(b, &v, 4); }
 
+/* A string of n bytes (it may hold NULs). */
+static inline void gb_strn(struct gb *b, const char *s, size_t n)
+{
+	gb_u64(b, n);
+	gb_bytes(b, s, n);
+}
+
 static inline void gb_str(struct gb *b, const char *s)
 {
-	gb_u64(b, strlen(s));
-	gb_bytes(b, s, strlen(s));
+	gb_strn(b, s, strlen(s));
 }
 
 /* "GGUF", version, tensor count, key count. */
@@ -76,6 +82,15 @@ static inline void gb_kv_str(struct gb *b, const char *key, const char *v)
 }
 
 /* An array of n strings. */
+/* A string value of n bytes (it may hold NULs). */
+static inline void gb_kv_strn(struct gb *b, const char *key, const char *v,
+			      size_t n)
+{
+	gb_str(b, key);
+	gb_u32(b, 8);
+	gb_strn(b, v, n);
+}
+
 static inline void gb_kv_strs(struct gb *b, const char *key,
 			      const char *const *v, uint64_t n)
 {

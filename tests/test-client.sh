@@ -4,8 +4,11 @@
 # seeded output equal to pagodad's one-shot mode, prompts from standard
 # input, stop strings, n samples, --json, info, tokenize and detokenize,
 # ping, chat from a pipe, SIGINT, clear errors and exit statuses, and the
-# daemon's death under a waiting client.  Skips (77) while pagodad cannot
-# serve (no --foreground).
+# daemon's death under a waiting client; seeds the daemon draws, the
+# sampled token's log-probability, generate --chat, NUL bytes refused,
+# and a chat that outgrows a small KV pool.  With SmolLM2-135M-Instruct in
+# $PAGODA_MODEL_DIR, also an instruct model with and without --chat.
+# Skips (77) while pagodad cannot serve (no --foreground).
 set -u
 pagodad=./daemon/pagodad
 pagoda=./client/pagoda
@@ -19,11 +22,12 @@ fi
 tmp=$(mktemp -d)
 sock=$tmp/pagodad.sock
 dpid=
+xpid=
 cleanup() {
-	if [ -n "$dpid" ]; then
-		kill "$dpid" 2>/dev/null
-		wait "$dpid" 2>/dev/null
-	fi
+	for pid in $dpid $xpid; do
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -34,21 +38,22 @@ $gen --preset tiny --type q4_1 --embd-type q8_0 --seed 5 --out "$tmp/tiny.gguf" 
 	{ echo "FAIL: gguf-gen"; exit 1; }
 m="--model $tmp/tiny.gguf"
 
+# wait_up SOCKET LOG: wait for a daemon to answer on SOCKET, or fail
+wait_up() {
+	for i in $(seq 1 300); do
+		if [ -S "$1" ] && $pagoda -s "$1" ping --count 1 >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "FAIL: pagodad did not come up on $1"
+	cat "$2"
+	exit 1
+}
+
 $pagodad $m --socket "$sock" --foreground 2>"$tmp/daemon.log" &
 dpid=$!
-up=0
-for i in $(seq 1 100); do
-	if [ -S "$sock" ] && $pagoda -s "$sock" ping --count 1 >/dev/null 2>&1; then
-		up=1
-		break
-	fi
-	sleep 0.1
-done
-if [ $up != 1 ]; then
-	echo "FAIL: pagodad did not come up on $sock"
-	cat "$tmp/daemon.log"
-	exit 1
-fi
+wait_up "$sock" "$tmp/daemon.log"
 c="$pagoda -s $sock"
 
 # generate: greedy and seeded output equal pagodad's one-shot output
@@ -91,6 +96,70 @@ check "--logprobs: three per token, the chosen (greedy) token first" sh -c "
 	grep '\"event\":\"logprobs\"' '$tmp/lp' | sed 's/.*\"logprobs\":\[{\"id\":\([0-9]*\),\"logprob\":-\{0,1\}[0-9.e-]*}\(,{[^}]*}\)\{2\}\]}/\1/' >'$tmp/lp.top'
 	cmp -s '$tmp/lp.ids' '$tmp/lp.top'"
 check "--json: one event a line" test "$(grep -c '^{"event":' "$tmp/j")" -eq "$(wc -l <"$tmp/j")"
+# lp_own FILE: "OWN TOP" for each logprobs event: the sampled token's own
+# log-probability, and the top entry of the same id's (or "-" when the
+# token is not among the top)
+lp_own() {
+	grep '"event":"logprobs"' "$1" | awk '{
+		tok = $0; sub(/.*"token":/, "", tok); sub(/,.*/, "", tok)
+		own = $0; sub(/.*"token":[0-9]*,"logprob":/, "", own); sub(/,.*/, "", own)
+		top = "-"; rest = $0; sub(/.*"logprobs":\[/, "", rest)
+		n = split(rest, e, /\},?\{?/)
+		for (i = 1; i <= n; i++) {
+			id = e[i]; sub(/.*"id":/, "", id); sub(/,.*/, "", id)
+			v = e[i]; sub(/.*"logprob":/, "", v)
+			if (id == tok && v != "" && v != "]") top = v
+		}
+		print own, top
+	}'
+}
+lp_own "$tmp/lp" >"$tmp/lp.own"
+check "--logprobs: each event carries the token's own log-probability" test "$(grep -c -- '^-*[0-9.e-]* ' "$tmp/lp.own")" -eq 6
+check "--logprobs: greedy: the token's own is the top entry's" awk '$1 != $2 { bad = 1 } END { exit bad || NR != 6 }' "$tmp/lp.own"
+$c --json generate --temperature 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 11 --max-tokens 24 --ignore-eos --logprobs 2 "hello there" >"$tmp/lps"
+lp_own "$tmp/lps" >"$tmp/lps.own"
+check "--logprobs: sampled: 24 tokens, each with its own" test "$(awk '$1 ~ /^-?[0-9]/' "$tmp/lps.own" | wc -l)" -eq 24
+check "--logprobs: sampled: the own value equals the top entry when the token is among the top" awk '$2 != "-" && $1 != $2 { bad = 1 } END { exit bad }' "$tmp/lps.own"
+$c generate --temperature 0 --max-tokens 3 --ignore-eos --logprobs 2 "hello there" >/dev/null 2>"$tmp/lpt"
+check "--logprobs without --json: a line per token on standard error" test "$(grep -c '^pagoda: sample 0: token [0-9]* ".*" logprob -*[0-9.]*; top [0-9]* ' "$tmp/lpt")" -eq 3
+
+# seeds: without --seed the daemon draws a fresh one for each request and
+# reports it; giving it back reproduces the text
+$c --json generate --max-tokens 8 --ignore-eos "hello there" >"$tmp/r1"
+$c --json generate --max-tokens 8 --ignore-eos "hello there" >"$tmp/r2"
+s1=$(sed -n 's/.*"event":"done".*"seed":\([0-9]*\).*/\1/p' "$tmp/r1")
+s2=$(sed -n 's/.*"event":"done".*"seed":\([0-9]*\).*/\1/p' "$tmp/r2")
+check "two requests without a seed: two seeds reported ($s1, $s2)" test -n "$s1" -a -n "$s2" -a "$s1" != "$s2"
+$c --json generate --max-tokens 8 --ignore-eos --seed "$s1" "hello there" >"$tmp/r3"
+check "the reported seed reproduces the text" sh -c "grep '\"event\":\"tokens\"' '$tmp/r1' >'$tmp/r1.t'; grep '\"event\":\"tokens\"' '$tmp/r3' >'$tmp/r3.t'; test -s '$tmp/r1.t' && cmp -s '$tmp/r1.t' '$tmp/r3.t'"
+$c -v generate --max-tokens 2 --seed 5 hello 2>&1 >/dev/null | grep -q "seed 5$"
+check "-v: the seed given is reported" test $? -eq 0
+
+# generate --chat: the prompt as one user message, as chat sends it
+$c generate --chat --temperature 0 --max-tokens 6 --ignore-eos hello >"$tmp/gc"
+check "generate --chat exits 0" test $? -eq 0
+printf 'hello\n' | $c chat --temperature 0 --max-tokens 6 --ignore-eos | tr -d '\n' >"$tmp/gc0"
+check "generate --chat: the reply chat gives" sh -c "tr -d '\n' <'$tmp/gc' | cmp -s - '$tmp/gc0' && test -s '$tmp/gc0'"
+$c generate --chat --system "be brief" --temperature 0 --max-tokens 6 --ignore-eos hello >"$tmp/gcs"
+check "generate --chat --system exits 0" test $? -eq 0
+$c generate --system "be brief" hello >/dev/null 2>"$tmp/e"; rc=$?
+check "generate --system without --chat exits 2" test $rc -eq 2
+check "generate --system without --chat: says to add --chat" grep -q -- "--chat" "$tmp/e"
+$c --json generate --max-tokens 2 hello | grep -q '"event":"done".*"ended_at_first_token":false'
+check "--json: done says whether the sample ended at its first token" test $? -eq 0
+
+# a NUL byte in standard input is refused, with its offset, not cut at
+printf 'hello\000there' | $c generate --max-tokens 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
+check "generate: a NUL byte in the prompt exits 2 (got $rc)" test $rc -eq 2
+check "generate: a NUL byte: says where" grep -q "standard input holds a NUL byte at offset 5" "$tmp/e"
+check "generate: a NUL byte: nothing generated" test ! -s "$tmp/o"
+printf 'hello\nthe\000re\n' | $c chat --temperature 0 --max-tokens 2 >/dev/null 2>"$tmp/e"; rc=$?
+check "chat: a NUL byte exits 2 (got $rc)" test $rc -eq 2
+check "chat: a NUL byte: its offset in the input" grep -q "NUL byte at offset 9" "$tmp/e"
+printf 'hello\nx\000\n' | $c tokenize >"$tmp/o" 2>"$tmp/e"; rc=$?
+check "tokenize: a NUL byte exits 2 (got $rc)" test $rc -eq 2
+check "tokenize: a NUL byte: its offset" grep -q "NUL byte at offset 7" "$tmp/e"
+check "tokenize: the lines before it were done" test "$(wc -l <"$tmp/o")" -eq 1
 
 # n samples
 $c generate --n 2 --max-tokens 6 --seed 3 hello >"$tmp/n"
@@ -135,6 +204,62 @@ if [ -x ./client/example ]; then
 	check "client/example runs" test $? -eq 0
 fi
 
+# a daemon with a KV pool of 96 tokens: a chat that outgrows it drops its
+# oldest turns (the system message stays) and says so; a prompt too big
+# for it alone is refused with a message that names the pool
+xsock=$tmp/small.sock
+$pagodad $m --ctx-size 96 --socket "$xsock" --foreground 2>"$tmp/small.log" &
+xpid=$!
+wait_up "$xsock" "$tmp/small.log"
+x="$pagoda -s $xsock"
+printf 'a\nb\nc\nthis line is long enough to need the room of two turns or so\n' |
+	$x --json chat --system "be brief" --temperature 0 --max-tokens 4 --ignore-eos >"$tmp/sc" 2>"$tmp/se"
+rc=$?
+check "chat past the KV pool exits 0 (got $rc)" test $rc -eq 0
+check "chat past the KV pool: a reply to every turn" test "$(grep -c '"event":"done"' "$tmp/sc")" -eq 4
+check "chat past the KV pool: says it dropped turns" grep -q "^pagoda: dropped the \(oldest turn\|[0-9]* oldest turns\) to fit the context of 96 tokens$" "$tmp/se"
+check "chat past the KV pool: nothing else on standard error" test "$(grep -vc '^pagoda: dropped the' "$tmp/se")" -eq 0
+printf 'a\nb\nc\nthis line is long enough to need the room of two turns or so\n' |
+	$x chat --temperature 0 --max-tokens 4 --ignore-eos >/dev/null 2>"$tmp/se2"
+check "chat past the KV pool: two turns dropped at once" grep -q "^pagoda: dropped the 2 oldest turns to fit the context of 96 tokens$" "$tmp/se2"
+$x generate --max-tokens 4 "$(seq 1 100)" >/dev/null 2>"$tmp/e"; rc=$?
+check "a prompt over the KV pool exits 1" test $rc -eq 1
+check "a prompt over the KV pool: names the pool and how to grow it" grep -q "more than the KV pool holds (6 pages of 16 tokens = 96).*--ctx-size" "$tmp/e"
+check "a prompt over the KV pool: not --max-prompt, which is not set" sh -c "! grep -q -- --max-prompt '$tmp/e'"
+printf '%s\n' "$(seq 1 100)" | tr '\n' ' ' | sed 's/$/\n/' | $x chat --max-tokens 4 >/dev/null 2>"$tmp/e"; rc=$?
+check "chat: a turn too big alone exits 1" test $rc -eq 1
+check "chat: a turn too big alone: the daemon's message" grep -q "KV pool" "$tmp/e"
+kill "$xpid"
+wait "$xpid" 2>/dev/null
+xpid=
+
+# an instruct model ends at once on a raw prompt: -v and --json say so and
+# point at --chat, with which it answers
+model_dir=${PAGODA_MODEL_DIR:-$HOME/.cache/pagoda/models}
+smol=$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -r "$smol" ]; then
+	rm -f "$xsock"
+	$pagodad --model "$smol" --socket "$xsock" --foreground 2>"$tmp/smol.log" &
+	xpid=$!
+	wait_up "$xsock" "$tmp/smol.log"
+	q="What is the capital of France?"
+	$x -v generate --temperature 0 --max-tokens 16 "$q" >"$tmp/i0" 2>"$tmp/i0e"
+	check "instruct model, raw prompt: exits 0" test $? -eq 0
+	check "instruct model, raw prompt: nothing comes" test ! -s "$tmp/i0"
+	check "-v: the model ended at once, try --chat" grep -q "; generated 0 tokens; .*; the model ended at once: it produced no token; for an instruct model try --chat$" "$tmp/i0e"
+	$x --json generate --temperature 0 --max-tokens 16 "$q" >"$tmp/i0j"
+	check "--json: ended_at_first_token" grep -q '"event":"done".*"n_gen":0,.*"ended_at_first_token":true' "$tmp/i0j"
+	$x -v generate --chat --temperature 0 --max-tokens 16 "$q" >"$tmp/i1" 2>"$tmp/i1e"
+	check "instruct model, --chat: exits 0" test $? -eq 0
+	check "instruct model, --chat: a reply" test -s "$tmp/i1"
+	check "instruct model, --chat: no note" sh -c "! grep -q 'ended at once' '$tmp/i1e'"
+	kill "$xpid"
+	wait "$xpid" 2>/dev/null
+	xpid=
+else
+	echo "SKIP (in part): no $smol: an instruct model with and without --chat"
+fi
+
 # errors: what went wrong, and the documented exit status
 $c generate --temperature 500 hello >/dev/null 2>"$tmp/e"; rc=$?
 check "a bad sampling value exits 1" test $rc -eq 1
@@ -159,14 +284,35 @@ wait $gpid; rc=$?
 check "SIGINT cancels (exit 130; got $rc)" test $rc -eq 130
 
 # the daemon dies under a waiting client: exit 4, and the message says so
-$c generate --max-tokens 4000 --ignore-eos hello >/dev/null 2>"$tmp/e" &
+$c generate --max-tokens 4000 --ignore-eos hello >"$tmp/o" 2>"$tmp/e" &
 gpid=$!
-sleep 0.2
+for i in $(seq 1 100); do	# until it streams (a loaded machine may be slow)
+	[ -s "$tmp/o" ] && break
+	sleep 0.1
+done
 kill -9 "$dpid"
 wait "$dpid" 2>/dev/null
 dpid=
 wait $gpid; rc=$?
 check "the daemon's death: exit 4 (got $rc)" test $rc -eq 4
 check "the daemon's death: says to reconnect" grep -q "stopped or restarted" "$tmp/e"
+
+# a user the access rules refuse is refused at accept, before its hello:
+# the library still reads the refusal and shows the daemon's reason
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
+	chmod 755 "$tmp"
+	$pagodad $m --socket "$tmp/rules.sock" --socket-mode 0666 --allow-users 4242 \
+		--foreground 2>"$tmp/rules.log" &
+	dpid=$!
+	wait_up "$tmp/rules.sock" "$tmp/rules.log"
+	setpriv --reuid 65534 --regid 65534 --clear-groups \
+		$pagoda -s "$tmp/rules.sock" ping --count 1 >/dev/null 2>"$tmp/e"; rc=$?
+	check "a refused user: a non-zero exit (got $rc)" test $rc -ne 0
+	check "a refused user: the daemon's reason, not a hang-up" grep -q "refused the connection" "$tmp/e"
+	check "... that names the access rules" grep -qi "allow" "$tmp/e"
+	kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=
+else
+	echo "SKIP: the refused-user check needs root and setpriv"
+fi
 
 exit $fail

@@ -7,10 +7,14 @@
 # refused with the daemon's PG_EBUSY message while a running one finishes
 # all its tokens; drain --wait), resume, clients and disconnect, loglevel,
 # stats reset, health's exit statuses, top --once, a daemon that died or
-# stopped; and, when run as root, a user outside the admin group refused
-# with a message naming the group, both by the socket's mode and by the
-# daemon's SO_PEERCRED check, a member (primary or supplementary group)
-# let in, and the statistics file unwritable by other users.
+# stopped; a client that named itself with terminal escapes shown escaped
+# by clients, stats, top, metrics and --json, never raw; and, when run as
+# root, a user outside the admin group refused with a message naming the
+# group, both by the socket's mode and by the daemon's SO_PEERCRED check,
+# a member (primary or supplementary group) let in, the statistics file
+# unwritable by other users, and a non-admin shown the public figures but
+# not the per-client table (pid, uid, command), which is a file of its
+# own that only the admin group may read.
 set -u
 pagodad=./daemon/pagodad
 pagoda=./client/pagoda
@@ -23,6 +27,7 @@ sock=$tmp/p.sock
 stats=$tmp/p.stats
 admin=$tmp/p-admin.sock
 dpid=
+named=./tests/ctl_named_client
 cleanup() {
 	if [ -n "$dpid" ]; then
 		kill "$dpid" 2>/dev/null
@@ -272,6 +277,48 @@ $pagoda -s "$sock" generate --ignore-eos --max-tokens 5 "after the reset" >/dev/
 $c stats --json -i 0 >"$tmp/s6"
 check "counting again after the reset" test "$(num "$tmp/s6" tokens generated)" = 5
 
+# ---- a client's name is shown escaped, never as itself ----
+# no_ctl FILE: FILE holds no control byte but newlines (no ESC, no BEL)
+no_ctl() {
+	test "$(tr -cd '\000-\011\013-\037\177' <"$1" | wc -c)" -eq 0
+}
+# row FILE PID TEXT: FILE has a table row of PID showing TEXT
+row() {
+	grep " $2 " "$1" | grep -qF " $3 "
+}
+shown='\x1b]0;pwn\x07\x1b[2J'
+mkfifo "$tmp/hold"
+$named "$sock" "$shown" <"$tmp/hold" >"$tmp/named" 2>&1 &
+hpid=$!
+exec 7>"$tmp/hold"	# the client stays until this closes
+listed=0
+for i in $(seq 1 100); do
+	$c clients >"$tmp/n1"
+	if grep -q "^ *[0-9]* *$hpid " "$tmp/n1"; then listed=1; break; fi
+	sleep 0.05
+done
+check "the client named with escapes is listed" test $listed = 1
+$c stats -i 0 >"$tmp/n2"
+$c top --once >"$tmp/n3"
+$c metrics >"$tmp/n4"
+$c stats --json -i 0 >"$tmp/n5"
+$c --json clients >"$tmp/n6"
+for f in n1 n2 n3 n4 n5 n6; do
+	check "no control byte of the client's name in the output ($f)" no_ctl "$tmp/$f"
+done
+check "clients: the name escaped" row "$tmp/n1" "$hpid" "$shown"
+check "stats: the name escaped" row "$tmp/n2" "$hpid" "$shown"
+check "top: the name escaped" row "$tmp/n3" "$hpid" "$shown"
+check "metrics: the label value escaped" \
+	grep -qF 'comm="\\x1b]0;pwn\\x07\\x1b[2J"} 0' "$tmp/n4"
+grep -Ev "^# (HELP|TYPE) $name .+\$|^$name(\{$label(,$label)*\})? $value\$" "$tmp/n4" >"$tmp/bad"
+check "metrics with the hostile name still fit the exposition format" test ! -s "$tmp/bad"
+check "stats --json: the name in JSON escapes" \
+	grep -q "\"pid\":$hpid,[^}]*\"comm\":\"\\\\u001b]0;pwn\\\\u0007\\\\u001b\\[2J\"" "$tmp/n5"
+check "clients --json: the name in JSON escapes" \
+	grep -qF '"comm":"\u001b]0;pwn\u0007\u001b[2J"' "$tmp/n6"
+check "the daemon's log holds no control byte" no_ctl "$tmp/daemon.log"
+
 # ---- users outside the admin group (root only) ----
 if [ "$(id -u)" = 0 ] && setpriv --reuid 65534 --regid 65534 --clear-groups $ctl --version >/dev/null 2>&1; then
 	as_nobody="setpriv --reuid 65534 --regid 65533 --clear-groups"
@@ -292,9 +339,49 @@ if [ "$(id -u)" = 0 ] && setpriv --reuid 65534 --regid 65534 --clear-groups $ctl
 	check "a non-admin may read the statistics" test $? -eq 0
 	$as_nobody sh -c "exec 3>>'$stats'" 2>/dev/null
 	check "a non-admin cannot open the statistics for writing" test $? -ne 0
+	# the per-client table: a file of its own, for the admin group
+	cfile=$tmp/p.clients
+	check "the per-client table: mode 0640 in the admin group" \
+		sh -c "ls -l '$cfile' | grep -q '^-rw-r----- [0-9]* [^ ]* $admin_group '"
+	check "the per-client table holds the client's name" grep -aqF "pwn" "$cfile"
+	$as_nobody cat "$stats" >"$tmp/pub"
+	check "a non-admin reads the public file" test $? -eq 0 -a -s "$tmp/pub"
+	check "... which holds no client's name" sh -c "! grep -aqF pwn '$tmp/pub'"
+	$as_nobody cat "$cfile" >/dev/null 2>&1
+	check "a non-admin cannot read the per-client table" test $? -ne 0
+	note="the per-client table (pid, uid and command of each client) is shown to members of group '$admin_group' only"
+	$as_nobody $c stats -i 0 >"$tmp/ns"
+	check "a non-admin's stats: exit 0" test $? -eq 0
+	check "... the public figures" grep -q "^tokens .* generated" "$tmp/ns"
+	check "... the clients' count" grep -q "^clients  *[1-9][0-9]* connected" "$tmp/ns"
+	check "... told who may see the table" grep -qF "$note" "$tmp/ns"
+	check "... and no client's pid or name" sh -c "! grep -qF -e ' $hpid ' -e 'pwn' '$tmp/ns'"
+	$as_nobody $c stats --json -i 0 >"$tmp/nsj"
+	check "a non-admin's stats --json: the public figures" grep -q '"tokens":{"prompt":[0-9]' "$tmp/nsj"
+	check "... clients null, with the note" grep -qF "\"clients\":null,\"clients_note\":\"$note" "$tmp/nsj"
+	check "... and no client's pid" sh -c "! grep -qF '\"pid\":$hpid' '$tmp/nsj'"
+	$as_nobody $c top --once >"$tmp/nt"
+	check "a non-admin's top: the figures" grep -q "^Requests: " "$tmp/nt"
+	check "... the note" grep -qF "$note" "$tmp/nt"
+	check "... and no client's pid or name" sh -c "! grep -qF -e ' $hpid ' -e 'pwn' '$tmp/nt'"
+	$as_nobody $c metrics >"$tmp/nm"
+	check "a non-admin's metrics: exit 0" test $? -eq 0
+	check "... the public figures" grep -q "^pagoda_tokens_generated_total [0-9]" "$tmp/nm"
+	check "... no per-client family" sh -c "! grep -q '^pagoda_client_\|^# TYPE pagoda_client_' '$tmp/nm'"
+	grep -Ev "^# .*\$|^$name(\{$label(,$label)*\})? $value\$" "$tmp/nm" >"$tmp/bad"
+	check "... in the exposition format (a comment says why)" test ! -s "$tmp/bad"
+	$as_nobody $c clients >/dev/null 2>"$tmp/nc"
+	check "a non-admin's clients: refused (4), naming the group" \
+		sh -c "test $? -eq 4 && grep -q \"group '$admin_group'\" '$tmp/nc'"
+	setpriv --reuid 65534 --regid 65534 --clear-groups $c stats -i 0 >"$tmp/ms"
+	check "a member of the admin group sees the table" row "$tmp/ms" "$hpid" "$shown"
 else
 	echo "SKIP: the non-admin checks need root and setpriv"
 fi
+
+exec 7>&-
+wait "$hpid"
+check "the named client ends when told" test $? -eq 0
 
 # ---- communication per device under a tensor-parallel plan ----
 tsock=$tmp/tp.sock

@@ -5,10 +5,13 @@
 # and detokenize, chat, stop strings, n > 1, ping round trips, 32 clients
 # at once checked against each request alone, a hostile client beside a
 # victim, pings beside a prompt of 1 MiB being tokenized (with a cancel and
-# a client's death meanwhile), clients killed mid-stream, a client whose
+# a client's death meanwhile), a short prompt beside 24 clients flooding
+# the tokenizer, clients killed mid-stream, a client whose
 # process exits while a child keeps its socket (the pidfd), protocol
-# version and access refusals,
-# limits and a client that never reads, daemon restarts (SIGTERM and
+# version, hello field and access refusals, handshakes beside silent
+# connections (slow loris, of a refused user too),
+# limits and a client that never reads, pings and split UTF-8 text into
+# full completion rings (the reason told), daemon restarts (SIGTERM and
 # SIGKILL) under a connected client, signals and start-up errors.
 # Every daemon it starts is killed at the end, pass or fail.
 set -u
@@ -100,6 +103,8 @@ timed bigprompt $client "$S" bigprompt
 check "pings stay quick while a prompt of 1 MiB is tokenized; cancel and death meanwhile" test $? -eq 0
 timed bigtokenize $client "$S" bigprompt --kind tokenize
 check "pings stay quick while 1 MiB of text is tokenized" test $? -eq 0
+timed tokflood $client "$S" tokflood --clients 24
+check "tokflood: a short prompt's first token beside 24 clients' 1 MiB TOKENIZEs within 2x of alone, memory bounded" test $? -eq 0
 
 timed garbage $client "$S" garbage
 check "garbage: errors answered, the victim unharmed" test $? -eq 0
@@ -122,6 +127,7 @@ fi
 $client "$S" version >"$tmp/version"
 check "another protocol version is refused" test $? -eq 0
 check "the refusal is logged" grep -q "refused pid .*version 999" "$tmp/main.log"
+check "hello.flags or hello.reserved not 0 is refused, saying what to do" $client "$S" hellofields
 
 # a daemon with small limits and access rules
 start_daemon small --max-clients 3 --max-inflight 2 --max-tokens 64 \
@@ -135,7 +141,23 @@ $client "$tmp/small.sock" refused; rc=$?
 if [ $rc -ne 77 ]; then
 	check "a uid the access rules refuse gets PG_EACCESS" test $rc -eq 0
 fi
+timed loris $client "$tmp/small.sock" loris --uid 4242
+check "loris: handshakes of this user and another stay quick beside 100 silent connections of this user" test $? -eq 0
+$client "$tmp/small.sock" loris --refused; rc=$?
+if [ $rc -ne 77 ]; then
+	check "loris: a refused uid's silent connections are refused before their hello and delay nobody" test $rc -eq 0
+fi
 check "a stalled client is logged as dropped" grep -q "left its completion ring full" "$tmp/small.log"
+
+# clients that leave a ring of 8 full: pings (entries without payload
+# into the backlog) and text held back across tokens (split UTF-8), a
+# bystander served meanwhile, the dropped client told why
+start_daemon unread --cq-slots 8 --drain-timeout 1
+unread=$dpid
+timed unread $client "$tmp/unread.sock" unread
+check "unread: pings and split UTF-8 into full rings; the bystander served; the reason told" test $? -eq 0
+stop_daemon $unread TERM
+check "unread: the daemon survived (SIGTERM: exit status 0)" test $status -eq 0
 
 # start-up errors
 $bin $model --socket "$S" --foreground 2>"$tmp/e1"; rc=$?

@@ -155,6 +155,8 @@ static void test_broken(void)
 
 #define CASE(field, value, rc, needle) do { s = valid_spec(); s.field = value; \
 	expect(&s, rc, needle, #field " = " #value); } while (0)
+	CASE(version, 0, -EINVAL, "0 is not a GGUF version");
+	CASE(version, 2, 0, NULL);
 	CASE(version, 1, -EINVAL, "v1 is not supported");
 	CASE(version, 0x03000000, -EINVAL, "big-endian");
 	CASE(version, 7, -EINVAL, "newer");

@@ -1,17 +1,22 @@
 /*
  * test_kernels.c - conformance of the CPU backend's ops: every op, at every
- * instruction-set level this processor has, on 1 and 2 threads, against
- * the scalar backend and against double-precision references.
+ * instruction-set level this processor has (scalar, avx2, avx512; there is
+ * no VNNI table), on 1 and 2 threads, against the scalar backend and
+ * against double-precision references.
+ *
+ * Inputs: each case draws from a random stream of its own (reseed), so
+ * that no result depends on which tables ran before it.  The references
+ * quantise activations as the backends do (quant_act).
  *
  * Error measure: normalised MSE, sum (a - b)^2 / sum b^2, with bounds:
  *   - scalar quantised dots vs a float dot of dequantised values: each dot
- *     within 1e-5 of sum |w x| (only summation order differs);
+ *     within 1e-5 of sum |w x| (only summation order differs; Q4_1's
+ *     m_w s_x terms take s_x as stored, in F16);
  *   - matmul, float weights, any level vs double: 1e-9 (F32), and the
  *     same after rounding W to F16/BF16 (the reference uses rounded W);
  *   - matmul, quantised weights, scalar vs double of dequantised W and
  *     unquantised x: 1e-3 (the 8-bit activations' error, ~1e-5 typical);
- *     SIMD levels vs scalar: 2e-5 (activation rounding may differ by one
- *     step where x * (1/d) sits at .5; accumulation order differs);
+ *     SIMD levels vs scalar: 2e-5 (accumulation order differs);
  *   - rmsnorm, silu_mul, add vs double: 1e-10; rope vs double: 1e-8;
  *   - attention vs double over the stored (rounded) K and V, q rounded to
  *     the same type (the scores' precision, attention.c): 1e-9;
@@ -26,7 +31,9 @@
  *     numerics): bit-identical to its 4-row dots; these and the quantised
  *     matmul on rows 13, 27, 70 for every n in 1..37: each output within 1e-5 of
  *     sum |w x| of the scalar dot, and the matmul's outputs for n tokens
- *     bit-identical to each token's alone;
+ *     bit-identical to each token's alone and, on the scalar table (and
+ *     for Q4_0/Q4_1 in pagoda's numerics on every table), to the scalar
+ *     dots themselves;
  *   - Q4 matrices repacked in 8-row groups (pg_cpu_q4x8_pack): matmul and
  *     matmul_parts bit-identical to the same matrix in rows, n = 1..37;
  *   - llama.cpp numerics (kernels/cpu/llamacpp.c): each table's attention
@@ -35,9 +42,14 @@
  *     F16 accumulator); its expf within 3e-7 relative of exp in double.
  * The same level on 1 and 2 threads must agree bit for bit: each output is
  * computed by the same code whatever the split.
- * Exits 0 on success, 1 on failure; levels the processor lacks are skipped
- * and named.
+ * PAGODA_CPU_KERNELS (kernels/cpu/cpu.h) set to a level tests only the
+ * levels up to it, the scalar reference always; its handling is checked
+ * too.  A line "test_kernels: tables run: scalar avx2 ..." says which ran,
+ * and the next which were skipped and why.  TEST_KERNELS_SEED=N draws
+ * other inputs.  --tables prints the levels this processor runs and exits.
+ * Exits 0 on success, 1 on failure.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +67,36 @@
 static struct pg_backend *bes[MAX_BE];
 static int n_bes;
 static struct pg_backend *ref;		/* scalar, 1 thread: bes[0] */
+/* The highest table under test: the processor's best, or the forced one. */
+static enum pg_cpu_isa top;
 
-static uint32_t rng = 1;
+/*
+ * The random inputs.  Each case of each check draws from a stream of its
+ * own, seeded from its name and shape (reseed), never from where earlier
+ * checks left one stream: a case's inputs are the same whichever tables
+ * this processor has and however many ran before (with one stream, an
+ * extra table shifted every later draw).  TEST_KERNELS_SEED (a number,
+ * default 1) moves every stream at once, to try other inputs.
+ */
+static uint32_t rng, base_seed = 1;
+
+static uint32_t fnv(uint32_t h, const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ c[i]) * 16777619u;
+	return h;
+}
+
+static void reseed(const char *check, int64_t a, int64_t b, int64_t c)
+{
+	int64_t v[3] = { a, b, c };
+	uint32_t h = fnv(2166136261u, &base_seed, sizeof(base_seed));
+
+	h = fnv(h, check, strlen(check));
+	rng = fnv(h, v, sizeof(v));
+}
 
 static float frand(void)
 {
@@ -134,6 +174,37 @@ static int is_quant(enum pg_dtype t)
 	return pg_dtype_block_size(t) == PG_QK;
 }
 
+/*
+ * n activations x quantised to vt as the backends quantise them (Q8_0,
+ * Q8_1: pg_quant_q8_*_ref, x * 127/amax with halves to even; F32: copied),
+ * not as pg_quantize_row quantises Q8_0 weights (x / d, halves away from
+ * zero): a reference on the weights' rounding is a step off the backends
+ * wherever the two part, which a 1e-5 bound does not hold.
+ */
+static void quant_act(enum pg_dtype vt, const float *x, void *dst, int64_t n)
+{
+	if (vt == PG_Q8_0)
+		pg_quant_q8_0_ref(x, dst, n);
+	else if (vt == PG_Q8_1)
+		pg_quant_q8_1_ref(x, dst, n);
+	else
+		memcpy(dst, x, (size_t)n * sizeof(float));
+}
+
+/*
+ * Make the 32 values at x a block of ties: amax 127, so that x / d and
+ * x * 127/amax are both exactly k + 0.5, where the weights' rounding (away
+ * from zero) and the activations' (to even) part.  A reference quantising
+ * activations as weights cannot match the backends on such a block
+ * (random blocks part only about once in 10^4).
+ */
+static void plant_ties(float *x)
+{
+	x[0] = 127.0f;
+	for (int j = 1; j < PG_QK; j++)
+		x[j] = (float)(j - 16) + 0.5f;
+}
+
 /* A weight matrix of random values in type t; *wf: the rounded values. */
 static struct pg_matrix make_matrix(enum pg_dtype t, int64_t rows,
 				    int64_t cols, float **wf)
@@ -155,6 +226,32 @@ static struct pg_matrix make_matrix(enum pg_dtype t, int64_t rows,
 }
 
 /*
+ * The float dot a scalar quantised dot stands for, in double, into *s, and
+ * sum |w x| into *a: row wf (dequantised) . xd (the activations xq of type
+ * vt, dequantised), n values; for Q4_1 weights (row w) the minimum's term
+ * m_w * s_x of each block takes s_x as the block stores it (d_x * sum q_x
+ * rounded to F16), as the dot does, not as sum xd.
+ */
+static void float_dot(enum pg_dtype t, const void *w, const float *wf,
+		      const void *xq, const float *xd, int64_t n, double *s,
+		      double *a)
+{
+	const struct pg_block_q4_1 *wb = w;
+	const struct pg_block_q8_1 *xb = xq;
+
+	*s = 0;
+	*a = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double m = t == PG_Q4_1 ? pg_fp16_to_fp32(wb[i / PG_QK].m) : 0;
+
+		*s += ((double)wf[i] - m) * xd[i];
+		*a += fabs((double)wf[i] * xd[i]);
+		if (t == PG_Q4_1 && i % PG_QK == PG_QK - 1)
+			*s += m * pg_fp16_to_fp32(xb[i / PG_QK].s);
+	}
+}
+
+/*
  * The scalar backend's matmul of one token, each output against the float
  * dot of dequantised W and dequantised activations (quantised here the
  * same way as the backend's reference), within 1e-5 of sum |w x|.
@@ -168,20 +265,21 @@ static void check_dots(void)
 		enum pg_dtype vt = t == PG_Q4_1 ? PG_Q8_1 :
 				   is_quant(t) ? PG_Q8_0 : PG_F32;
 		float *wf, x[COLS], xd[COLS], y[ROWS];
-		uint8_t xq[COLS * sizeof(float)];
-		struct pg_matrix m = make_matrix(t, ROWS, COLS, &wf);
+		_Alignas(16) uint8_t xq[COLS * sizeof(float)];
+		struct pg_matrix m;
 
+		reseed("dots", t, 0, 0);
+		m = make_matrix(t, ROWS, COLS, &wf);
 		fill(x, COLS);
-		pg_quantize_row(vt, x, xq, COLS);
+		plant_ties(x + PG_QK);
+		quant_act(vt, x, xq, COLS);
 		pg_dequantize_row(vt, xq, xd, COLS);
 		ref->ops->matmul(ref, &m, x, 1, NULL, y);
 		for (int r = 0; r < ROWS; r++) {
-			double s = 0, a = 0;
+			double s, a;
 
-			for (int i = 0; i < COLS; i++) {
-				s += (double)wf[r * COLS + i] * xd[i];
-				a += fabs((double)wf[r * COLS + i] * xd[i]);
-			}
+			float_dot(t, (const uint8_t *)m.data + r * m.row_bytes,
+				  wf + r * COLS, xq, xd, COLS, &s, &a);
 			CHECK(fabs(y[r] - s) <= 1e-5 * a,
 			      "dot %s: %g vs %g (sum |wx| %g)",
 			      pg_dtype_name(t), y[r], s, a);
@@ -212,10 +310,12 @@ static void check_matmul_case(enum pg_dtype t, int64_t rows, int64_t cols,
 {
 	float *wf, *x, *y, *first, *scalar, *bias = NULL;
 	double *want;
-	struct pg_matrix m = make_matrix(t, rows, cols, &wf);
+	struct pg_matrix m;
 	size_t ny = (size_t)n * (size_t)rows;
 	char what[96];
 
+	reseed("matmul", t, rows * 100000 + cols, n * 2 + with_bias);
+	m = make_matrix(t, rows, cols, &wf);
 	x = xmalloc((size_t)n * (size_t)cols * sizeof(float));
 	y = xmalloc(ny * sizeof(float));
 	first = xmalloc(ny * sizeof(float));
@@ -286,8 +386,10 @@ static void check_matmul_parts(void)
 			float *acc = xmalloc(ny * 4), *got = xmalloc(ny * 4);
 			float *t = xmalloc(ny * 4);
 			const float *ptr[NP];
-			struct pg_matrix m = make_matrix(wtypes[k], ROWS, C, &wf);
+			struct pg_matrix m;
 
+			reseed("matmul_parts", wtypes[k], n, 0);
+			m = make_matrix(wtypes[k], ROWS, C, &wf);
 			fill(x, (size_t)n * C);
 			fill(acc, ny);
 			for (int i = 0; i < n_bes; i++) {
@@ -346,8 +448,10 @@ static void check_get_rows(void)
 
 	for (size_t k = 0; k < N_WTYPES; k++) {
 		float *wf;
-		struct pg_matrix m = make_matrix(wtypes[k], ROWS, COLS, &wf);
+		struct pg_matrix m;
 
+		reseed("get_rows", wtypes[k], 0, 0);
+		m = make_matrix(wtypes[k], ROWS, COLS, &wf);
 		for (int i = 0; i < n_bes; i++) {
 			bes[i]->ops->get_rows(bes[i], &m, ids, N, out);
 			for (int t = 0; t < N; t++)
@@ -378,6 +482,7 @@ static void check_rmsnorm(void)
 		float *first = xmalloc(sz * 4), *w = xmalloc((size_t)dim * 4);
 		double *want = xmalloc(sz * 8);
 
+		reseed("rmsnorm", n, dim, 0);
 		fill(x, sz);
 		fill(w, (size_t)dim);
 		for (int t = 0; t < n; t++) {
@@ -410,6 +515,7 @@ static void check_silu_add(void)
 		float *first2 = xmalloc(n * 4);
 		double *want = xmalloc(n * 8), *want2 = xmalloc(n * 8);
 
+		reseed("silu_add", (int64_t)n, 0, 0);
 		fill(g, n);
 		fill(u, n);
 		for (size_t i = 0; i < n; i++) {
@@ -473,6 +579,7 @@ static void check_rope(void)
 			double *want = xmalloc(sz * 8);
 			int32_t pos[64];
 
+			reseed("rope", (int64_t)c, mode, 0);
 			fill(x, sz);
 			for (int t = 0; t < n; t++)
 				pos[t] = t * 37 + (int)c * 500;
@@ -728,8 +835,10 @@ static void check_attention(void)
 		{ PG_BF16, 7, 20, 1, 3, 1, { 30 }, { 30 } },	/* reference path */
 	};
 
-	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		reseed("attention", (int64_t)c, 0, 0);
 		check_attn_case(&cases[c]);
+	}
 	printf("kv_write, attention: F32/F16/BF16, pages 16 and 7, "
 	       "head_dim 20, 40, 64 and 128, GQA 1, 2, 3, 4; "
 	       "pages of 16 in two lanes = two CP ranks merged, bit for bit\n");
@@ -751,6 +860,7 @@ static void check_table_quant(const struct pg_cpu_kernels *k)
 	static float x[N];
 	static uint8_t a[N * 2], b[N * 2];
 
+	reseed("table_quant", 0, 0, 0);
 	fill(x, N);
 	for (int j = 0; j < 32; j++)
 		x[j] = j == 0 ? 127.0f : (float)(j - 16) + 0.5f;
@@ -840,7 +950,7 @@ static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	float *wf, x[2048], want[2][4], got[3][2][4];
 	double mag[2][4];
 	uint8_t xq[2048 * 8];
-	struct pg_matrix m = make_matrix(t, 4, cols, &wf);
+	struct pg_matrix m;
 	struct qloops l = loops_for(k, t, llama);
 	enum pg_dtype vt = l.vt;
 	pg_dot_fn dot = l.dot;
@@ -850,9 +960,11 @@ static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
 		    pg_dtype_row_bytes(vt, (uint64_t)cols);
 	static const char *what[3] = { "dot", "dot4", "dot4x2" };
 
+	reseed("table_dots", t, llama, cols);
+	m = make_matrix(t, 4, cols, &wf);
 	for (int j = 0; j < 2; j++) {
 		fill(x, (size_t)cols);
-		pg_quantize_row(vt, x, xq + j * xs, cols);
+		quant_act(vt, x, xq + j * xs, cols);
 	}
 	ref_dots(vt, l.ref, &m, wf, xq, xs, want, mag);
 	for (int j = 0; j < 2; j++)
@@ -893,7 +1005,7 @@ static void check_tables(void)
 {
 	static const int64_t cols[] = { 32, 64, 96, 576, 1056, 2048 };
 
-	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_best(); isa++) {
+	for (int isa = PG_ISA_SCALAR; isa <= (int)top; isa++) {
 		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
 
 		check_table_quant(k);
@@ -954,6 +1066,7 @@ static void check_fa16(const struct pg_cpu_kernels *k)
 		float ma = -INFINITY, la = 0, mb = -INFINITY, lb = 0, mx = -INFINITY;
 		double sum = 0;
 
+		reseed("fa16", hd, 0, 0);
 		for (int i = 0; i < NK * hd; i++) {
 			kk[i] = pg_fp32_to_fp16(2.0f * frand());
 			vv[i] = pg_fp32_to_fp16(frand());
@@ -1004,6 +1117,7 @@ static void check_silu_llama(const struct pg_cpu_kernels *k)
 	enum { N = 1543 };
 	static float g[N], u[N], a[N], b[N];
 
+	reseed("silu_llama", 0, 0, 0);
 	fill(g, N);
 	fill(u, N);
 	for (int i = 0; i < N; i++)
@@ -1024,7 +1138,7 @@ static void check_silu_llama(const struct pg_cpu_kernels *k)
 static void check_llama_numerics(void)
 {
 	check_expf_llama();
-	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_best(); isa++) {
+	for (int isa = PG_ISA_SCALAR; isa <= (int)top; isa++) {
 		check_fa16(table_of((enum pg_cpu_isa)isa));
 		check_silu_llama(table_of((enum pg_cpu_isa)isa));
 	}
@@ -1086,12 +1200,14 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	void *work = aligned_alloc(32, (size_t)(cols / 32) * PG_GEMM8_WORK);
 	double *mag = xmalloc(ny * sizeof(double));
 	uint8_t *xq = xmalloc((size_t)n * xs);
-	struct pg_matrix m = make_matrix(t, rows, cols, &wf);
+	struct pg_matrix m;
 	int bad = 0, differ = 0;
 
+	reseed(l->name, rows, cols, n);	/* the type: Q4_1's two orders apart */
+	m = make_matrix(t, rows, cols, &wf);
 	for (int j = 0; j < n; j++) {
 		fill(x, (size_t)cols);
-		pg_quantize_row(vt, x, xq + (size_t)j * xs, cols);
+		quant_act(vt, x, xq + (size_t)j * xs, cols);
 	}
 	gemm_ref(vt, l->ref, &m, wf, xq, xs, n, want, mag);
 	for (size_t i = 0; i < ny; i++)
@@ -1135,7 +1251,7 @@ static void check_gemm8(void)
 	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1, PG_Q4_1 };
 	int tested = 0;
 
-	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_best(); isa++) {
+	for (int isa = PG_ISA_SCALAR; isa <= (int)top; isa++) {
 		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
 
 		for (size_t t = 0; t < 3; t++) {
@@ -1164,7 +1280,11 @@ static void check_gemm8(void)
  * counts that leave a tail after the 8-row groups, and every n from 1 to
  * 37, so that gemm8, the 4x2 tiles, the 4-row and 1-row dots all meet.
  * And batch invariance: each token's outputs for every n equal, bit for
- * bit, those of the same token alone (n = 1).
+ * bit, those of the same token alone (n = 1).  And the reference's very
+ * bits where the tables promise them: on the scalar table, and Q4_0 and
+ * Q4_1 in pagoda's numerics on every table; this also holds the
+ * reference to the backends' activation quantiser (quant_act), which a
+ * bound alone lets slip on lucky inputs.
  */
 static void check_matmul_tokens(void)
 {
@@ -1188,12 +1308,17 @@ static void check_matmul_tokens(void)
 			double *mag = xmalloc(ny * sizeof(double));
 			float *alone = xmalloc(ny * 4);
 			uint8_t *xq = xmalloc((size_t)N * xs);
-			struct pg_matrix m = make_matrix(t, rows, cols, &wf);
+			struct pg_matrix m;
 
+			reseed("matmul_tokens", (int64_t)ti, (int64_t)s, 0);
+			m = make_matrix(t, rows, cols, &wf);
 			fill(x, (size_t)N * (size_t)cols);
+			for (int j = 0; j < N; j += 4)	/* a block of ties */
+				plant_ties(x + (size_t)j * (size_t)cols +
+					   (size_t)(j % (cols / PG_QK)) * PG_QK);
 			for (int j = 0; j < N; j++)
-				pg_quantize_row(vt, x + (size_t)j * (size_t)cols,
-						xq + (size_t)j * xs, cols);
+				quant_act(vt, x + (size_t)j * (size_t)cols,
+					  xq + (size_t)j * xs, cols);
 			gemm_ref(vt, loops_for(&pg_cpu_kernels_scalar, t, llama).ref,
 				 &m, wf, xq, xs, N, want, mag);
 			for (int i = 0; i < n_bes; i++) {
@@ -1202,8 +1327,12 @@ static void check_matmul_tokens(void)
 					bes[i]->ops->matmul(bes[i], &m,
 						x + (size_t)j * (size_t)cols, 1,
 						NULL, alone + (size_t)j * (size_t)rows);
+				/* where the tables promise the reference's bits */
+				int exact = pg_cpu_backend_isa(bes[i]) == PG_ISA_SCALAR ||
+					    (t != PG_Q8_0 && !llama);
+
 				for (int n = 1; n <= N; n++) {
-					int bad = 0;
+					int bad = 0, differ = 0;
 
 					bes[i]->ops->matmul(bes[i], &m, x, n, NULL, y);
 					CHECK(!memcmp(y, alone, (size_t)n * (size_t)rows * 4),
@@ -1219,6 +1348,16 @@ static void check_matmul_tokens(void)
 							      pg_dtype_name(t), (long long)rows,
 							      (long long)cols, n,
 							      be_name(bes[i]), o, y[o], want[o]);
+					for (size_t o = 0; exact && o < (size_t)n * (size_t)rows; o++)
+						if (pg_f32_bits(y[o]) != pg_f32_bits(want[o]) &&
+						    !differ++)
+							CHECK(0, "matmul %s%s %lldx%lld n=%d on %s: "
+							      "output %zu: %.9g, not the reference's "
+							      "%.9g (its activations quantised as "
+							      "the backend's?)",
+							      pg_dtype_name(t), llama ? " (llama.cpp order)" : "",
+							      (long long)rows, (long long)cols, n,
+							      be_name(bes[i]), o, y[o], want[o]);
 				}
 				pg_cpu_backend_llama_numerics(bes[i], 0);
 			}
@@ -1227,7 +1366,8 @@ static void check_matmul_tokens(void)
 		}
 	printf("matmul tokens: Q8_0/Q4_0/Q4_1 (and Q4_1 in llama.cpp "
 	       "numerics), rows 13, 27, 70 x n = 1..37, each output within "
-	       "1e-5 of sum |wx|, batch-invariant\n");
+	       "1e-5 of sum |wx|, batch-invariant, the reference's bits on "
+	       "scalar (and Q4_0/Q4_1 on every table)\n");
 }
 
 /*
@@ -1254,8 +1394,11 @@ static void check_q4x8(void)
 			size_t ny = (size_t)N * (size_t)rows;
 			float *wf, *x = xmalloc((size_t)N * (size_t)cols * 4);
 			float *want = xmalloc(NP * ny * 4), *got = xmalloc(NP * ny * 4);
-			struct pg_matrix m = make_matrix(t, rows, cols, &wf), odd = m;
+			struct pg_matrix m, odd;
 
+			reseed("q4x8", (int64_t)ti, (int64_t)sh, 0);
+			m = make_matrix(t, rows, cols, &wf);
+			odd = m;
 			fill(x, (size_t)N * (size_t)cols);
 			odd.n_rows = rows - 1;
 			for (int i = 0; i < n_bes; i++) {
@@ -1367,16 +1510,106 @@ static void check_pool(int nth)
 	       N_FAST, nth, t / N_FAST * 1e6);
 }
 
-/* ---- the backends ---- */
+/* ---- the tables and PAGODA_CPU_KERNELS ---- */
 
+/*
+ * PAGODA_CPU_KERNELS, set here in turn to every level, to names of none
+ * and (where the processor lacks it) to a level beyond it: what
+ * pg_cpu_isa_forced, pg_cpu_isa_best and pg_cpu_backend_create make of
+ * each.  The caller's value is back in place at the end.
+ */
+static void check_env_value(const char *v, enum pg_cpu_isa hw)
+{
+	int want = pg_cpu_isa_parse(v), rc;
+	enum pg_cpu_isa isa = PG_ISA_SCALAR;
+	struct pg_backend *be;
+	char err[512] = "";
+
+	setenv(PG_CPU_KERNELS_ENV, v, 1);
+	rc = pg_cpu_isa_forced(&isa, err, sizeof(err));
+	be = pg_cpu_backend_create(1, PG_ISA_AVX512);
+	if (want >= 0 && want <= (int)hw) {
+		CHECK(rc == 1 && isa == (enum pg_cpu_isa)want &&
+		      pg_cpu_isa_best() == isa, "%s=%s: forced %d, level %s",
+		      PG_CPU_KERNELS_ENV, v, rc, pg_cpu_isa_name(isa));
+		CHECK(be && pg_cpu_backend_isa(be) == isa,
+		      "%s=%s: the backend does not run that table",
+		      PG_CPU_KERNELS_ENV, v);
+		if (be)
+			be->ops->destroy(be);
+		/* a lower level asked for is still the lower one */
+		be = pg_cpu_backend_create(1, PG_ISA_SCALAR);
+		CHECK(be && pg_cpu_backend_isa(be) == PG_ISA_SCALAR,
+		      "%s=%s: no scalar backend", PG_CPU_KERNELS_ENV, v);
+	} else {
+		int code = want < 0 ? EINVAL : ENOTSUP;
+
+		CHECK(rc == -code && strstr(err, v) &&
+		      strstr(err, want < 0 ? "use scalar, avx2 or avx512" :
+			     "this processor cannot run"),
+		      "%s=%s: %d, message \"%s\"", PG_CPU_KERNELS_ENV, v, rc,
+		      err);
+		CHECK(!be && errno == code, "%s=%s: a backend was made",
+		      PG_CPU_KERNELS_ENV, v);
+		CHECK(pg_cpu_isa_best() == hw, "%s=%s: best level %s",
+		      PG_CPU_KERNELS_ENV, v, pg_cpu_isa_name(pg_cpu_isa_best()));
+	}
+	if (be)
+		be->ops->destroy(be);
+}
+
+static void check_env(void)
+{
+	static const char *const bad[] = { "avx512vnni", "AVX2", "avx", " avx2" };
+	const char *was = getenv(PG_CPU_KERNELS_ENV);
+	char *saved = was ? strdup(was) : NULL;
+	enum pg_cpu_isa hw = pg_cpu_isa_hw();
+
+	unsetenv(PG_CPU_KERNELS_ENV);
+	CHECK(pg_cpu_isa_forced(NULL, NULL, 0) == 0 && pg_cpu_isa_best() == hw,
+	      "%s unset: not the processor's best", PG_CPU_KERNELS_ENV);
+	setenv(PG_CPU_KERNELS_ENV, "", 1);
+	CHECK(pg_cpu_isa_forced(NULL, NULL, 0) == 0 && pg_cpu_isa_best() == hw,
+	      "%s empty: not the processor's best", PG_CPU_KERNELS_ENV);
+	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_AVX512; isa++)
+		check_env_value(pg_cpu_isa_name((enum pg_cpu_isa)isa), hw);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		check_env_value(bad[i], hw);
+	if (saved)
+		setenv(PG_CPU_KERNELS_ENV, saved, 1);
+	else
+		unsetenv(PG_CPU_KERNELS_ENV);
+	free(saved);
+	printf("%s: every level, unknown names, levels beyond the "
+	       "processor (%s here): as documented\n", PG_CPU_KERNELS_ENV,
+	       pg_cpu_isa_name(hw));
+}
+
+/*
+ * Every table up to top, on 1 and 2 threads; the others named with why
+ * they were skipped.  One line for logs to find: "test_kernels: tables
+ * run: scalar avx2 ...".
+ */
 static void open_backends(void)
 {
-	enum pg_cpu_isa best = pg_cpu_isa_best();
+	enum pg_cpu_isa hw = pg_cpu_isa_hw();
+	const char *forced = getenv(PG_CPU_KERNELS_ENV);
+	char run[64] = "", skipped[256] = "";
 
+	top = pg_cpu_isa_best();
 	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_AVX512; isa++) {
-		if (isa > (int)best) {
-			printf("level %s: skipped (this processor lacks it)\n",
-			       pg_cpu_isa_name((enum pg_cpu_isa)isa));
+		const char *name = pg_cpu_isa_name((enum pg_cpu_isa)isa);
+		size_t len = strlen(skipped);
+
+		if (isa > (int)top) {
+			if (isa > (int)hw)
+				snprintf(skipped + len, sizeof(skipped) - len,
+					 " %s (this processor lacks it)", name);
+			else
+				snprintf(skipped + len, sizeof(skipped) - len,
+					 " %s (%s=%s)", name, PG_CPU_KERNELS_ENV,
+					 forced);
+			printf("level %s: skipped\n", name);
 			continue;
 		}
 		for (int t = 1; t <= 2; t++) {
@@ -1392,16 +1625,48 @@ static void open_backends(void)
 			      isa, t);
 			bes[n_bes++] = be;
 		}
-		printf("level %s: tested on 1 and 2 threads\n",
-		       pg_cpu_isa_name((enum pg_cpu_isa)isa));
+		printf("level %s: tested on 1 and 2 threads\n", name);
+		len = strlen(run);
+		snprintf(run + len, sizeof(run) - len, " %s", name);
 	}
 	ref = bes[0];
+	printf("test_kernels: tables run:%s\n", run);
+	if (*skipped)
+		printf("test_kernels: tables skipped:%s\n", skipped);
 }
 
-int main(void)
+/* --tables: the tables this processor runs, whatever PAGODA_CPU_KERNELS says. */
+static int list_tables(void)
 {
+	for (int isa = PG_ISA_SCALAR; isa <= (int)pg_cpu_isa_hw(); isa++)
+		printf("%s%s", isa ? " " : "",
+		       pg_cpu_isa_name((enum pg_cpu_isa)isa));
+	printf("\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *seed = getenv("TEST_KERNELS_SEED");
+	char err[512];
+
+	if (argc == 2 && !strcmp(argv[1], "--tables"))
+		return list_tables();
+	if (argc > 1) {
+		fprintf(stderr, "usage: test_kernels [--tables]\n");
+		return 2;
+	}
+	if (pg_cpu_isa_forced(NULL, err, sizeof(err)) < 0) {
+		fprintf(stderr, "test_kernels: %s\n", err);
+		return 1;
+	}
+	if (seed) {
+		base_seed = (uint32_t)strtoul(seed, NULL, 0);
+		printf("inputs: TEST_KERNELS_SEED=%s\n", seed);
+	}
 	check_pool(2);
 	check_pool(3);
+	check_env();
 	open_backends();
 	check_dots();
 	check_tables();

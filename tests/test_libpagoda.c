@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -234,13 +235,16 @@ static void post(struct fake *f, uint64_t id, uint8_t type, uint8_t sample,
 
 static const char long_text[] = " and a piece of text longer than one slot";
 
+/* The seed the fake daemon "draws" for the n-th request without one. */
+#define FAKE_SEED(n) (0x5eed0000ull + (n))
+
 static void answer_samples(struct fake *f, uint64_t id, uint32_t n,
-			   uint32_t n_logprobs, int finish)
+			   uint32_t n_logprobs, int finish, uint64_t seed)
 {
 	static const int32_t a[] = { 10, 11 }, b[] = { 12 };
 	struct pg_done_wire d = { .queue_s = 0.25, .ttft_s = 0.5, .itl_s = 0.125,
 				  .n_prompt = 5, .n_cached = 1, .n_gen = 3,
-				  .n_preempt = 0 };
+				  .n_preempt = 0, .seed = seed };
 
 	for (uint32_t s = 0; s < n; s++) {
 		if (finish != PG_FINISH_WIRE_CANCELLED) {
@@ -248,13 +252,13 @@ static void answer_samples(struct fake *f, uint64_t id, uint32_t n,
 			     FAKE_T_NS(s));
 			post(f, id, PG_CQE_TOKENS, (uint8_t)s, 0, 0, b, 1, long_text,
 			     sizeof(long_text) - 1, FAKE_T_NS(s));
-			if (n_logprobs) {
-				struct pg_logprob_wire lp[20];
+			if (n_logprobs) {	/* token 12's own, then the top */
+				struct pg_logprob_wire lp[21] = { { 12, -0.25f } };
 
 				for (uint32_t i = 0; i < n_logprobs; i++)
-					lp[i] = (struct pg_logprob_wire){ 12 + (int)i, -0.5f * (float)i };
-				post(f, id, PG_CQE_LOGPROBS, (uint8_t)s, 0, 0, NULL, 0, lp,
-				     n_logprobs * (uint32_t)sizeof(lp[0]), FAKE_T_NS(s));
+					lp[1 + i] = (struct pg_logprob_wire){ 12 + (int)i, -0.5f * (float)i };
+				post(f, id, PG_CQE_LOGPROBS, (uint8_t)s, 0, 0, b, 1, lp,
+				     (1 + n_logprobs) * (uint32_t)sizeof(lp[0]), FAKE_T_NS(s));
 			}
 		}
 		d.n_gen = 3 + s;
@@ -275,6 +279,32 @@ static void error_reply(struct fake *f, uint64_t id, int code, int last,
 static void error_answer(struct fake *f, uint64_t id, int code, const char *msg)
 {
 	error_reply(f, id, code, 1, msg);
+}
+
+/* As pagodad closes a segment: the reason in the header, then closed. */
+static void goodbye(struct fake *f, int code, const char *why)
+{
+	pg_ring_publish(&f->cq);
+	f->h->bye.code = code;
+	snprintf(f->h->bye.message, sizeof(f->h->bye.message), "%s", why);
+	atomic_store(&f->h->closed, 1);
+	eventfd_write(f->cq_efd, 1);
+}
+
+/* pagodad's reason for dropping a client that does not read (session.c) */
+#define DROP_WHY "the client left its completion ring full for 1.0 s (1 waiting): disconnected"
+
+/*
+ * As pagodad drops a client that left its completion ring full: the ring
+ * is full of the request's tokens, so the reason is in the header alone.
+ */
+static void drop_unread(struct fake *f, uint64_t id)
+{
+	static const int32_t a[] = { 10 };
+
+	for (uint32_t i = 0; i < f->h->cq_slots; i++)
+		post(f, id, PG_CQE_TOKENS, 0, 0, 0, a, 1, "x", 1, FAKE_T_NS(0));
+	goodbye(f, PG_EPROTO, DROP_WHY);
 }
 
 /* Returns -1 when the fake daemon should stop. */
@@ -304,14 +334,17 @@ static int on_generate(struct fake *f, const struct pg_sqe *e,
 	} else if (w.prompt_kind == PG_PROMPT_TEXT && w.prompt_bytes == 5 &&
 		   !memcmp(prompt, "close", 5)) {
 		error_reply(f, 0, PG_ESHUTDOWN, 0, "pagodad is stopping (SIGTERM)");
-		pg_ring_publish(&f->cq);
-		atomic_store(&f->h->closed, 1);
-		eventfd_write(f->cq_efd, 1);
+		goodbye(f, PG_ESHUTDOWN, "pagodad is stopping (SIGTERM)");
 	} else if (w.prompt_kind == PG_PROMPT_TEXT && w.prompt_bytes == 3 &&
 		   !memcmp(prompt, "die", 3)) {
 		return -1;
+	} else if (w.prompt_kind == PG_PROMPT_TEXT && w.prompt_bytes == 4 &&
+		   !memcmp(prompt, "drop", 4)) {
+		drop_unread(f, e->req_id);
+		return -1;
 	} else {
-		answer_samples(f, e->req_id, w.n, w.n_logprobs, PG_FINISH_WIRE_LENGTH);
+		answer_samples(f, e->req_id, w.n, w.n_logprobs, PG_FINISH_WIRE_LENGTH,
+			       w.flags & PG_GEN_SEED_RANDOM ? FAKE_SEED(f->n_requests) : w.seed);
 	}
 	return 0;
 }
@@ -345,7 +378,7 @@ static int on_entry(struct fake *f, const struct pg_sqe *e, const uint8_t *pl,
 		return on_generate(f, e, pl, len);
 	case PG_OP_CANCEL:
 		if (e->req_id == f->held_id && f->held_id) {
-			answer_samples(f, e->req_id, f->held_n, 0, PG_FINISH_WIRE_CANCELLED);
+			answer_samples(f, e->req_id, f->held_n, 0, PG_FINISH_WIRE_CANCELLED, 0);
 			f->held_id = 0;
 		} else {
 			error_reply(f, e->req_id, PG_ENOENT, 0, "no such request");
@@ -695,7 +728,10 @@ static void test_encoding(pagoda_t *p, struct fake *f)
 	memcpy(&w, f->gen, sizeof(w));
 	CHECK(w.prompt_kind == PG_PROMPT_TOKENS && w.prompt_bytes == 12);
 	CHECK(w.n_stop == 0 && w.stop_bytes == 0 && w.n == 1 && w.max_tokens == 128);
-	CHECK(w.flags == PG_GEN_TEXT && w.temperature == 0.0f && w.top_p == 1.0f);
+	/* the defaults are the pagoda command's: sampling, with a fresh seed */
+	CHECK(w.flags == (PG_GEN_TEXT | PG_GEN_SEED_RANDOM) && w.seed == 0);
+	CHECK(w.temperature == 0.8f && w.top_k == 40 && w.top_p == 0.95f &&
+	      w.min_p == 0.05f);
 	CHECK(w.repeat_penalty == 1.0f && w.repeat_last_n == 64);
 	CHECK(f->gen_len == sizeof(w) + 12 && !memcmp(f->gen + sizeof(w), toks, 12));
 	pthread_mutex_unlock(&f->mu);
@@ -793,9 +829,59 @@ static void test_generate(pagoda_t *p)
 		      x->logprobs_at[2] == 0 && x->logprobs_at[3] == 4);
 		CHECK(x->logprobs && x->logprobs[1].id == 13 &&
 		      x->logprobs[1].logprob == -0.5f);
+		/* each token's own log-probability: the last one's came */
+		CHECK(x->token_logprobs && isnan(x->token_logprobs[0]) &&
+		      x->token_logprobs[2] == -0.25f);
 	}
 	pagoda_completion_free(&c);
 	CHECK(c.samples == NULL);
+
+	/* without logprobs there are none */
+	req.n = 1;
+	req.n_logprobs = 0;
+	CHECK_RC(pagoda_generate(p, &req, &c), 0);
+	CHECK(c.n_samples == 1 && c.samples && !c.samples[0].token_logprobs &&
+	      !c.samples[0].logprobs);
+	pagoda_completion_free(&c);
+}
+
+/*
+ * Seeds: a request that sets none asks the daemon for a fresh one
+ * (PG_GEN_SEED_RANDOM, seed 0 on the wire) and gets it back in its
+ * figures; a request that sets one sends it and gets it back.
+ */
+static void test_seed(pagoda_t *p, struct fake *f)
+{
+	struct pagoda_request req;
+	struct pagoda_completion c;
+	struct pg_gen_wire w;
+	uint64_t first = 0;
+
+	pagoda_request_init(&req);
+	CHECK(req.seed == PAGODA_SEED_RANDOM && req.temperature > 0.0f);
+	req.prompt = "hello";
+	for (int i = 0; i < 2; i++) {
+		CHECK_RC(pagoda_generate(p, &req, &c), 0);
+		pthread_mutex_lock(&f->mu);
+		memcpy(&w, f->gen, sizeof(w));
+		CHECK((w.flags & PG_GEN_SEED_RANDOM) && w.seed == 0);
+		CHECK(c.n_samples == 1 && c.samples &&
+		      c.samples[0].figures.seed == FAKE_SEED(f->n_requests));
+		pthread_mutex_unlock(&f->mu);
+		if (c.samples && i == 0)
+			first = c.samples[0].figures.seed;
+		else if (c.samples)
+			CHECK(c.samples[0].figures.seed != first);
+		pagoda_completion_free(&c);
+	}
+	req.seed = 4242;
+	CHECK_RC(pagoda_generate(p, &req, &c), 0);
+	pthread_mutex_lock(&f->mu);
+	memcpy(&w, f->gen, sizeof(w));
+	CHECK(!(w.flags & PG_GEN_SEED_RANDOM) && w.seed == 4242);
+	pthread_mutex_unlock(&f->mu);
+	CHECK(c.samples && c.samples[0].figures.seed == 4242);
+	pagoda_completion_free(&c);
 }
 
 static void test_ops(pagoda_t *p)
@@ -840,11 +926,12 @@ static void test_stream(pagoda_t *p)
 	struct pagoda_request req;
 	struct pagoda_event ev;
 	uint64_t ids[5];
-	int tokens[5] = { 0 }, done[5] = { 0 }, rc, n_done = 0;
+	int tokens[5] = { 0 }, done[5] = { 0 }, rc, n_done = 0, n_lp = 0;
 	char text[5][128] = { { 0 } };
 
 	pagoda_request_init(&req);
 	req.prompt = "hello";
+	req.n_logprobs = 2;
 	for (int i = 0; i < 5; i++)
 		CHECK_RC(pagoda_submit(p, &req, &ids[i]), 0);
 	CHECK(ids[0] != ids[1]);
@@ -861,18 +948,27 @@ static void test_stream(pagoda_t *p)
 			CHECK(ev.emitted_ns == FAKE_T_NS(ev.sample));
 			tokens[i] += (int)ev.n_ids;
 			strncat(text[i], ev.text, sizeof(text[i]) - strlen(text[i]) - 1);
+		} else if (ev.type == PAGODA_EVENT_LOGPROBS) {
+			/* the token's own first on the wire, then the top 2 */
+			CHECK(ev.logprob == -0.25f && ev.n_logprobs == 2);
+			CHECK(ev.n_ids == 1 && ev.ids[0] == 12);
+			CHECK(ev.logprobs[0].id == 12 && ev.logprobs[1].id == 13 &&
+			      ev.logprobs[1].logprob == -0.5f);
+			n_lp++;
 		} else if (ev.type == PAGODA_EVENT_DONE) {
 			CHECK(ev.last && ev.finish == PAGODA_FINISH_LENGTH);
 			done[i] = 1;
 			n_done++;
 		}
 	}
+	CHECK(n_lp == 5);
 	for (int i = 0; i < 5; i++)
 		CHECK(tokens[i] == 3 && !strncmp(text[i], "he and", 6));
 	CHECK_RC(pagoda_next_event(p, &ev, 0), 0);
 	/* a timeout on an idle handle */
 	CHECK_RC(pagoda_next_event(p, &ev, 30), 0);
 	/* an id the caller chose is refused while it is in flight */
+	req.n_logprobs = 0;
 	req.id = 9;
 	req.prompt = "hold";
 	CHECK_RC(pagoda_submit(p, &req, NULL), 0);
@@ -1125,6 +1221,42 @@ static void test_shutdown(const char *how, const char *why)
 	fake_stop(f);
 }
 
+/*
+ * A client dropped for not reading: its events first, then the daemon's
+ * own code and reason from the header, not "it stopped or restarted".
+ */
+static void test_dropped(void)
+{
+	struct fake *f = fake_start(SC_SERVE, 8, 4096);
+	struct pagoda_request req;
+	struct pagoda_event ev;
+	pagoda_t *p;
+	uint64_t rtt;
+	int rc, n_tok = 0;
+
+	CHECK_RC(pagoda_connect(f->path, &p), 0);
+	if (!p) {
+		fake_stop(f);
+		return;
+	}
+	pagoda_request_init(&req);
+	req.prompt = "drop";
+	CHECK_RC(pagoda_submit(p, &req, NULL), 0);
+	pthread_join(f->thread, NULL);	/* the ring full, the fake gone */
+	while ((rc = pagoda_next_event(p, &ev, 3000)) > 0)
+		n_tok += ev.type == PAGODA_EVENT_TOKENS;
+	CHECK(n_tok == 8);
+	CHECK_RC(rc, PAGODA_EPROTO);
+	CHECK(strstr(pagoda_last_error(p), DROP_WHY));
+	CHECK(strstr(pagoda_last_error(p), "reconnect"));
+	CHECK_RC(pagoda_ping(p, &rtt), PAGODA_EPROTO);
+	CHECK_RC(pagoda_submit(p, &req, NULL), PAGODA_EPROTO);
+	pagoda_close(p);
+	close(f->lsock);
+	unlink(f->path);
+	free(f);
+}
+
 static void test_serve(void)
 {
 	struct fake *f = fake_start(SC_SERVE, 64, 65536);
@@ -1139,6 +1271,7 @@ static void test_serve(void)
 	test_ops(p);
 	test_encoding(p, f);
 	test_generate(p);
+	test_seed(p, f);
 	test_bad_requests(p);
 	test_stream(p);
 	test_threads(p);
@@ -1171,6 +1304,7 @@ int main(void)
 	test_many_threads();
 	test_shutdown("close", "pagodad is stopping (SIGTERM)");
 	test_shutdown("die", "hung up");
+	test_dropped();
 	rmdir(tmpdir);
 	if (failures)
 		fprintf(stderr, "test_libpagoda: %d failures\n", failures);

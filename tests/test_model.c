@@ -3,7 +3,8 @@
  * inconsistent ones with a message naming the file, the key or tensor, and
  * what was expected.  Broken models are made by patching a valid file in
  * place (same-length edits, so the GGUF structure stays valid and only the
- * model's meaning breaks).
+ * model's meaning breaks).  Vocabularies of nonsensical shapes are built
+ * field by field (tests/gguf_build.h) and loaded vocab-only.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,9 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/engine/gguf.h"
 #include "daemon/engine/model.h"
+#include "daemon/engine/tokenizer.h"
 #include "tests/check.h"
 #include "tests/gen/ggufgen.h"
+#include "tests/gguf_build.h"
 
 static void *model_buf;
 static size_t model_len;
@@ -107,6 +111,121 @@ static void test_valid(const char *path)
 	pg_model_free(m);
 }
 
+/* What a vocabulary case changes in an otherwise valid SentencePiece one. */
+struct vocab_spec {
+	int n_tokens;		/* written to tokenizer.ggml.tokens */
+	int n_types, n_scores;	/* array lengths (-1: n_tokens) */
+	int32_t type3;		/* the type of token 3 */
+	int64_t bos;		/* tokenizer.ggml.bos_token_id, -1: absent */
+	const char *arch;	/* general.architecture, arch_len bytes */
+	size_t arch_len;
+	int64_t file_type;	/* general.file_type, -1: absent */
+};
+
+static struct vocab_spec vocab_valid(void)
+{
+	return (struct vocab_spec){ .n_tokens = 6, .n_types = -1,
+				    .n_scores = -1, .type3 = 1, .bos = 1,
+				    .arch = "llama", .arch_len = 5,
+				    .file_type = 7 };
+}
+
+/* Write a vocabulary-only GGUF file of spec v to path. */
+static void write_vocab(const char *path, const struct vocab_spec *v)
+{
+	static const char *const toks[] = { "<unk>", "<s>", "</s>", "a", "b",
+					    "\xe2\x96\x81", "c", "d" };
+	int32_t types[8] = { 2, 3, 3, v->type3, 1, 1, 1, 1 };
+	float scores[8] = { 0, 0, 0, -1, -2, -3, -4, -5 };
+	int n_ty = v->n_types < 0 ? v->n_tokens : v->n_types;
+	int n_sc = v->n_scores < 0 ? v->n_tokens : v->n_scores;
+	struct gb b = { 0 };
+	FILE *f;
+
+	gb_header(&b, 3, 0, 5 + (v->bos >= 0) + (v->file_type >= 0));
+	gb_kv_strn(&b, "general.architecture", v->arch, v->arch_len);
+	if (v->file_type >= 0)
+		gb_kv_u32(&b, "general.file_type", (uint32_t)v->file_type);
+	gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+	gb_kv_strs(&b, "tokenizer.ggml.tokens", toks, (uint64_t)v->n_tokens);
+	gb_kv_i32s(&b, "tokenizer.ggml.token_type", types, (uint64_t)n_ty);
+	gb_kv_f32s(&b, "tokenizer.ggml.scores", scores, (uint64_t)n_sc);
+	if (v->bos >= 0)
+		gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+	gb_kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
+	f = fopen(path, "wb");
+	CHECK(f && fwrite(b.buf, 1, b.len, f) == b.len, "write %s", path);
+	if (f)
+		fclose(f);
+	gb_free(&b);
+}
+
+static void vocab_refused(const char *path, const struct vocab_spec *v,
+			  const char *needle, const char *what)
+{
+	struct pg_model *m = NULL;
+	char err[1024];
+	int rc;
+
+	write_vocab(path, v);
+	rc = pg_model_load(path, 1, &m, err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, needle) && strstr(err, path) == err,
+	      "%s: rc %d, message '%s' (want '%s')", what, rc, rc ? err : "loaded",
+	      needle);
+	pg_model_free(m);
+}
+
+static void test_vocab_shapes(const char *path)
+{
+	struct vocab_spec v = vocab_valid();
+	struct pg_model *m = NULL;
+	char err[1024];
+
+	write_vocab(path, &v);
+	CHECK(pg_model_load(path, 1, &m, err, sizeof(err)) == 0, "valid vocabulary: %s", err);
+	pg_model_free(m);
+	m = NULL;
+	v.bos = -1;	/* absent: SentencePiece's default, 1 */
+	write_vocab(path, &v);
+	CHECK(pg_model_load(path, 1, &m, err, sizeof(err)) == 0 &&
+	      pg_tokenizer_bos(m->tok) == 1, "no bos_token_id key: %s", err);
+	pg_model_free(m);
+
+#define VCASE(field, value, needle) do { v = vocab_valid(); v.field = value; \
+	vocab_refused(path, &v, needle, #field " = " #value); } while (0)
+	VCASE(bos, 6, "tokenizer.ggml.bos_token_id: id 6 is outside the vocabulary of 6 tokens");
+	VCASE(bos, 4000000000ll, "tokenizer.ggml.bos_token_id: id 4000000000 is outside");
+	VCASE(n_tokens, 0, "tokenizer.ggml.tokens: 0 tokens");
+	VCASE(n_types, 5, "tokenizer.ggml.token_type: expected 6 int32 values");
+	VCASE(n_types, 7, "tokenizer.ggml.token_type: expected 6 int32 values");
+	VCASE(n_scores, 8, "tokenizer.ggml.scores: expected 6 float32 values");
+	VCASE(type3, 7, "token 3 has type 7");
+	VCASE(type3, -1, "token 3 has type -1");
+	VCASE(file_type, 0xdeadbeefll, "general.file_type is 3735928559, which is no llama.cpp file type");
+#undef VCASE
+	/* a NUL inside the architecture is shown, not taken for its end */
+	v = vocab_valid();
+	v.arch = "llama\0evil";
+	v.arch_len = 10;
+	write_vocab(path, &v);
+	CHECK(pg_model_load(path, 1, &m, err, sizeof(err)) == 0,
+	      "vocab-only ignores the architecture: %s", err);
+	pg_model_free(m);
+	m = NULL;
+	{
+		struct gguf_str s = { "llama\0evil\"\n", 12 };
+		char q[64];
+
+		CHECK(!strcmp(gguf_str_quote(s, 64, q, sizeof(q)),
+			      "llama\\x00evil\\\"\\x0a"),
+		      "quoted: %s", q);
+		CHECK(!strcmp(gguf_str_quote(s, 5, q, sizeof(q)), "llama..."),
+		      "cut: %s", q);
+		CHECK(!strcmp(gguf_str_quote(s, 64, q, 8), "llama"),
+		      "small buffer: %s", q);
+	}
+}
+
 int main(void)
 {
 	char path[] = "/tmp/pagoda-test-model-XXXXXX";
@@ -142,6 +261,16 @@ int main(void)
 	expect_refused(path, "\"gemma\", which pagoda does not support", "architecture");
 	write_patched(path, "token_embd.weight", "token_embd.wEight", 17, 1);
 	expect_refused(path, "token_embd.weight is missing", "no embedding");
+	write_patched(path, "llama", "ll\0ma", 5, 1);
+	expect_refused(path, "general.architecture is \"ll\\x00ma\"", "NUL in the architecture");
+	write_patched_u32(path, "tokenizer.ggml.bos_token_id", 384);
+	expect_refused(path, "tokenizer.ggml.bos_token_id: id 384 is outside the vocabulary of 384 tokens",
+		       "BOS past the vocabulary");
+	write_patched_u32(path, "tokenizer.ggml.eos_token_id", 1000);
+	expect_refused(path, "tokenizer.ggml.eos_token_id: id 1000 is outside", "EOS past the vocabulary");
+	write_patched_u32(path, "general.file_type", 4096);
+	expect_refused(path, "general.file_type is 4096", "file type");
+	test_vocab_shapes(path);
 
 	unlink(path);
 	free(model_buf);

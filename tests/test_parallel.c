@@ -12,6 +12,9 @@
  *    device's order (forward.c's exact parallel sums: canonical parts of
  *    the row-split products, attention in two lanes);
  *  - so greedy generation gives the same tokens;
+ *  - CP 4 (alone and with TP 2) is not bit-identical (it merges four
+ *    quarters of each page's attention, one device two halves): held to
+ *    the GPU's tolerances;
  *  - several batches in flight (PP micro-batches) give each batch's own
  *    result;
  *  - a device that fails (injected) fails that batch with its error, and
@@ -66,6 +69,17 @@ static int have_gpu(void)
 static const struct shape shapes[] = {
 	{ 2, 1, 1 }, { 3, 1, 1 }, { 1, 2, 1 }, { 1, 3, 1 }, { 1, 4, 1 },
 	{ 2, 2, 1 }, { 1, 1, 2 }, { 1, 2, 2 },
+};
+
+/*
+ * Plans that are not bit-identical to one device: CP 4 merges four
+ * partial softmaxes (quarters of every page) where one device merges two
+ * halves, so its attention rounds differently, and the logits agree
+ * within rounding (F32), or within 8-bit activation noise (quantised
+ * models), not bit for bit.  README and docs/architecture.md say so.
+ */
+static const struct shape approx_shapes[] = {
+	{ 1, 1, 4 }, { 1, 2, 4 },
 };
 
 /* A plan of pp × tp × cp one-thread CPU devices, blocks cut evenly. */
@@ -529,6 +543,9 @@ static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
 		for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
 			compare_plan(m, &one, &shapes[i], prompts, 3, 40, 16,
 				     0, 0, what);
+		for (size_t i = 0; i < sizeof(approx_shapes) / sizeof(approx_shapes[0]); i++)
+			compare_plan(m, &one, &approx_shapes[i], prompts, 3, 40,
+				     16, logit_tol, tie_tol, what);
 		/*
 		 * The GPU sums in other orders, and its prefill multiplies F16
 		 * activations where the CPU quantises them to 8 bits, so

@@ -1,8 +1,8 @@
 /*
  * test_quant.c - quantisation and conversion tests of the CPU backend:
  * fp16/bf16 conversions (known values, edge cases, and every half value's
- * round trip), known blocks of each quantised type, and round-trip error
- * bounds on random rows.
+ * round trip), known blocks of each quantised type, how weights and
+ * activations round ties apart, and round-trip error bounds on random rows.
  *
  * Exits 0 on success, 1 on failure.  Dot products are in test_kernels.c.
  */
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"	/* the activation quantisers */
 #include "tests/check.h"
 
 static float bits_f32(uint32_t u)
@@ -173,6 +174,44 @@ static void check_known_blocks(void)
 	      "unknown type");
 }
 
+/*
+ * Weights and activations round ties apart (quant.c): in a block of amax
+ * 127 holding k + 0.5 (d = 1, so x / d and x * 127/amax are exact), Q8_0
+ * weights (pg_quantize_row) round away from zero, activations
+ * (pg_quant_q8_0_ref, pg_quant_q8_1_ref, and pg_quantize_row's Q8_1, which
+ * is only ever activations) to even, as the backends' matmuls do.  A
+ * reference that quantises a matmul's activations must take the latter.
+ */
+static void check_ties(void)
+{
+	float x[32];
+	struct pg_block_q8_0 w, a;
+	struct pg_block_q8_1 a1, r1;
+	int apart = 0;
+
+	x[0] = 127.0f;
+	for (int j = 1; j < 32; j++)
+		x[j] = (float)(j - 16) + 0.5f;
+	pg_quantize_row(PG_Q8_0, x, &w, 32);
+	pg_quant_q8_0_ref(x, &a, 32);
+	pg_quant_q8_1_ref(x, &a1, 32);
+	pg_quantize_row(PG_Q8_1, x, &r1, 32);
+	CHECK(w.d == a.d && w.d == pg_fp32_to_fp16(1.0f), "ties: d");
+	for (int j = 1; j < 32; j++) {
+		CHECK(w.qs[j] == (int)roundf(x[j]) &&
+		      a.qs[j] == (int)nearbyintf(x[j]) && a1.qs[j] == a.qs[j],
+		      "ties: %g as weight %d, as activation %d / %d", x[j],
+		      w.qs[j], a.qs[j], a1.qs[j]);
+		apart += w.qs[j] != a.qs[j];
+	}
+	/* -14.5: -15 as weight, -14 as activation; -13.5: -14 both */
+	CHECK(w.qs[1] == -15 && a.qs[1] == -14 && w.qs[2] == -14 &&
+	      a.qs[2] == -14 && apart == 16, "ties: %d %d %d %d, %d apart",
+	      w.qs[1], a.qs[1], w.qs[2], a.qs[2], apart);
+	CHECK(!memcmp(&a1, &r1, sizeof(a1)),
+	      "ties: pg_quantize_row's Q8_1 is not the activations' rounding");
+}
+
 static float frand(uint32_t *s)
 {
 	*s = *s * 1664525u + 1013904223u;
@@ -246,6 +285,7 @@ int main(void)
 #endif
 	check_bf16();
 	check_known_blocks();
+	check_ties();
 	/*
 	 * Bounds: 8-bit types err by at most half a step, 4-bit ones by half
 	 * a step too except Q4_0's clamp of +8 to +7 (one step); 0.55 and

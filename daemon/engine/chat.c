@@ -5,24 +5,37 @@
  * rendered natively, the way the reference templates (and llama.cpp's
  * built-in renderers) do.  It is not a Jinja engine: templates that are none
  * of these three formats are not recognised.  BOS is left to the tokenizer.
+ * The renderer remembers which bytes the template wrote, so that a
+ * message's content is tokenized as text: a "<|im_start|>" typed by a user
+ * stays text, and only the template's own markers are control tokens.
  */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chat.h"
+#include "tokenizer.h"
 
-/* A growing NUL-terminated string. */
+/*
+ * A growing NUL-terminated string, and beside it one byte per character:
+ * 1 where the template wrote it (its markers and role names), 0 where a
+ * message's content did, so that only the template's own markers may be
+ * read as special tokens (pg_chat_tokenize).
+ */
 struct sbuf {
-	char *p;
+	char *p;		/* (cap) the text */
+	uint8_t *mark;		/* (cap) 1: the template's, 0: content */
 	size_t len, cap;
 	int err;
 };
 
-static void sb_add(struct sbuf *b, const char *s, size_t n)
+static void sb_add(struct sbuf *b, const char *s, size_t n, int tmpl)
 {
 	size_t cap = b->cap ? b->cap : 256;
 	char *q;
+	uint8_t *mq;
 
 	if (b->err)
 		return;
@@ -30,21 +43,38 @@ static void sb_add(struct sbuf *b, const char *s, size_t n)
 		cap *= 2;
 	if (cap != b->cap) {
 		q = realloc(b->p, cap);
-		if (!q) {
+		if (q)
+			b->p = q;
+		mq = q ? realloc(b->mark, cap) : NULL;
+		if (!mq) {
 			b->err = -ENOMEM;
 			return;
 		}
-		b->p = q;
+		b->mark = mq;
 		b->cap = cap;
 	}
 	memcpy(b->p + b->len, s, n);
+	memset(b->mark + b->len, tmpl ? 1 : 0, n);
 	b->len += n;
 	b->p[b->len] = 0;
 }
 
+/* sb_puts - the template's own text (markers, role names). */
 static void sb_puts(struct sbuf *b, const char *s)
 {
-	sb_add(b, s, strlen(s));
+	sb_add(b, s, strlen(s), 1);
+}
+
+/* sb_content - a message's text. */
+static void sb_content(struct sbuf *b, const char *s)
+{
+	sb_add(b, s, strlen(s), 0);
+}
+
+static void sb_free(struct sbuf *b)
+{
+	free(b->p);
+	free(b->mark);
 }
 
 static int is_space(char c)
@@ -53,16 +83,33 @@ static int is_space(char c)
 	       c == '\f';
 }
 
-/* sb_trimmed - s without leading and trailing whitespace (Jinja's trim). */
-static void sb_trimmed(struct sbuf *b, const char *s)
+/*
+ * sb_trimmed - n bytes of s (marks m, or NULL: all content) without
+ * leading and trailing whitespace (Jinja's trim), marks kept.
+ */
+static void sb_trimmed_marked(struct sbuf *b, const char *s, const uint8_t *m,
+			      size_t n)
 {
-	size_t n = strlen(s);
+	size_t i = 0;
 
 	while (n && is_space(*s))
-		s++, n--;
+		s++, n--, i++;
 	while (n && is_space(s[n - 1]))
 		n--;
-	sb_add(b, s, n);
+	for (size_t k = 0; k < n;) {
+		size_t e = k + 1;
+		int t = m ? m[i + k] : 0;
+
+		while (e < n && (m ? m[i + e] : 0) == t)
+			e++;
+		sb_add(b, s + k, e - k, t);
+		k = e;
+	}
+}
+
+static void sb_trimmed(struct sbuf *b, const char *s)
+{
+	sb_trimmed_marked(b, s, NULL, strlen(s));
 }
 
 static int role_in(const char *role, const char *const *roles)
@@ -137,7 +184,7 @@ static void chatml_turn(struct sbuf *b, const char *role, const char *content)
 	sb_puts(b, "<|im_start|>");
 	sb_puts(b, role);
 	sb_puts(b, "\n");
-	sb_puts(b, content);
+	sb_content(b, content);
 	sb_puts(b, "<|im_end|>\n");
 }
 
@@ -196,16 +243,17 @@ static void llama2_user(struct sbuf *b, const char *sys, const char *content,
 
 	if (sys) {
 		sb_puts(&c, "<<SYS>>\n");
-		sb_puts(&c, sys);
+		sb_content(&c, sys);
 		sb_puts(&c, "\n<</SYS>>\n\n");
 	}
-	sb_puts(&c, content);
-	if (c.err)
+	sb_content(&c, content);
+	if (c.err && !b->err)
 		b->err = c.err;
 	sb_puts(b, first ? "[INST] " : "<s>[INST] ");
-	sb_trimmed(b, c.p);
+	if (!c.err)
+		sb_trimmed_marked(b, c.p, c.mark, c.len);
 	sb_puts(b, " [/INST]");
-	free(c.p);
+	sb_free(&c);
 }
 
 /*
@@ -243,6 +291,36 @@ static int render_llama2(struct sbuf *b, const struct pg_chat_msg *m, int n,
 	return 0;
 }
 
+/* render - the messages into b (text and marks); 0 or -errno, b freed. */
+static int render(struct sbuf *b, enum pg_chat_format fmt,
+		  const struct pg_chat_msg *msgs, int n, int add_assistant,
+		  const char *default_system)
+{
+	int rc;
+
+	if (n < 0 || (n && !msgs))
+		return -EINVAL;
+	sb_puts(b, "");
+	switch (fmt) {
+	case PG_CHAT_CHATML:
+		rc = render_chatml(b, msgs, n, add_assistant, default_system);
+		break;
+	case PG_CHAT_LLAMA3:
+		rc = render_llama3(b, msgs, n, add_assistant, default_system);
+		break;
+	case PG_CHAT_LLAMA2:
+		rc = render_llama2(b, msgs, n, default_system);
+		break;
+	default:
+		rc = -EINVAL;
+	}
+	if (!rc)
+		rc = b->err;
+	if (rc)
+		sb_free(b);
+	return rc;
+}
+
 int pg_chat_render(enum pg_chat_format fmt, const struct pg_chat_msg *msgs,
 		   int n, int add_assistant, const char *default_system,
 		   char **out)
@@ -251,28 +329,52 @@ int pg_chat_render(enum pg_chat_format fmt, const struct pg_chat_msg *msgs,
 	int rc;
 
 	*out = NULL;
-	if (n < 0 || (n && !msgs))
-		return -EINVAL;
-	sb_puts(&b, "");
-	switch (fmt) {
-	case PG_CHAT_CHATML:
-		rc = render_chatml(&b, msgs, n, add_assistant, default_system);
-		break;
-	case PG_CHAT_LLAMA3:
-		rc = render_llama3(&b, msgs, n, add_assistant, default_system);
-		break;
-	case PG_CHAT_LLAMA2:
-		rc = render_llama2(&b, msgs, n, default_system);
-		break;
-	default:
-		rc = -EINVAL;
-	}
-	if (!rc)
-		rc = b.err;
-	if (rc) {
-		free(b.p);
+	rc = render(&b, fmt, msgs, n, add_assistant, default_system);
+	if (rc)
 		return rc;
-	}
+	free(b.mark);
 	*out = b.p;
 	return 0;
+}
+
+int64_t pg_chat_tokenize(const struct pg_tokenizer *t, enum pg_chat_format fmt,
+			 const struct pg_chat_msg *msgs, int n,
+			 int add_assistant, const char *default_system,
+			 int add_bos, int content_special, int32_t **ids)
+{
+	struct sbuf b = { 0 };
+	int64_t cap, got;
+	int rc;
+
+	*ids = NULL;
+	rc = render(&b, fmt, msgs, n, add_assistant, default_system);
+	if (rc)
+		return rc;
+	cap = (int64_t)b.len + 1;	/* a token takes a byte at least; BOS */
+	*ids = malloc(sizeof(**ids) * (size_t)cap);
+	got = *ids ? pg_tokenize_marked(t, b.p, b.len, add_bos,
+					content_special, b.mark, *ids, cap)
+		   : -ENOMEM;
+	sb_free(&b);
+	if (got < 0 || got > cap) {
+		free(*ids);
+		*ids = NULL;
+		return got < 0 ? got : -ENOMEM;
+	}
+	return got;
+}
+
+enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len, char *warn,
+				   size_t warn_len)
+{
+	int fmt = pg_chat_detect(tmpl, len);
+
+	if (warn_len)
+		warn[0] = '\0';
+	if (fmt >= 0)
+		return (enum pg_chat_format)fmt;
+	snprintf(warn, warn_len,
+		 "the model's chat template (tokenizer.chat_template, %zu bytes) is not one pagoda knows (ChatML, Llama 3, Llama 2 / Mistral [INST]); chat requests are rendered as ChatML, which this model may not follow: send text prompts in the model's own format instead",
+		 len);
+	return PG_CHAT_CHATML;
 }

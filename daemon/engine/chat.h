@@ -4,12 +4,16 @@
  * GGUF files carry a Jinja template (tokenizer.chat_template); pagoda does
  * not run Jinja but recognises the common formats from it (ChatML as in
  * SmolLM2 and Qwen, Llama 3, Llama 2 / Mistral [INST]) and renders them
- * natively, defaulting to ChatML when the file has no template.
+ * natively, defaulting to ChatML when the file has no template (and, with
+ * a warning, when it has one that is none of these).
  */
 #ifndef PAGODA_CHAT_H
 #define PAGODA_CHAT_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+struct pg_tokenizer;
 
 enum pg_chat_format {
 	PG_CHAT_CHATML = 0,
@@ -29,6 +33,15 @@ struct pg_chat_msg {
 int pg_chat_detect(const char *tmpl, size_t len);
 
 /*
+ * pg_chat_choose - the format chat requests use for template tmpl (may be
+ * NULL: ChatML): the one pg_chat_detect() recognises, or ChatML for a
+ * template it does not, with a warning in warn for the log saying so
+ * (warn is "" when the format was recognised).  Never fails.
+ */
+enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len, char *warn,
+				   size_t warn_len);
+
+/*
  * pg_chat_default_system - the system message a ChatML template inserts
  * when the conversation has none (SmolLM2's and Qwen's templates carry one
  * as a literal "<|im_start|>system\n...<|im_end|>").  Returns a malloc'd
@@ -44,10 +57,27 @@ const char *pg_chat_format_name(enum pg_chat_format fmt);
  * the assistant's turn.  default_system, when not NULL, is inserted as the
  * system message when the first message is not one (SmolLM2's template does
  * so).  Returns a malloc'd NUL-terminated string in *out and 0, or -ENOMEM,
- * or -EINVAL (unknown role for the format).
+ * or -EINVAL (unknown role for the format).  The text is for showing:
+ * tokenizing it with special tokens parsed would honour markers written
+ * in the messages too; pg_chat_tokenize() does not.
  */
 int pg_chat_render(enum pg_chat_format fmt, const struct pg_chat_msg *msgs,
 		   int n, int add_assistant, const char *default_system,
 		   char **out);
+
+/*
+ * pg_chat_tokenize - render n messages as pg_chat_render() does and
+ * tokenize the result: the template's own markers (<|im_start|>, [INST],
+ * <s> ...) are read as special tokens, each message's content (and the
+ * default system message) as plain text, so that content cannot open a
+ * turn of another role; with content_special, control tokens written in
+ * content count too (the caller trusts it).  add_bos as pg_tokenize().
+ * Returns the number of ids with a malloc'd array of them in *ids (the
+ * caller frees it), or -EINVAL (unknown role) / -ENOMEM with *ids NULL.
+ */
+int64_t pg_chat_tokenize(const struct pg_tokenizer *t, enum pg_chat_format fmt,
+			 const struct pg_chat_msg *msgs, int n,
+			 int add_assistant, const char *default_system,
+			 int add_bos, int content_special, int32_t **ids);
 
 #endif

@@ -909,8 +909,10 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	d->be = pg_cpu_backend_create(n_threads, fw->p.isa);
 	if (!d->be) {
 		rc = -errno;
+		if (pg_cpu_isa_forced(NULL, err, err_len) < 0)
+			return rc;	/* PAGODA_CPU_KERNELS: err says why */
 		snprintf(err, err_len, "cannot start the CPU backend with %d threads: %s",
-			 n_threads, strerror(errno));
+			 n_threads, strerror(-rc));
 		return rc;
 	}
 	pg_cpu_backend_llama_numerics(d->be,
@@ -1193,8 +1195,10 @@ static int llama_numerics_ok(const struct pg_model *m,
 		return -EINVAL;
 	}
 	if (pg_cpu_isa_best() < PG_ISA_AVX2) {
-		snprintf(err, err_len, "llama.cpp numerics need a CPU with AVX2, FMA and F16C (they reproduce llama.cpp's AVX2 build); this one has only %s",
-			 pg_cpu_isa_name(pg_cpu_isa_best()));
+		snprintf(err, err_len, "llama.cpp numerics need a CPU with AVX2, FMA and F16C (they reproduce llama.cpp's AVX2 build); this one has only %s%s",
+			 pg_cpu_isa_name(pg_cpu_isa_best()),
+			 pg_cpu_isa_hw() != pg_cpu_isa_best() ?
+			 " (" PG_CPU_KERNELS_ENV " says so: unset it or set avx2)" : "");
 		return -ENOTSUP;
 	}
 	for (int b = 0; b < m->hp.n_blocks; b++) {

@@ -453,6 +453,8 @@ static int parse_header(struct cursor *c)
 			    magic, GGUF_MAGIC);
 	if ((rc = read_u32(c, &f->version, "version")))
 		return rc;
+	if (f->version == 0)
+		return fail(c, "version: 0 is not a GGUF version (expected 2 or 3; the header is corrupt)");
 	if (f->version == 1)
 		return fail(c, "version: GGUF v1 is not supported (expected 2 or 3; convert the file with a current llama.cpp)");
 	if (f->version & 0xffff0000u)
@@ -656,6 +658,39 @@ int gguf_str_eq(struct gguf_str s, const char *c)
 	size_t n = strlen(c);
 
 	return s.len == n && !memcmp(s.ptr, c, n);
+}
+
+const char *gguf_str_quote(struct gguf_str s, size_t max_in, char *buf,
+			   size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0, i = 0, n = s.len < max_in ? (size_t)s.len : max_in;
+
+	for (; i < n; i++) {
+		unsigned char c = (unsigned char)s.ptr[i];
+		int plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+		size_t need = plain ? 1 : c == '"' || c == '\\' ? 2 : 4;
+
+		if (o + need + 1 > cap)
+			break;
+		if (plain) {
+			buf[o++] = (char)c;
+		} else if (need == 2) {
+			buf[o++] = '\\';
+			buf[o++] = (char)c;
+		} else {
+			buf[o++] = '\\';
+			buf[o++] = 'x';
+			buf[o++] = hex[c >> 4];
+			buf[o++] = hex[c & 15];
+		}
+	}
+	if (i < s.len && o + 4 <= cap) {
+		memcpy(buf + o, "...", 3);
+		o += 3;
+	}
+	buf[o] = '\0';
+	return buf;
 }
 
 int64_t gguf_find_key(const struct gguf_file *f, const char *key)

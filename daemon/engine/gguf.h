@@ -135,4 +135,14 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f,
 /* gguf_str_eq - whether s equals the NUL-terminated string c. */
 int gguf_str_eq(struct gguf_str s, const char *c);
 
+/*
+ * gguf_str_quote - s for a message: printable ASCII as itself, '"' and '\\'
+ * escaped, every other byte (NUL included) as \xNN, so that a string with
+ * an embedded NUL shows all of it.  At most max_in bytes of s are shown,
+ * then "..." when it is longer.  Writes a NUL-terminated string of at most
+ * cap bytes (cap >= 1) and returns buf.
+ */
+const char *gguf_str_quote(struct gguf_str s, size_t max_in, char *buf,
+			   size_t cap);
+
 #endif

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fault.h"
 #include "kvcache.h"
 
 #define PAGE_FREE	1u	/* on the free stack */
@@ -617,7 +618,9 @@ int pg_kvc_seq_reserve(struct pg_kvc *c, struct pg_kvc_seq *s, int n_tokens,
 		return 0;
 	if (seq_grow(s, total))
 		return -ENOMEM;
-	if (pg_kvc_pages_needed(c, s, n_tokens) > pg_kvc_n_available(c))
+	/* an injected failure (fault.h) is a pool that is short just now */
+	if (pg_kvc_pages_needed(c, s, n_tokens) > pg_kvc_n_available(c) ||
+	    pg_fault_hit())
 		return -ENOSPC;
 	if (seq_needs_cow(c, s))
 		seq_cow(c, s, &copies[(*n_copies)++]);

@@ -118,6 +118,7 @@ static int hp_float(struct loader *l, const char *key, float def, float lo,
 static int read_arch(struct loader *l)
 {
 	struct gguf_str a;
+	char q[64 * 4 + 4];
 	int rc = gguf_get_str(l->f, "general.architecture", &a);
 
 	if (rc)
@@ -135,8 +136,8 @@ static int read_arch(struct loader *l)
 		l->arch = "qwen2";
 		return 0;
 	}
-	return lfail(l, "general.architecture is \"%.*s\", which pagoda does not support (expected llama, mistral or qwen2)",
-		     (int)(a.len > 64 ? 64 : a.len), a.ptr);
+	return lfail(l, "general.architecture is \"%s\", which pagoda does not support (expected llama, mistral or qwen2)",
+		     gguf_str_quote(a, 64, q, sizeof(q)));
 }
 
 /*
@@ -344,6 +345,29 @@ static void read_name(struct pg_model *m, struct gguf_file *f, const char *path)
 		snprintf(m->name, sizeof(m->name), "%s", base ? base + 1 : path);
 }
 
+/*
+ * general.file_type is informational (pagoda reads each tensor's own
+ * type), but a value no llama.cpp file type can have means a corrupt or
+ * forged header: LLAMA_FTYPE values are small (0 .. 38 today), optionally
+ * with 1024 (LLAMA_FTYPE_GUESSED) added.  Values up to 255 are let through
+ * so that a newer converter's types load.
+ */
+static int check_file_type(struct loader *l)
+{
+	uint32_t v;
+	int rc;
+
+	if (gguf_find_key(l->f, "general.file_type") < 0)
+		return 0;
+	rc = gguf_get_u32(l->f, "general.file_type", &v);
+	if (rc)
+		return lfail(l, "general.file_type: expected an unsigned integer (llama.cpp's file type, e.g. 7 for Q8_0); the header is corrupt: re-convert the model");
+	if ((v & ~1024u) > 255)
+		return lfail(l, "general.file_type is %u, which is no llama.cpp file type (0..255, optionally + 1024); the header is corrupt: re-convert the model",
+			     v);
+	return 0;
+}
+
 static int read_template(struct pg_model *m, struct gguf_file *f)
 {
 	struct gguf_str s;
@@ -359,6 +383,7 @@ int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
 {
 	struct loader l = { .err = err, .err_len = err_len };
 	struct pg_model *m;
+	char terr[512];
 	int rc;
 
 	m = calloc(1, sizeof(*m));
@@ -371,8 +396,12 @@ int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
 	l.f = m->file;
 	m->path = gguf_path(m->file);
 	read_name(m, m->file, path);
-	if ((rc = pg_tokenizer_load(m->file, &m->tok, err, err_len)) ||
-	    (rc = read_template(m, m->file)))
+	if ((rc = check_file_type(&l)))
+		goto out_free;
+	rc = pg_tokenizer_load(m->file, &m->tok, terr, sizeof(terr));
+	if (rc == -EINVAL)
+		snprintf(err, err_len, "%s: %s", m->path, terr);
+	if (rc || (rc = read_template(m, m->file)))
 		goto out_free;
 	if (!vocab_only && ((rc = read_hparams(&l)) || (rc = load_weights(&l))))
 		goto out_free;

@@ -517,17 +517,19 @@ static int load_types_scores(struct pg_tokenizer *t,
 	enum gguf_type et;
 	uint64_t n;
 
-	if (!gguf_get_arr(f, tk, &et, &n)) {
-		if (et != GGUF_INT32 || n < (uint64_t)t->n_vocab) {
-			set_err(err, err_len, "%s: expected %d int32 values",
+	if (gguf_find_key(f, tk) >= 0) {
+		if (gguf_get_arr(f, tk, &et, &n) || et != GGUF_INT32 ||
+		    n != (uint64_t)t->n_vocab) {
+			set_err(err, err_len, "%s: expected %d int32 values, one per token of tokenizer.ggml.tokens (the file's vocabulary arrays disagree: re-convert it)",
 				tk, t->n_vocab);
 			return -EINVAL;
 		}
 		types = gguf_get_arr_data(f, tk);
 	}
-	if (!gguf_get_arr(f, sk, &et, &n)) {
-		if (et != GGUF_FLOAT32 || n < (uint64_t)t->n_vocab) {
-			set_err(err, err_len, "%s: expected %d float32 values",
+	if (gguf_find_key(f, sk) >= 0) {
+		if (gguf_get_arr(f, sk, &et, &n) || et != GGUF_FLOAT32 ||
+		    n != (uint64_t)t->n_vocab) {
+			set_err(err, err_len, "%s: expected %d float32 values, one per token of tokenizer.ggml.tokens (the file's vocabulary arrays disagree: re-convert it)",
 				sk, t->n_vocab);
 			return -EINVAL;
 		}
@@ -542,6 +544,11 @@ static int load_types_scores(struct pg_tokenizer *t,
 
 		if (types)
 			memcpy(&ty, types + 4 * (size_t)i, 4);
+		if (ty < 0 || ty > 6) {
+			set_err(err, err_len, "%s: token %d has type %d (expected 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused or 6 byte; re-convert the file)",
+				tk, i, ty);
+			return -EINVAL;
+		}
 		t->attr[i] = (uint8_t)type_to_attr(ty);
 		if (scores)
 			memcpy(&t->score[i], scores + 4 * (size_t)i, 4);
@@ -615,14 +622,34 @@ static int load_merges(struct pg_tokenizer *t, const struct gguf_file *f,
 	return rc;
 }
 
-static int32_t get_id(const struct gguf_file *f, const char *key,
-		      int32_t dflt, int32_t n_vocab)
+/*
+ * get_id - the special token id at key into *id, or dflt (-1 when it is
+ * outside the vocabulary) when the key is absent.  An id that is there but
+ * not an integer or not a token is refused: guessing "none" would add no
+ * BOS or never stop (llama.cpp warns and falls back; pagoda says which key
+ * to fix).
+ */
+static int get_id(const struct gguf_file *f, const char *key, int32_t dflt,
+		  int32_t n_vocab, int32_t *id, char *err, size_t err_len)
 {
-	uint32_t v;
+	int64_t v;
 
-	if (!gguf_get_u32(f, key, &v) && v < (uint32_t)n_vocab)
-		return (int32_t)v;
-	return dflt < n_vocab ? dflt : -1;
+	if (gguf_find_key(f, key) < 0) {
+		*id = dflt < n_vocab ? dflt : -1;
+		return 0;
+	}
+	if (gguf_get_i64(f, key, &v)) {
+		set_err(err, err_len, "%s: expected an unsigned integer token id; fix or remove the key",
+			key);
+		return -EINVAL;
+	}
+	if (v < 0 || v >= n_vocab) {
+		set_err(err, err_len, "%s: id %lld is outside the vocabulary of %d tokens; fix or remove the key",
+			key, (long long)v, n_vocab);
+		return -EINVAL;
+	}
+	*id = (int32_t)v;
+	return 0;
 }
 
 static int get_flag(const struct gguf_file *f, const char *key, int dflt)
@@ -875,9 +902,11 @@ static int load_bpe(struct pg_tokenizer *t, const struct gguf_file *f,
 	gguf_get_str(f, "tokenizer.ggml.pre", &pre);
 	d = pre_lookup(pre);
 	if (!d) {
+		char q[64 * 4 + 4];
+
 		set_err(err, err_len,
-			"tokenizer.ggml.pre: unknown pre-tokenizer '%.*s' (expected default, gpt2, smollm, llama-bpe, ...)",
-			(int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
+			"tokenizer.ggml.pre: unknown pre-tokenizer \"%s\" (expected default, gpt2, smollm, llama-bpe, ...)",
+			gguf_str_quote(pre, 64, q, sizeof(q)));
 		return -EINVAL;
 	}
 	t->ignore_merges = d->ignore_merges;
@@ -892,6 +921,7 @@ static int load_model(struct pg_tokenizer *t, const struct gguf_file *f,
 		      char *err, size_t err_len)
 {
 	struct gguf_str model;
+	char q[64 * 4 + 4];
 
 	if (gguf_get_str(f, "tokenizer.ggml.model", &model)) {
 		set_err(err, err_len, "tokenizer.ggml.model: missing or not a string");
@@ -911,8 +941,8 @@ static int load_model(struct pg_tokenizer *t, const struct gguf_file *f,
 		return 0;
 	}
 	set_err(err, err_len,
-		"tokenizer.ggml.model: '%.*s' is not supported (expected gpt2 or llama)",
-		(int)(model.len > 64 ? 64 : model.len), model.ptr);
+		"tokenizer.ggml.model: \"%s\" is not supported (expected gpt2 or llama)",
+		gguf_str_quote(model, 64, q, sizeof(q)));
 	return -EINVAL;
 }
 
@@ -921,11 +951,14 @@ static int load_specials(struct pg_tokenizer *t, const struct gguf_file *f,
 {
 	int32_t n = t->n_vocab;
 
-	t->bos = get_id(f, "tokenizer.ggml.bos_token_id", t->bos, n);
-	t->eos = get_id(f, "tokenizer.ggml.eos_token_id", t->eos, n);
-	t->eot = get_id(f, "tokenizer.ggml.eot_token_id", -1, n);
-	t->eom = get_id(f, "tokenizer.ggml.eom_token_id", -1, n);
-	t->unk = get_id(f, "tokenizer.ggml.unknown_token_id", t->unk, n);
+	int rc;
+
+	if ((rc = get_id(f, "tokenizer.ggml.bos_token_id", t->bos, n, &t->bos, err, err_len)) ||
+	    (rc = get_id(f, "tokenizer.ggml.eos_token_id", t->eos, n, &t->eos, err, err_len)) ||
+	    (rc = get_id(f, "tokenizer.ggml.eot_token_id", -1, n, &t->eot, err, err_len)) ||
+	    (rc = get_id(f, "tokenizer.ggml.eom_token_id", -1, n, &t->eom, err, err_len)) ||
+	    (rc = get_id(f, "tokenizer.ggml.unknown_token_id", t->unk, n, &t->unk, err, err_len)))
+		return rc;
 	t->add_bos = get_flag(f, "tokenizer.ggml.add_bos_token", t->add_bos);
 	t->add_space_prefix = get_flag(f, "tokenizer.ggml.add_space_prefix",
 				       t->add_space_prefix);
@@ -1575,25 +1608,40 @@ static int is_space(char c)
 	return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
+/* all_set - whether n bytes of mark are all non-zero. */
+static int all_set(const uint8_t *mark, size_t n)
+{
+	while (n--)
+		if (!*mark++)
+			return 0;
+	return 1;
+}
+
 /*
- * split_on - cut every text fragment of in[] at each occurrence of s; with
- * rstrip, the text after an occurrence loses its leading white space.
+ * split_on - cut every text fragment of in[] at each occurrence of s that
+ * lies wholly where ok is set (ok NULL: at each occurrence); with rstrip,
+ * the text after an occurrence loses its leading white space.
  */
 static int split_on(const char *text, const struct frag *in, size_t n_in,
 		    const char *s, size_t sl, int32_t id, int rstrip,
-		    struct frag **out, size_t *n_out, size_t *cap)
+		    const uint8_t *ok, struct frag **out, size_t *n_out,
+		    size_t *cap)
 {
 	int rc = 0;
 
 	*n_out = 0;
 	for (size_t k = 0; k < n_in && !rc; k++) {
-		size_t off = in[k].off, len = in[k].len;
+		size_t off = in[k].off, len = in[k].len, from = 0;
 		const char *m;
 
 		while (in[k].id < 0 && !rc &&
-		       (m = memmem(text + off, len, s, sl))) {
+		       (m = memmem(text + off + from, len - from, s, sl))) {
 			size_t left = (size_t)(m - text) - off;
 
+			if (ok && !all_set(ok + (m - text), sl)) {
+				from = left + 1;	/* text here */
+				continue;
+			}
 			if (left)
 				rc = frag_push(out, n_out, cap,
 					       (struct frag){ off, left, -1 });
@@ -1602,6 +1650,7 @@ static int split_on(const char *text, const struct frag *in, size_t n_in,
 					       (struct frag){ 0, 0, id });
 			off += left + sl;
 			len -= left + sl;
+			from = 0;
 			while (rstrip && len && is_space(text[off]))
 				off++, len--;
 		}
@@ -1615,11 +1664,12 @@ static int split_on(const char *text, const struct frag *in, size_t n_in,
 /*
  * partition - llama.cpp's tokenizer_st_partition: for each special token,
  * longest first, split the remaining text at its occurrences.  Control and
- * unknown tokens count only with parse_special; user-defined ones always.
+ * unknown tokens count with parse_special, else only where special_ok
+ * marks all their bytes (NULL: nowhere); user-defined ones always.
  */
 static int partition(const struct pg_tokenizer *t, const char *text,
-		     size_t len, int parse_special, struct frag **out,
-		     size_t *n_out)
+		     size_t len, int parse_special, const uint8_t *special_ok,
+		     struct frag **out, size_t *n_out)
 {
 	struct frag *a = NULL, *b = NULL, *tmp;
 	size_t n_a = 0, cap_a = 0, n_b, cap_b = 0, cap;
@@ -1632,13 +1682,17 @@ static int partition(const struct pg_tokenizer *t, const char *text,
 		int32_t id = t->special[i];
 		size_t sl;
 		const char *s = str_at(&t->str, id, &sl);
+		const uint8_t *ok = NULL;
 
-		if (!parse_special && (t->attr[id] & (TA_CONTROL | TA_UNKNOWN)))
-			continue;
+		if (!parse_special && (t->attr[id] & (TA_CONTROL | TA_UNKNOWN))) {
+			if (!special_ok)
+				continue;
+			ok = special_ok;
+		}
 		if (!sl || !memmem(text, len, s, sl))
 			continue;
 		rc = split_on(text, a, n_a, s, sl, id,
-			      !!(t->attr[id] & TA_RSTRIP), &b, &n_b, &cap_b);
+			      !!(t->attr[id] & TA_RSTRIP), ok, &b, &n_b, &cap_b);
 		tmp = a, a = b, b = tmp;
 		cap = cap_a, cap_a = cap_b, cap_b = cap;
 		n_a = n_b;
@@ -1690,9 +1744,10 @@ static int run_fragments(struct work *w, const char *text,
 	return rc;
 }
 
-int64_t pg_tokenize(const struct pg_tokenizer *t, const char *text,
-		    size_t len, int add_bos, int parse_special, int32_t *out,
-		    int64_t max_out)
+int64_t pg_tokenize_marked(const struct pg_tokenizer *t, const char *text,
+			   size_t len, int add_bos, int parse_special,
+			   const uint8_t *special_ok, int32_t *out,
+			   int64_t max_out)
 {
 	struct sink sink = { out, out && max_out > 0 ? max_out : 0, 0 };
 	struct work w = { .t = t, .out = &sink };
@@ -1704,13 +1759,22 @@ int64_t pg_tokenize(const struct pg_tokenizer *t, const char *text,
 		return -EINVAL;
 	if (add_bos && t->add_bos && t->bos >= 0)
 		emit(&sink, t->bos);
-	if ((rc = partition(t, text, len, parse_special, &fr, &n_fr)))
+	if ((rc = partition(t, text, len, parse_special, special_ok, &fr,
+			    &n_fr)))
 		return rc;
 	w.md = pcre2_match_data_create(1, NULL);
 	rc = w.md ? run_fragments(&w, text, fr, n_fr) : -ENOMEM;
 	work_free(&w);
 	free(fr);
 	return rc ? rc : sink.n;
+}
+
+int64_t pg_tokenize(const struct pg_tokenizer *t, const char *text,
+		    size_t len, int add_bos, int parse_special, int32_t *out,
+		    int64_t max_out)
+{
+	return pg_tokenize_marked(t, text, len, add_bos, parse_special, NULL,
+				  out, max_out);
 }
 
 /* ---- decoding ---- */

@@ -60,6 +60,17 @@ int64_t pg_tokenize(const struct pg_tokenizer *t, const char *text,
 		    int64_t max_out);
 
 /*
+ * pg_tokenize_marked - pg_tokenize(), except that where parse_special is 0
+ * a control token is still recognised where special_ok (len bytes, or
+ * NULL: nowhere) is non-zero on every byte of it: the markers a chat
+ * template wrote, while the messages' content stays text (chat.c).
+ */
+int64_t pg_tokenize_marked(const struct pg_tokenizer *t, const char *text,
+			   size_t len, int add_bos, int parse_special,
+			   const uint8_t *special_ok, int32_t *out,
+			   int64_t max_out);
+
+/*
  * pg_token_to_piece - the bytes token id stands for (byte-level symbols
  * mapped back to bytes, "▁" to space for SentencePiece).  Control tokens
  * give their text only when special is set, else nothing.  Writes at most

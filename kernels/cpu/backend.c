@@ -1,10 +1,12 @@
 /*
  * backend.c - the CPU backend's handle: processor detection, the choice of
- * the ISA table at creation, the thread pool and the table of ops.
+ * the ISA table at creation (or the one PAGODA_CPU_KERNELS names), the
+ * thread pool and the table of ops.
  *
  * The ops themselves live one per file; this file only wires them up.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,10 +16,11 @@
 /* Quantised activations' first allocation; matmul grows it on demand. */
 #define PG_CPU_SCRATCH_BYTES (1u << 20)
 
-enum pg_cpu_isa pg_cpu_isa_best(void)
+enum pg_cpu_isa pg_cpu_isa_hw(void)
 {
 	int avx2, avx512;
 
+	/* __builtin_cpu_supports also asks whether the OS saves the registers */
 	__builtin_cpu_init();
 	avx2 = __builtin_cpu_supports("avx2") &&
 	       __builtin_cpu_supports("fma") &&
@@ -38,6 +41,56 @@ const char *pg_cpu_isa_name(enum pg_cpu_isa isa)
 	case PG_ISA_AVX512: return "avx512";
 	}
 	return "unknown";
+}
+
+int pg_cpu_isa_parse(const char *name)
+{
+	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_AVX512; isa++)
+		if (!strcmp(name, pg_cpu_isa_name((enum pg_cpu_isa)isa)))
+			return isa;
+	return -1;
+}
+
+/* What a level needs of the processor, for messages. */
+static const char *isa_needs(enum pg_cpu_isa isa)
+{
+	return isa == PG_ISA_AVX512 ?
+	       "AVX2, FMA, F16C and AVX-512 F, BW, VL and DQ" :
+	       "AVX2, FMA and F16C";
+}
+
+int pg_cpu_isa_forced(enum pg_cpu_isa *isa, char *err, size_t err_len)
+{
+	const char *v = getenv(PG_CPU_KERNELS_ENV);
+	enum pg_cpu_isa hw;
+	int want;
+
+	if (!v || !*v)
+		return 0;
+	want = pg_cpu_isa_parse(v);
+	if (want < 0) {
+		snprintf(err, err_len, "%s=%s: no such table of CPU kernels; use scalar, avx2 or avx512, or unset it for the best this processor runs",
+			 PG_CPU_KERNELS_ENV, v);
+		return -EINVAL;
+	}
+	hw = pg_cpu_isa_hw();
+	if (want > (int)hw) {
+		snprintf(err, err_len, "%s=%s: this processor cannot run the %s kernels (they need %s); set it to %s (the best it runs) or lower, or unset it",
+			 PG_CPU_KERNELS_ENV, v, v, isa_needs((enum pg_cpu_isa)want),
+			 pg_cpu_isa_name(hw));
+		return -ENOTSUP;
+	}
+	if (isa)
+		*isa = (enum pg_cpu_isa)want;
+	return 1;
+}
+
+enum pg_cpu_isa pg_cpu_isa_best(void)
+{
+	enum pg_cpu_isa isa;
+
+	return pg_cpu_isa_forced(&isa, NULL, 0) == 1 ? isa :
+	       pg_cpu_isa_hw();
 }
 
 pg_dot_fn pg_cpu_dot_for(const struct pg_cpu_kernels *k, enum pg_dtype t,
@@ -155,9 +208,15 @@ static const struct pg_cpu_kernels *kernels_for(enum pg_cpu_isa isa)
 struct pg_backend *pg_cpu_backend_create(int n_threads, enum pg_cpu_isa isa)
 {
 	struct pg_cpu_backend *cpu;
-	enum pg_cpu_isa best = pg_cpu_isa_best();
+	enum pg_cpu_isa best = pg_cpu_isa_hw();
 	int err;
 
+	/* a bad PAGODA_CPU_KERNELS stops everything, not just the best table */
+	err = pg_cpu_isa_forced(&best, NULL, 0);
+	if (err < 0) {
+		errno = -err;
+		return NULL;
+	}
 	if (n_threads <= 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 

@@ -10,25 +10,64 @@
 
 #include "../backend.h"
 
-/* Instruction-set levels, from the portable scalar reference upwards. */
+/*
+ * Instruction-set levels, from the portable scalar reference upwards: one
+ * table of inner loops each (there is no VNNI table: the AVX-512 one is
+ * built without VNNI and its integer dots are the AVX2 loops).
+ */
 enum pg_cpu_isa {
 	PG_ISA_SCALAR = 0,
 	PG_ISA_AVX2 = 1,	/* AVX2 + FMA + F16C */
-	PG_ISA_AVX512 = 2,	/* AVX-512 F/BW/VL (+ VNNI where present) */
+	PG_ISA_AVX512 = 2,	/* those + AVX-512 F/BW/VL/DQ */
 };
 
-/* pg_cpu_isa_best - the highest level this processor supports. */
+/*
+ * The environment variable that forces one table: "scalar", "avx2" or
+ * "avx512" (unset or empty: the best the processor runs).  It stands in
+ * for the processor's best level everywhere (pg_cpu_isa_best), so that
+ * one machine runs the paths of machines with less: pagodad and the tests
+ * then use that table, and backends asked for a lower level still get the
+ * lower one (the tests' scalar reference).
+ */
+#define PG_CPU_KERNELS_ENV "PAGODA_CPU_KERNELS"
+
+/*
+ * pg_cpu_isa_hw - the highest level this processor (and its OS, which must
+ * save the wider registers) runs, whatever PAGODA_CPU_KERNELS says.
+ */
+enum pg_cpu_isa pg_cpu_isa_hw(void);
+
+/*
+ * pg_cpu_isa_best - the highest level to use: the one PAGODA_CPU_KERNELS
+ * names when it is set to a level pg_cpu_isa_hw() reaches, else
+ * pg_cpu_isa_hw() (a bad value is pg_cpu_isa_forced's to report, and
+ * pg_cpu_backend_create refuses it).
+ */
 enum pg_cpu_isa pg_cpu_isa_best(void);
+
+/*
+ * pg_cpu_isa_forced - read PAGODA_CPU_KERNELS.  Returns 0 when it is unset
+ * or empty; 1 with *isa (may be NULL) set when it names a level this
+ * processor runs; -EINVAL when it names no level, -ENOTSUP when the
+ * processor lacks the level, each with a message for the user (what to
+ * set instead) in err (err_len bytes; err may be NULL when err_len is 0).
+ */
+int pg_cpu_isa_forced(enum pg_cpu_isa *isa, char *err, size_t err_len);
 
 /* pg_cpu_isa_name - "scalar", "avx2", "avx512". */
 const char *pg_cpu_isa_name(enum pg_cpu_isa isa);
 
+/* pg_cpu_isa_parse - the level of such a name, or -1 for any other. */
+int pg_cpu_isa_parse(const char *name);
+
 /*
  * pg_cpu_backend_create - a CPU backend running its kernels on n_threads
  * threads (the caller's thread counts as one; n_threads <= 0 means one per
- * online CPU) at instruction-set level isa (clamped to what the processor
- * has).  Returns NULL and sets errno on failure (ENOMEM, or the error of
- * pthread_create).  Destroy with be->ops->destroy(be).
+ * online CPU) at instruction-set level isa, clamped to pg_cpu_isa_best()
+ * (what the processor has, or PAGODA_CPU_KERNELS's level).  Returns NULL
+ * and sets errno on failure: EINVAL or ENOTSUP when PAGODA_CPU_KERNELS is
+ * bad (pg_cpu_isa_forced says why), ENOMEM, or the error of
+ * pthread_create.  Destroy with be->ops->destroy(be).
  *
  * Ops of one backend must be called from one thread at a time (they share
  * its pool and scratch); separate backends are independent.  Between ops
