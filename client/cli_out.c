@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "client/cli.h"
+#include "shm/escape.h"
 
 void cli_buf_add(struct cli_buf *b, const char *s, size_t n)
 {
@@ -28,32 +29,13 @@ void cli_buf_add(struct cli_buf *b, const char *s, size_t n)
 	b->s[b->len] = 0;
 }
 
-/* utf8_len - bytes of the valid UTF-8 character at s (n left), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-	size_t len = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
-		     : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
-		     : s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : 0;
-
-	if (!len || len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	/* overlong three-byte forms, surrogates, beyond U+10FFFF */
-	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
-	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
-		return 0;
-	return len;
-}
-
 void cli_json_string(FILE *f, const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;
 
 	putc('"', f);
 	for (size_t i = 0; i < n;) {
-		size_t len = utf8_len(u + i, n - i);
+		size_t len = pg_utf8_len(u + i, n - i);
 
 		if (!len) {
 			fputs("\\ufffd", f);

@@ -497,6 +497,7 @@ struct stream {
 	char msg[512];
 	int bad;			/* entries that broke the rules */
 	uint64_t t_ns[MAX_SAMPLES];	/* the last TOKENS entry's stamp */
+	uint32_t n_prompt;		/* from the first DONE */
 };
 
 static void stream_reset(struct stream *s, uint64_t req_id)
@@ -554,6 +555,12 @@ static void stream_take(struct stream *s, const struct reply *r)
 		s->done[k] = 1;
 		s->finish[k] = e->code;
 		s->last = !!(e->flags & PG_CQE_F_LAST);
+		if (!s->n_prompt) {
+			struct pg_done_wire dw;
+
+			memcpy(&dw, r->payload, sizeof(dw));
+			s->n_prompt = dw.n_prompt;
+		}
 		return;
 	case PG_CQE_ERROR:
 		s->error = e->code;
@@ -674,6 +681,10 @@ static int cmd_generate(struct conn *c, int argc, char **argv)
 			g.flags |= PG_GEN_TEXT;
 			continue;
 		}
+		if (!strcmp(a, "--content-special")) {
+			g.flags |= PG_GEN_CONTENT_SPECIAL;
+			continue;
+		}
 		if (!v)
 			die("%s needs a value", a);
 		i++;
@@ -716,6 +727,8 @@ static int cmd_generate(struct conn *c, int argc, char **argv)
 		for (int i = 0; i < s.n_ids[k]; i++)
 			printf(" %d", s.ids[k][i]);
 		printf("\nfinish %u: %s\n", k, finish_name(s.finish[k]));
+		if (!k)
+			printf("prompt tokens %u\n", s.n_prompt);
 		if (g.flags & PG_GEN_TEXT)
 			printf("text %u: %s\n", k, s.text[k] ? s.text[k] : "");
 	}

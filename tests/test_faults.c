@@ -8,8 +8,10 @@
  * A bystander client connects first and stays.  Then for N = 1, 2, ...
  * the admin command FAULT arms the daemon to fail the Nth allocation from
  * then on, and a victim runs the whole request path: connect (the
- * session's set-up), tokenize, a text prompt and a chat prompt (parse,
- * tokenize, admit, KV pages, completions), detokenize, ping, close.  Each
+ * session's set-up), tokenize, a text prompt with log-probabilities and a
+ * stop string, a streamed prompt cancelled after its first token, and a
+ * chat prompt of two samples (parse, tokenize, admit, KV pages,
+ * completions), detokenize, ping, close.  Each
  * call either succeeds with the answer it gives unarmed, or fails with an
  * error code and a message that says something; then the bystander must
  * still be served (a ping and a generation equal to its first one).  The
@@ -81,7 +83,7 @@ out:
 /* What one run of the request path gave, to compare with the unarmed run. */
 struct outcome {
 	int connect_rc;
-	int tok_rc, gen_rc, chat_rc, detok_rc, ping_rc;
+	int tok_rc, gen_rc, stream_rc, chat_rc, detok_rc, ping_rc;
 	size_t n_ids;
 	int32_t ids[64];
 	char gen[256], chat[256], detok[256];
@@ -128,8 +130,11 @@ static void run_path(const char *sock, long n, struct outcome *o)
 	};
 	struct pagoda_request req;
 	pagoda_t *p = NULL;
+	static const char *const stops[] = { "zzzz" };
 	int32_t *ids = NULL;
 	char *back = NULL;
+	int cancelled = 0;
+	uint64_t id = 0;
 
 	memset(o, 0, sizeof(*o));
 	o->connect_rc = pagoda_connect(sock, &p);
@@ -151,8 +156,44 @@ static void run_path(const char *sock, long n, struct outcome *o)
 	req.temperature = 0;
 	req.max_tokens = 6;
 	req.ignore_eos = 1;
+	req.n_logprobs = 3;
+	req.stop = stops;
+	req.n_stop = 1;
 	o->gen_rc = one_generation(p, &req, o->gen, sizeof(o->gen));
 	check_error("generate", n, o->gen_rc, pagoda_last_error(p));
+
+	/* streamed and cancelled after its first token */
+	pagoda_request_init(&req);
+	req.prompt = "Once there was";
+	req.temperature = 0;
+	req.max_tokens = 200;
+	req.ignore_eos = 1;
+	o->stream_rc = pagoda_submit(p, &req, &id);
+	check_error("submit", n, o->stream_rc, pagoda_last_error(p));
+	while (!o->stream_rc) {
+		struct pagoda_event ev;
+		int k = pagoda_next_event(p, &ev, 10000);
+
+		if (k <= 0) {
+			o->stream_rc = k ? k : PAGODA_ECONNECT;
+			if (k)
+				check_error("stream", n, k, pagoda_last_error(p));
+			else
+				FAIL("N=%ld: a streamed request gave no event for 10 s", n);
+			break;
+		}
+		if (ev.type == PAGODA_EVENT_TOKENS && !cancelled) {
+			cancelled = 1;
+			if (pagoda_cancel(p, id) && !ev.last)
+				FAIL("N=%ld: cancel: %s", n, pagoda_last_error(p));
+		}
+		if (ev.type == PAGODA_EVENT_ERROR) {
+			o->stream_rc = ev.error;
+			check_error("stream", n, ev.error, ev.text);
+		}
+		if (ev.last)
+			break;
+	}
 
 	pagoda_request_init(&req);
 	req.messages = msgs;
@@ -206,7 +247,7 @@ static void compare(long n, const struct outcome *base, const struct outcome *o)
 
 static int failed_calls(const struct outcome *o)
 {
-	return !!o->connect_rc + !!o->tok_rc + !!o->gen_rc + !!o->chat_rc +
+	return !!o->connect_rc + !!o->tok_rc + !!o->gen_rc + !!o->stream_rc + !!o->chat_rc +
 	       !!o->detok_rc + !!o->ping_rc;
 }
 
