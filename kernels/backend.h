@@ -18,7 +18,7 @@
 /*
  * A weight matrix: n_rows rows (output features) of n_cols values (input
  * features), row-major in `type`; row r starts at data + r * row_bytes.
- * Quantised rows hold n_cols / 32 blocks.
+ * Quantised rows hold n_cols / 32 blocks (n_cols / 256 for the K-quants).
  */
 struct pg_matrix {
 	enum pg_dtype type;
@@ -199,7 +199,8 @@ struct pg_backend_ops {
 	/*
 	 * matmul_parts - optional (exact_parallel): the input columns cut into
 	 * n_parts runs at cols[0] = 0 < cols[1] < .. < cols[n_parts] =
-	 * w->n_cols (multiples of 32 for quantised weights), and part p =
+	 * w->n_cols (multiples of the type's block size: 32, or 256 for the
+	 * K-quants; otherwise every output is NaN), and part p =
 	 * W[:, cols[p] .. cols[p + 1] - 1] · x[:, the same], computed as
 	 * matmul computes a matrix of just those columns.  x: (n,
 	 * w->n_cols).  sum 0: out (n_parts, n, w->n_rows), the parts; sum 1:
@@ -282,6 +283,17 @@ struct pg_backend_ops {
 	 */
 	void (*step_begin)(struct pg_backend *be);
 	int (*step_end)(struct pg_backend *be, char *err, size_t err_len);
+
+	/*
+	 * rope_factors - optional (NULL where a backend has none, and the
+	 * forward pass then refuses models that need it): rope with rotary
+	 * frequency i divided by factors[i] (n_rot / 2 floats, memory of this
+	 * backend), as llama.cpp's freq_factors (Llama 3.1+'s rope_freqs).
+	 */
+	void (*rope_factors)(struct pg_backend *be, float *x, int n,
+			     int n_heads, int head_dim, int n_rot,
+			     const int32_t *pos, float freq_base,
+			     enum pg_rope_mode mode, const float *factors);
 };
 
 /* The handle every backend's own struct starts with. */

@@ -4,7 +4,8 @@
 # to each table this processor runs, so that one machine also runs the
 # paths of machines with less (test_kernels alone runs every table up to
 # the best); names of no table and tables beyond the processor refused
-# with a message; and pagodad running the table it is told, or refusing.
+# with a message; and pagodad running the table it is told, or refusing,
+# and on a Q4_K_M-mixed model giving every table the same text.
 set -u
 tk=./tests/test_kernels
 bin=./daemon/pagodad
@@ -49,6 +50,22 @@ for t in $tables; do
 	check "pagodad, PAGODA_CPU_KERNELS=$t: exits 0" test $? -eq 0
 	check "pagodad, PAGODA_CPU_KERNELS=$t: runs $t" grep -q "($t)" "$tmp/p.err"
 done
+
+# a model mixing types as llama.cpp's Q4_K_M does (Q4_K, Q6_K, Q5_0 where
+# rows are not whole 256-blocks, a Q8_0 embedding): loads, and every table
+# gives the same text at temperature 0 (their dots are bit-identical)
+$gen --preset tiny --type q4_k_m --embd-type q8_0 --hidden 320 --heads 4 \
+	--head-dim 64 --kv-heads 2 --ffn 512 --untied --seed 5 \
+	--out "$tmp/mix.gguf" >/dev/null || { echo "FAIL: gguf-gen q4_k_m"; exit 1; }
+for t in $tables; do
+	PAGODA_CPU_KERNELS=$t $bin --model "$tmp/mix.gguf" --prompt hi \
+		--temperature 0 --max-tokens 24 >"$tmp/mix.$t" 2>"$tmp/p.err"
+	check "pagodad, Q4_K_M mix, PAGODA_CPU_KERNELS=$t: exits 0" test $? -eq 0
+	check "pagodad, Q4_K_M mix, $t: the scalar table's text" \
+		cmp -s "$tmp/mix.scalar" "$tmp/mix.$t"
+done
+check "pagodad, Q4_K_M mix: writes text" test -s "$tmp/mix.scalar"
+
 PAGODA_CPU_KERNELS=avx512vnni $bin --model "$tmp/tiny.gguf" --prompt hi --max-tokens 2 >/dev/null 2>"$tmp/p.err"
 check "pagodad, PAGODA_CPU_KERNELS=avx512vnni: refused" test $? -ne 0
 check "pagodad, PAGODA_CPU_KERNELS=avx512vnni: says why" grep -q "PAGODA_CPU_KERNELS=avx512vnni: no such table of CPU kernels" "$tmp/p.err"

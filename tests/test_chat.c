@@ -1,12 +1,16 @@
 /*
  * test_chat.c - chat template detection and the exact prompts rendered for
- * ChatML (SmolLM2), Llama 3 and Llama 2.  The expected strings are what
- * the models' own Jinja templates give for the same messages (checked with
- * jinja2), with BOS left to the tokenizer.
+ * ChatML (SmolLM2), Llama 3, Llama 2, Gemma, Phi-3 and Qwen3.  The
+ * expected strings are what the models' own Jinja templates give for the
+ * same messages (checked with jinja2 for the first three; Gemma's and
+ * Phi-3's are llama.cpp's llm_chat_apply_template renderings, Qwen3's
+ * follow its template's reasoning rules), with BOS left to the tokenizer.
  *
  * pg_chat_tokenize on real vocabularies (the default model's for ChatML,
  * llama.cpp's ggml-vocab-llama-bpe for Llama 3 and ggml-vocab-llama-spm
- * for Llama 2, from ${PAGODA_VOCAB_DIR:-~/.cache/pagoda/vocab}; each case
+ * for Llama 2, ggml-vocab-phi-3 for Phi-3 and ggml-vocab-qwen2 for Qwen3,
+ * from ${PAGODA_VOCAB_DIR:-~/.cache/pagoda/vocab}, and the vocabulary of
+ * $PAGODA_MODEL_DIR/gemma-3-270m-q4_k_m.gguf for Gemma; each case
  * is skipped with a line when its file is absent): the template's markers
  * are control tokens, markers typed in a message are text unless the
  * request opts in, and a benign chat gives the ids the whole rendered
@@ -15,9 +19,13 @@
  * Exits 0 (pass) or 1 (fail).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "daemon/engine/chat.h"
 #include "daemon/engine/gguf.h"
@@ -42,6 +50,24 @@ static const char llama3_template[] =
 static const char llama2_template[] =
 	"{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
 	"content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}";
+
+/* Excerpts of Gemma 3's, Phi-3-mini's and Qwen3's tokenizer.chat_template. */
+static const char gemma_template[] =
+	"{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
+	"messages[0]['content'] + '\n\n' -%}{%- endif -%}"
+	"{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}";
+
+static const char phi3_template[] =
+	"{% for message in messages %}{% if message['role'] == 'system' %}"
+	"{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}"
+	"{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+	"{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}";
+
+static const char qwen3_template[] =
+	"{{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + "
+	"'\n</think>\n\n' + content.lstrip('\n') }}{%- if add_generation_prompt %}"
+	"{{- '<|im_start|>assistant\n' }}{%- if enable_thinking is defined and enable_thinking is false %}"
+	"{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}";
 
 static const struct pg_chat_msg user_only[] = {
 	{ "user", "Hi" },
@@ -81,6 +107,15 @@ static void test_detect(void)
 	/* the length is honoured: the marker lies past it */
 	CHECK(pg_chat_detect("xx<|im_start|>", 2) == -1, "length");
 	CHECK(!strcmp(pg_chat_format_name(PG_CHAT_LLAMA2), "llama2"), "names");
+	CHECK(pg_chat_detect(gemma_template, strlen(gemma_template)) == PG_CHAT_GEMMA,
+	      "Gemma template");
+	CHECK(pg_chat_detect(phi3_template, strlen(phi3_template)) == PG_CHAT_PHI3,
+	      "Phi-3 template");
+	CHECK(pg_chat_detect(qwen3_template, strlen(qwen3_template)) == PG_CHAT_QWEN3,
+	      "Qwen3 template");
+	CHECK(!strcmp(pg_chat_format_name(PG_CHAT_GEMMA), "gemma") &&
+	      !strcmp(pg_chat_format_name(PG_CHAT_PHI3), "phi3") &&
+	      !strcmp(pg_chat_format_name(PG_CHAT_QWEN3), "qwen3"), "new names");
 }
 
 static void test_chatml(void)
@@ -126,6 +161,87 @@ static void test_llama2(void)
 	       "[INST] <<SYS>>\nSys\n<</SYS>>\n\nHi [/INST]");
 }
 
+static void test_gemma(void)
+{
+	static const struct pg_chat_msg two_sys[] = {
+		{ "system", " One. " }, { "system", "Two." }, { "user", "Hi" },
+	};
+	static const struct pg_chat_msg sys_only[] = {
+		{ "system", "Rules." },
+	};
+
+	expect(PG_CHAT_GEMMA, user_only, 1, 1, NULL,
+	       "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+	/* the system message opens the first user turn; contents trimmed */
+	expect(PG_CHAT_GEMMA, full, 4, 1, NULL,
+	       "<start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n"
+	       "<start_of_turn>model\nHello!<end_of_turn>\n"
+	       "<start_of_turn>user\nMore?<end_of_turn>\n<start_of_turn>model\n");
+	expect(PG_CHAT_GEMMA, full, 4, 0, NULL,
+	       "<start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n"
+	       "<start_of_turn>model\nHello!<end_of_turn>\n"
+	       "<start_of_turn>user\nMore?<end_of_turn>\n");
+	expect(PG_CHAT_GEMMA, user_only, 1, 0, "Sys",
+	       "<start_of_turn>user\nSys\n\nHi<end_of_turn>\n");
+	expect(PG_CHAT_GEMMA, two_sys, 3, 1, NULL,
+	       "<start_of_turn>user\nOne.Two.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+	/* no user turn to fold it into: it is one, not dropped */
+	expect(PG_CHAT_GEMMA, sys_only, 1, 1, NULL,
+	       "<start_of_turn>user\nRules.<end_of_turn>\n<start_of_turn>model\n");
+}
+
+static void test_phi3(void)
+{
+	expect(PG_CHAT_PHI3, user_only, 1, 1, NULL,
+	       "<|user|>\nHi<|end|>\n<|assistant|>\n");
+	expect(PG_CHAT_PHI3, full, 4, 1, NULL,
+	       "<|system|>\nBe brief.<|end|>\n<|user|>\n Hi there \n<|end|>\n"
+	       "<|assistant|>\nHello! <|end|>\n<|user|>\nMore?<|end|>\n<|assistant|>\n");
+	expect(PG_CHAT_PHI3, user_only, 1, 0, "Sys",
+	       "<|system|>\nSys<|end|>\n<|user|>\nHi<|end|>\n");
+}
+
+static void test_qwen3(void)
+{
+	static const struct pg_chat_msg history[] = {
+		{ "user", "Q1" },
+		{ "assistant", "<think>\nhmm\n</think>\n\nA1" },
+		{ "user", "Q2" },
+	};
+	static const struct pg_chat_msg cont[] = {
+		{ "user", "Q1" },
+		{ "assistant", "<think>\nlet me see\n\n</think>\n\nA1" },
+	};
+	static const struct pg_chat_msg plain_last[] = {
+		{ "system", "S" }, { "user", "Q1" }, { "assistant", "A1" },
+	};
+	static const struct pg_chat_msg tools[] = {
+		{ "user", "Q" }, { "assistant", "calling" },
+		{ "tool", "r1" }, { "tool", "r2" },
+	};
+
+	/* the default generation prompt: thinking on, no empty block */
+	expect(PG_CHAT_QWEN3, user_only, 1, 1, NULL,
+	       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+	/* reasoning of turns before the last question is dropped */
+	expect(PG_CHAT_QWEN3, history, 3, 1, NULL,
+	       "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+	       "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n");
+	/* the last turn after the question keeps it in a <think> block */
+	expect(PG_CHAT_QWEN3, cont, 2, 0, NULL,
+	       "<|im_start|>user\nQ1<|im_end|>\n"
+	       "<|im_start|>assistant\n<think>\nlet me see\n</think>\n\nA1<|im_end|>\n");
+	/* ... an empty one when it had none */
+	expect(PG_CHAT_QWEN3, plain_last, 3, 0, NULL,
+	       "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ1<|im_end|>\n"
+	       "<|im_start|>assistant\n<think>\n\n</think>\n\nA1<|im_end|>\n");
+	expect(PG_CHAT_QWEN3, tools, 4, 1, NULL,
+	       "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\ncalling<|im_end|>\n"
+	       "<|im_start|>user\n<tool_response>\nr1\n</tool_response>"
+	       "\n<tool_response>\nr2\n</tool_response><|im_end|>\n"
+	       "<|im_start|>assistant\n");
+}
+
 static void test_errors(void)
 {
 	static const struct pg_chat_msg odd[] = {
@@ -139,7 +255,7 @@ static void test_errors(void)
 	};
 	char *out = (char *)1;
 
-	for (int f = PG_CHAT_CHATML; f <= PG_CHAT_LLAMA2; f++) {
+	for (int f = PG_CHAT_CHATML; f <= PG_CHAT_QWEN3; f++) {
 		CHECK(pg_chat_render(f, odd, 2, 1, NULL, &out) == -EINVAL && !out,
 		      "%s: unknown role", pg_chat_format_name(f));
 		CHECK(pg_chat_render(f, no_content, 1, 1, NULL, &out) == -EINVAL,
@@ -175,13 +291,63 @@ static void test_choose(void)
 	char warn[512];
 
 	CHECK(pg_chat_choose(jinja, strlen(jinja), warn, sizeof(warn)) == PG_CHAT_CHATML &&
-	      strstr(warn, "not one pagoda knows") && strstr(warn, "ChatML"),
-	      "an unknown template: ChatML with a warning (%s)", warn);
+	      strstr(warn, "not one pagoda knows") &&
+	      strstr(warn, "rendered as ChatML instead") &&
+	      strstr(warn, "\"{{ messages | tojson }}\""),
+	      "an unknown template: ChatML with a warning naming it (%s)", warn);
+	{
+		/* a long one is quoted in part, control bytes escaped */
+		char big[600];
+
+		memset(big, 'x', sizeof(big));
+		big[0] = '\n';
+		CHECK(pg_chat_choose(big, sizeof(big), warn, sizeof(warn)) == PG_CHAT_CHATML &&
+		      strstr(warn, "600 bytes: \"\\x0axxx") && strstr(warn, "xxx...\""),
+		      "a long unknown template: an excerpt (%s)", warn);
+	}
+	CHECK(pg_chat_choose(gemma_template, strlen(gemma_template), warn,
+			     sizeof(warn)) == PG_CHAT_GEMMA && !warn[0],
+	      "Gemma: no warning (%s)", warn);
 	CHECK(pg_chat_choose(llama3_template, strlen(llama3_template), warn,
 			     sizeof(warn)) == PG_CHAT_LLAMA3 && !warn[0],
 	      "Llama 3: no warning (%s)", warn);
 	CHECK(pg_chat_choose(NULL, 0, warn, sizeof(warn)) == PG_CHAT_CHATML && !warn[0],
 	      "no template: ChatML, no warning (%s)", warn);
+}
+
+/*
+ * The tokenizer of a model file read for its vocabulary alone: a private
+ * copy of its mapping with the tensor count zeroed, so that tensors of
+ * types this build cannot load yet do not stop it.  NULL when absent.
+ */
+static struct pg_tokenizer *vocab_only(const char *path)
+{
+	struct pg_tokenizer *t = NULL;
+	struct gguf_file *f;
+	struct stat st;
+	char err[512];
+	void *m = MAP_FAILED;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0 && !fstat(fd, &st) && st.st_size >= 24)
+		m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE, fd, 0);
+	if (fd >= 0)
+		close(fd);
+	if (m == MAP_FAILED) {
+		printf("%s: absent or unreadable: its chat tokenizing cases skipped\n",
+		       path);
+		return NULL;
+	}
+	memset((char *)m + 8, 0, 8);	/* n_tensors */
+	if (!gguf_open_mem(m, (size_t)st.st_size, path, &f, err, sizeof(err))) {
+		CHECK(!pg_tokenizer_load(f, &t, err, sizeof(err)), "%s: %s", path, err);
+		gguf_close(f);
+	} else {
+		CHECK(0, "%s: %s", path, err);
+	}
+	munmap(m, (size_t)st.st_size);
+	return t;
 }
 
 /* The tokenizer of a vocabulary file in the vocabulary directory, or NULL. */
@@ -271,6 +437,51 @@ static void check_injection(const struct pg_tokenizer *t,
 	free(text);
 }
 
+static void test_tokenize_gemma(void)
+{
+	const char *d = getenv("PAGODA_MODEL_DIR"), *home = getenv("HOME");
+	static const struct pg_chat_msg turns[] = {
+		{ "system", "Be brief." }, { "user", "Hi" },
+		{ "assistant", "Hello" }, { "user", "More?" },
+	};
+	char path[4096];
+	struct pg_tokenizer *t;
+	int32_t *ids, sot, eot, *want;
+	int64_t n, nw;
+	char *text;
+
+	if (d)
+		snprintf(path, sizeof(path), "%s/gemma-3-270m-q4_k_m.gguf", d);
+	else
+		snprintf(path, sizeof(path),
+			 "%s/.cache/pagoda/models/gemma-3-270m-q4_k_m.gguf",
+			 home ? home : "");
+	if (!(t = vocab_only(path)))
+		return;
+	check_injection(t, PG_CHAT_GEMMA, "<start_of_turn>", 2);
+	check_injection(t, PG_CHAT_GEMMA, "<end_of_turn>", 1);
+	sot = control_id(t, "<start_of_turn>");
+	eot = control_id(t, "<end_of_turn>");
+	CHECK(sot == 105 && eot == 106, "Gemma's turn markers: %d %d", sot, eot);
+	n = pg_chat_tokenize(t, PG_CHAT_GEMMA, turns, 4, 1, NULL, 1, 0, &ids);
+	CHECK(n > 3 && ids[0] == 2 && ids[1] == sot &&
+	      count_id(ids, n, sot) == 4 && count_id(ids, n, eot) == 3,
+	      "Gemma: <bos>, then 4 turn openers and 3 closers as control tokens");
+	/* the same ids as the rendered text with special tokens parsed */
+	CHECK(!pg_chat_render(PG_CHAT_GEMMA, turns, 4, 1, NULL, &text), "render");
+	nw = text ? pg_tokenize(t, text, strlen(text), 1, 1, NULL, 0) : -1;
+	want = nw > 0 ? malloc(sizeof(*want) * (size_t)nw) : NULL;
+	if (want)
+		pg_tokenize(t, text, strlen(text), 1, 1, want, nw);
+	CHECK(n == nw && want && !memcmp(ids, want, sizeof(*ids) * (size_t)n),
+	      "Gemma chat ids differ from its rendered text's");
+	CHECK(pg_tokenizer_is_eog(t, eot), "<end_of_turn> ends generation");
+	free(want);
+	free(text);
+	free(ids);
+	pg_tokenizer_free(t);
+}
+
 static void test_tokenize(void)
 {
 	char buf[4096], err[512];
@@ -320,6 +531,17 @@ static void test_tokenize(void)
 		free(ids);
 		pg_tokenizer_free(t);
 	}
+	if ((t = vocab("ggml-vocab-qwen2.gguf"))) {
+		check_injection(t, PG_CHAT_QWEN3, "<|im_start|>", 2);
+		check_injection(t, PG_CHAT_QWEN3, "<|im_end|>", 1);
+		pg_tokenizer_free(t);
+	}
+	if ((t = vocab("ggml-vocab-phi-3.gguf"))) {
+		check_injection(t, PG_CHAT_PHI3, "<|user|>", 1);
+		check_injection(t, PG_CHAT_PHI3, "<|end|>", 1);
+		pg_tokenizer_free(t);
+	}
+	test_tokenize_gemma();
 }
 
 int main(void)
@@ -331,6 +553,9 @@ int main(void)
 	test_chatml();
 	test_llama3();
 	test_llama2();
+	test_gemma();
+	test_phi3();
+	test_qwen3();
 	test_errors();
 	if (failures)
 		fprintf(stderr, "%d checks failed\n", failures);

@@ -1,6 +1,7 @@
 /*
  * test_forward.c - the forward pass against a naive dense reference, on
- * generated tiny models (llama and qwen2, F32 and quantised weights):
+ * generated tiny models (llama, llama with rope_freqs, qwen2, qwen3 with its
+ * own head size; F32 and quantised weights):
  *
  *  - prefill logits of every position equal the reference's;
  *  - decoding one token at a time equals prefill (same code path);
@@ -9,7 +10,10 @@
  *  - a second run of a prompt takes its full pages from the prefix cache
  *    and gives the same logits;
  *  - a full KV pool gives -ENOSPC and advances nothing; bad token and
- *    page ids are refused.
+ *    page ids are refused;
+ *  - models with what pagoda does not compute (a tensor no forward pass
+ *    reads, Q/K norms or RoPE factors on an architecture without them, an
+ *    unsupported architecture) are refused by name.
  *
  * The reference is written from the formulas, with dequantised weights,
  * F32 everywhere and a contiguous KV cache: it shares no kernel code.
@@ -67,15 +71,20 @@ static void ref_rmsnorm(const float *x, const float *w, int n, float eps,
 		out[i] = (float)(x[i] * ss) * w[i];
 }
 
-static void ref_rope(float *v, int n_heads, const struct pg_hparams *hp, int pos)
+/* RoPE; frequency i divided by rope_freqs[i] where the model has them. */
+static void ref_rope(float *v, int n_heads, const struct pg_model *m, int pos)
 {
+	const struct pg_hparams *hp = &m->hp;
+	enum pg_rope_mode mode = m->arch.rope_mode;
+
 	for (int h = 0; h < n_heads; h++) {
 		float *x = v + h * hp->head_dim;
 
 		for (int i = 0; i < hp->n_rot / 2; i++) {
-			double th = pos * pow(hp->rope_base, -2.0 * i / hp->n_rot);
-			int a = hp->rope_mode == PG_ROPE_NEOX ? i : 2 * i;
-			int b = hp->rope_mode == PG_ROPE_NEOX ? i + hp->n_rot / 2 : 2 * i + 1;
+			double th = pos * pow(hp->rope_base, -2.0 * i / hp->n_rot) /
+				    (m->rope_freqs ? m->rope_freqs[i] : 1.0);
+			int a = mode == PG_ROPE_NEOX ? i : 2 * i;
+			int b = mode == PG_ROPE_NEOX ? i + hp->n_rot / 2 : 2 * i + 1;
 			float x0 = x[a], x1 = x[b];
 
 			x[a] = (float)(x0 * cos(th) - x1 * sin(th));
@@ -116,8 +125,14 @@ static float *ref_forward(const struct pg_model *m, const int32_t *ids, int n)
 			matvec(&w->wq, xb, w->bq, q);
 			matvec(&w->wk, xb, w->bk, K + (size_t)t * kvd);
 			matvec(&w->wv, xb, w->bv, V + (size_t)t * kvd);
-			ref_rope(q, hp->n_heads, hp, t);
-			ref_rope(K + (size_t)t * kvd, hp->n_kv_heads, hp, t);
+			for (int h = 0; w->q_norm && h < hp->n_heads; h++)
+				ref_rmsnorm(q + h * hd, w->q_norm, hd, hp->rms_eps,
+					    q + h * hd);
+			for (int h = 0; w->k_norm && h < hp->n_kv_heads; h++)
+				ref_rmsnorm(K + (size_t)t * kvd + h * hd, w->k_norm, hd,
+					    hp->rms_eps, K + (size_t)t * kvd + h * hd);
+			ref_rope(q, hp->n_heads, m, t);
+			ref_rope(K + (size_t)t * kvd, hp->n_kv_heads, m, t);
 			for (int h = 0; h < hp->n_heads; h++) {
 				int kh = h / grp;
 				double mx = -1e300, sum = 0;
@@ -351,8 +366,20 @@ static void check_pool_full(const struct pg_model *m, const int32_t *ids)
 	free(lg);
 }
 
+/* Variants of a generated model (run_model's flags). */
+enum {
+	V_HEAD_DIM = 1,		/* head size 32, not hidden / heads (16) */
+	V_ROPE_FREQS = 2,	/* rope_freqs.weight (Llama 3.1+) */
+};
+
+static const char *arch_str(enum ggufgen_arch arch)
+{
+	return arch == GGUFGEN_QWEN3 ? "qwen3" : arch == GGUFGEN_QWEN2 ?
+	       "qwen2" : "llama";
+}
+
 static void run_model(const char *preset, enum ggufgen_arch arch,
-		      enum pg_dtype type, double tol)
+		      enum pg_dtype type, double tol, int flags)
 {
 	char path[] = "/tmp/pagoda-test-forward-XXXXXX";
 	struct ggufgen_opts o;
@@ -362,9 +389,12 @@ static void run_model(const char *preset, enum ggufgen_arch arch,
 	float *ref;
 	int fd = mkstemp(path);
 
-	snprintf(what, sizeof(what), "%s/%s/%s", preset,
-		 arch == GGUFGEN_QWEN2 ? "qwen2" : "llama", pg_dtype_name(type));
+	snprintf(what, sizeof(what), "%s/%s%s%s/%s", preset, arch_str(arch),
+		 flags & V_HEAD_DIM ? "+hd32" : "",
+		 flags & V_ROPE_FREQS ? "+rope_freqs" : "", pg_dtype_name(type));
 	ggufgen_preset(&o, preset);
+	o.head_dim = flags & V_HEAD_DIM ? 32 : 0;
+	o.rope_freqs = !!(flags & V_ROPE_FREQS);
 	o.arch = arch;
 	o.qkv_bias = arch == GGUFGEN_QWEN2;
 	o.type = type;
@@ -409,6 +439,89 @@ static void run_model(const char *preset, enum ggufgen_arch arch,
 	unlink(path);
 }
 
+/* Replace every `from` in buf by `to` (the same length): a patched header. */
+static void patch(char *buf, size_t len, const char *from, const char *to)
+{
+	size_t n = strlen(from);
+
+	for (size_t i = 0; i + n <= len; i++)
+		if (!memcmp(buf + i, from, n))
+			memcpy(buf + i, to, n);
+}
+
+/*
+ * A generated model, patched, must be refused with a message naming what
+ * pagoda does not compute.
+ */
+static void expect_refused(const struct ggufgen_opts *o, const char *from,
+			   const char *to, const char *needle)
+{
+	char path[] = "/tmp/pagoda-test-forward-XXXXXX", err[512] = "";
+	struct pg_model *m = NULL;
+	void *buf = NULL;
+	size_t len = 0;
+	int fd = mkstemp(path), rc;
+
+	if (ggufgen_write_mem(o, &buf, &len, err, sizeof(err)) || fd < 0) {
+		CHECK(0, "refusal %s: %s", needle, err);
+		free(buf);
+		return;
+	}
+	patch(buf, len, from, to);
+	CHECK(write(fd, buf, len) == (ssize_t)len, "write %s", path);
+	close(fd);
+	rc = pg_model_load(path, 0, &m, err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, needle),
+	      "refused with \"%s\": rc %d, %s", needle, rc, rc ? err : "loaded");
+	printf("refused: %s\n", err);
+	pg_model_free(m);
+	free(buf);
+	unlink(path);
+}
+
+static void check_refusals(void)
+{
+	struct ggufgen_opts o;
+
+	ggufgen_preset(&o, "tiny");
+	o.qkv_bias = 1;
+	/* a tensor no forward pass reads: refused, not skipped */
+	expect_refused(&o, "blk.1.attn_q.bias", "blk.1.attn_x.bias",
+		       "tensor blk.1.attn_x.bias is not one pagoda's llama forward pass reads");
+	/* Q/K norms where the architecture has none */
+	o.arch = GGUFGEN_QWEN3;
+	expect_refused(&o, "qwen3", "qwen2",
+		       "blk.0: attn_q_norm/attn_k_norm tensors, which qwen2 models do not have");
+	/* RoPE factors are llama's only */
+	o.arch = GGUFGEN_LLAMA;
+	o.rope_freqs = 1;
+	expect_refused(&o, "llama", "qwen2",
+		       "tensor rope_freqs.weight: qwen2 models have no per-dimension RoPE frequency factors");
+	o.rope_freqs = 0;
+	o.qkv_bias = 0;
+	/* Mistral's window shorter than the context: attention would differ */
+	o.sliding_window = 64;
+	expect_refused(&o, "pagoda-random", "pagoda-random",
+		       "llama.attention.sliding_window is 64, shorter than the context length");
+	/* a window no shorter than the context changes nothing: loads */
+	o.sliding_window = o.n_ctx;
+	{
+		char path[] = "/tmp/pagoda-test-forward-XXXXXX", err[512] = "";
+		struct pg_model *m = NULL;
+		int fd = mkstemp(path);
+
+		close(fd);
+		CHECK(!ggufgen_write(&o, path, err, sizeof(err)) &&
+		      !pg_model_load(path, 0, &m, err, sizeof(err)),
+		      "a sliding window as long as the context: %s", err);
+		pg_model_free(m);
+		unlink(path);
+	}
+	o.sliding_window = 0;
+	expect_refused(&o, "llama", "gemma",
+		       "\"gemma\", which pagoda does not support yet: it needs GELU-tanh");
+}
+
 int main(void)
 {
 	/*
@@ -417,13 +530,18 @@ int main(void)
 	 * quantises activations to 8 bits (as llama.cpp), the reference does
 	 * not; a few 1e-2 is the expected size of that error.
 	 */
-	run_model("tiny", GGUFGEN_LLAMA, PG_F32, 1e-4);
-	run_model("tiny", GGUFGEN_QWEN2, PG_F32, 1e-4);
-	run_model("tiny", GGUFGEN_LLAMA, PG_F16, 3e-3);
-	run_model("tiny", GGUFGEN_LLAMA, PG_BF16, 3e-3);
-	run_model("tiny", GGUFGEN_LLAMA, PG_Q8_0, 3e-2);
-	run_model("tiny", GGUFGEN_LLAMA, PG_Q4_1, 5e-2);
-	run_model("tiny", GGUFGEN_LLAMA, PG_Q4_0, 5e-2);
+	run_model("tiny", GGUFGEN_LLAMA, PG_F32, 1e-4, 0);
+	run_model("tiny", GGUFGEN_QWEN2, PG_F32, 1e-4, 0);
+	run_model("tiny", GGUFGEN_QWEN3, PG_F32, 1e-4, 0);
+	run_model("tiny", GGUFGEN_QWEN3, PG_F32, 1e-4, V_HEAD_DIM);
+	run_model("tiny", GGUFGEN_LLAMA, PG_F32, 1e-4, V_ROPE_FREQS);
+	run_model("tiny", GGUFGEN_LLAMA, PG_F16, 3e-3, 0);
+	run_model("tiny", GGUFGEN_LLAMA, PG_BF16, 3e-3, 0);
+	run_model("tiny", GGUFGEN_LLAMA, PG_Q8_0, 3e-2, 0);
+	run_model("tiny", GGUFGEN_QWEN3, PG_Q8_0, 3e-2, V_HEAD_DIM);
+	run_model("tiny", GGUFGEN_LLAMA, PG_Q4_1, 5e-2, V_ROPE_FREQS);
+	run_model("tiny", GGUFGEN_LLAMA, PG_Q4_0, 5e-2, 0);
+	check_refusals();
 	if (failures)
 		fprintf(stderr, "%d checks failed\n", failures);
 	return failures ? 1 : 0;

@@ -163,7 +163,10 @@ static void test_broken(void)
 	CASE(n_tensors, 1ull << 40, -EINVAL, "tensor count");
 	CASE(n_kv, 1ull << 60, -EINVAL, "metadata key count");
 	CASE(n_kv, 5, -EINVAL, "");
-	CASE(b_type, 14, -EINVAL, "type Q6_K (14) is not supported");
+	CASE(b_type, 16, -EINVAL, "type IQ2_XXS (16) is not supported");
+	CASE(b_type, 15, -EINVAL, "type Q8_K (15) is not supported");
+	CASE(b_type, 14, -EINVAL, "not a multiple of the Q6_K block of 256");
+	CASE(b_type, 6, 0, NULL);		/* Q5_0: 2 rows of 22 bytes */
 	CASE(b_type, 99, -EINVAL, "type unknown (99)");
 	CASE(b_dims, 5, -EINVAL, "5 dimensions");
 	CASE(b_ne0, 0, -EINVAL, "dimension 0 is 0");

@@ -75,6 +75,20 @@ static float block_tol(enum pg_dtype type, const float *x, int n)
 	case PG_Q4_0: return amax * (1.0f / 8.0f + 2e-3f);
 	case PG_Q4_1: return (mx - mn) * (0.5f / 15.0f + 2e-3f) +
 			     fabsf(mn) * 2e-3f;
+	/*
+	 * Q5 and the K-quants (simple scales, kernels/cpu/quant.c): the
+	 * symmetric ones map the value of largest magnitude to -qlo (a step
+	 * amax / qlo) and clamp the other side's at qlo - 1, one step off at
+	 * most; the ones with a minimum err by half a step of their range
+	 * (at most 2 amax over qmax), 0.6 with the scales' rounding.
+	 */
+	case PG_Q5_0: return amax * (1.1f / 16.0f);
+	case PG_Q3_K: return amax * (1.1f / 4.0f);
+	case PG_Q6_K: return amax * (1.1f / 32.0f);
+	case PG_Q5_1: return (mx - mn) * (0.6f / 31.0f);
+	case PG_Q2_K: return amax * (1.2f / 3.0f);
+	case PG_Q4_K: return amax * (1.2f / 15.0f);
+	case PG_Q5_K: return amax * (1.2f / 31.0f);
 	default: return 0.0f;
 	}
 }
@@ -249,6 +263,10 @@ static void check_model(const struct ggufgen_opts *o, const char *what)
 	printf("%-36s %s\n", what, failures == bad ? "ok" : "FAILED");
 }
 
+static const enum pg_dtype ktypes[] = {
+	PG_Q5_0, PG_Q5_1, PG_Q2_K, PG_Q3_K, PG_Q4_K, PG_Q5_K, PG_Q6_K,
+};
+
 static void test_types(void)
 {
 	static const enum pg_dtype types[] = {
@@ -271,6 +289,37 @@ static void test_types(void)
 	o.arch = GGUFGEN_QWEN2;
 	o.qkv_bias = 1;
 	check_model(&o, "qwen2 Q4_0 with biases");
+	for (size_t i = 0; i < sizeof(ktypes) / sizeof(ktypes[0]); i++) {
+		tiny(&o, ktypes[i]);
+		o.hidden = o.ffn = 256;	/* whole 256-blocks for the K-quants */
+		o.untied = 1;
+		snprintf(what, sizeof(what), "llama %s untied",
+			 pg_dtype_name(ktypes[i]));
+		check_model(&o, what);
+	}
+	/* the Q4_K_M mix: ffn_down, 320 wide, takes Q5_0, attn_v and
+	 * output Q6_K, the rest Q4_K, the embedding Q8_0 */
+	tiny(&o, PG_Q4_K);
+	o.mix_q4_k_m = 1;
+	o.hidden = 256;
+	o.ffn = 320;
+	o.untied = 1;
+	o.embd_type = PG_Q8_0;
+	check_model(&o, "llama Q4_K_M mix");
+	{
+		uint64_t ne0, ne1;
+		enum pg_dtype t[5];
+
+		ggufgen_tensor_shape(&o, "blk.0.attn_q.weight", &ne0, &ne1, &t[0]);
+		ggufgen_tensor_shape(&o, "blk.0.attn_v.weight", &ne0, &ne1,
+				     &t[1]);
+		ggufgen_tensor_shape(&o, "blk.0.ffn_down.weight", &ne0, &ne1,
+				     &t[2]);
+		ggufgen_tensor_shape(&o, "token_embd.weight", &ne0, &ne1, &t[3]);
+		ggufgen_tensor_shape(&o, "output.weight", &ne0, &ne1, &t[4]);
+		CHECK(t[0] == PG_Q4_K && t[1] == PG_Q6_K && t[2] == PG_Q5_0 &&
+		      t[3] == PG_Q8_0 && t[4] == PG_Q6_K);
+	}
 }
 
 /* read_file - the whole file into a malloc'd buffer. */
@@ -394,6 +443,8 @@ static void test_refused(void)
 	tiny(&o, PG_F32); o.n_heads = 5; expect_refused(&o, "heads");
 	tiny(&o, PG_F32); o.n_kv_heads = 3; expect_refused(&o, "kv-heads");
 	tiny(&o, PG_Q4_0); o.ffn = 100; expect_refused(&o, "multiples of 32");
+	tiny(&o, PG_Q4_K); expect_refused(&o, "of 256 for Q4_K");
+	tiny(&o, PG_Q4_0); o.mix_q4_k_m = 1; expect_refused(&o, "Q4_K_M");
 	tiny(&o, PG_F32); o.n_vocab = 100; expect_refused(&o, "vocab");
 	tiny(&o, PG_F16); o.embd_type = PG_Q4_0;
 	expect_refused(&o, "embd_type");

@@ -36,6 +36,13 @@
  *     dots themselves;
  *   - Q4 matrices repacked in 8-row groups (pg_cpu_q4x8_pack): matmul and
  *     matmul_parts bit-identical to the same matrix in rows, n = 1..37;
+ *   - Q5_0, Q5_1 and the K-quants: hand-built blocks dequantised exactly
+ *     as a per-value formula of the layout says (pg_dequantize_row and
+ *     every backend's get_rows); the scalar matmul within 1e-5 of the sum
+ *     of |terms| of the float dot of dequantised W and activations; every
+ *     table on 1 and 2 threads, n = 1, 2, 5, 9 with a bias and
+ *     matmul_parts: bit-identical to the scalar table; a part's outputs
+ *     those of its columns alone; a cut inside a 256-block gives NaN;
  *   - llama.cpp numerics (kernels/cpu/llamacpp.c): each table's attention
  *     loop and silu bit-identical to the references; the reference
  *     attention loop within 1e-5 nmse of softmax attention in double (its
@@ -1645,6 +1652,298 @@ static int list_tables(void)
 	return 0;
 }
 
+/* ---- Q5_0, Q5_1 and the K-quants ---- */
+
+static const enum pg_dtype ktypes[] = {
+	PG_Q5_0, PG_Q5_1, PG_Q2_K, PG_Q3_K, PG_Q4_K, PG_Q5_K, PG_Q6_K,
+};
+#define N_KTYPES (sizeof(ktypes) / sizeof(ktypes[0]))
+
+static int bit(const uint8_t *p, int i)
+{
+	return (p[i / 8] >> (i % 8)) & 1;
+}
+
+/*
+ * Value v of the block at b of type t straight from the layout's
+ * definition (kernels/dtype.h), written per value and independently of
+ * quant.c's loops; *mn: the value's min term (dmin * m, 0 for none), for
+ * error bounds.  The float operations are those llama.cpp's dequantisation
+ * does ((d * sc) * q - dmin * m), so the result is exact.
+ */
+static float kvalue(enum pg_dtype t, const uint8_t *b, int v, float *mn)
+{
+	uint16_t h[2];
+	int u, sc, m;
+
+	*mn = 0;
+	switch (t) {
+	case PG_Q5_0: case PG_Q5_1: {
+		int off = t == PG_Q5_0 ? 2 : 4;	/* qh; qs 4 bytes on */
+		int lo = v < 16 ? b[off + 4 + v] & 15 : b[off + 4 + v - 16] >> 4;
+
+		memcpy(h, b, 4);
+		u = lo | bit(b + off, v) << 4;
+		if (t == PG_Q5_0)
+			return pg_fp16_to_fp32(h[0]) * (float)(u - 16);
+		*mn = -pg_fp16_to_fp32(h[1]);
+		return pg_fp16_to_fp32(h[0]) * (float)u + pg_fp16_to_fp32(h[1]);
+	}
+	case PG_Q2_K: {
+		const struct pg_block_q2_k *q = (const void *)b;
+		int j = v / 16;
+
+		u = (q->qs[32 * (v / 128) + v % 32] >> (2 * (v % 128 / 32))) & 3;
+		*mn = pg_fp16_to_fp32(q->dmin) * (float)(q->scales[j] >> 4);
+		return pg_fp16_to_fp32(q->d) * (float)(q->scales[j] & 15) *
+		       (float)u - *mn;
+	}
+	case PG_Q3_K: {
+		const struct pg_block_q3_k *q = (const void *)b;
+		int j = v / 16;
+		/* 6-bit scale j: nibble j of bytes 0..7 (low nibbles first),
+		 * 2-bit pair j of bytes 8..11 (byte j % 4, pair j / 4) */
+		int lo = (q->scales[j % 8] >> (4 * (j / 8))) & 15;
+		int hi = (q->scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+
+		u = (q->qs[32 * (v / 128) + v % 32] >> (2 * (v % 128 / 32))) & 3;
+		u -= bit(q->hmask, 8 * (v % 32) + v / 32) ? 0 : 4;
+		return pg_fp16_to_fp32(q->d) * (float)((lo | hi << 4) - 32) *
+		       (float)u;
+	}
+	case PG_Q4_K: case PG_Q5_K: {
+		const struct pg_block_q4_k *q4 = (const void *)b;
+		const struct pg_block_q5_k *q5 = (const void *)b;
+		const uint8_t *s8 = t == PG_Q4_K ? q4->scales : q5->scales;
+		const uint8_t *qs = t == PG_Q4_K ? q4->qs : q5->qs;
+		int j = v / 32;
+
+		memcpy(h, b, 4);
+		if (j < 4) {
+			sc = s8[j] & 63;
+			m = s8[4 + j] & 63;
+		} else {
+			sc = (s8[8 + j - 4] & 15) | (s8[j - 4] >> 6) << 4;
+			m = (s8[8 + j - 4] >> 4) | (s8[j] >> 6) << 4;
+		}
+		u = (qs[32 * (j / 2) + v % 32] >> (4 * (j % 2))) & 15;
+		if (t == PG_Q5_K)
+			u |= bit(q5->qh, 8 * (v % 32) + j) << 4;
+		*mn = pg_fp16_to_fp32(h[1]) * (float)m;
+		return pg_fp16_to_fp32(h[0]) * (float)sc * (float)u - *mn;
+	}
+	case PG_Q6_K: {
+		const struct pg_block_q6_k *q = (const void *)b;
+		int half = v / 128, k = v % 128 / 32, l = v % 32;
+
+		u = (q->ql[64 * half + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+		u |= ((q->qh[32 * half + l] >> (2 * k)) & 3) << 4;
+		return pg_fp16_to_fp32(q->d) * (float)q->scales[v / 16] *
+		       (float)(u - 32);
+	}
+	default:
+		return NAN;
+	}
+}
+
+/* A random block of type t with finite scales: random bytes, then d and
+ * dmin set to small F16 values. */
+static void random_block(enum pg_dtype t, uint8_t *b)
+{
+	size_t bytes = pg_dtype_block_bytes(t);
+	uint16_t d = pg_fp32_to_fp16(0.01f + 0.001f * frand());
+	uint16_t dm = pg_fp32_to_fp16(0.02f + 0.001f * frand());
+
+	for (size_t i = 0; i < bytes; i++)
+		b[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+	switch (t) {
+	case PG_Q5_0: memcpy(b, &d, 2); break;
+	case PG_Q5_1: memcpy(b, &d, 2); memcpy(b + 2, &dm, 2); break;
+	case PG_Q4_K: case PG_Q5_K: memcpy(b, &d, 2); memcpy(b + 2, &dm, 2);
+		break;
+	case PG_Q2_K: memcpy(b + 80, &d, 2); memcpy(b + 82, &dm, 2); break;
+	case PG_Q3_K: memcpy(b + 108, &d, 2); break;
+	case PG_Q6_K: memcpy(b + 208, &d, 2); break;
+	default: break;
+	}
+}
+
+/*
+ * Known answers: hand-built (random) blocks of each type dequantised by
+ * pg_dequantize_row and by every backend's get_rows, against kvalue.
+ */
+static void check_kquant_dequant(void)
+{
+	enum { NB = 3 };
+
+	for (size_t k = 0; k < N_KTYPES; k++) {
+		enum pg_dtype t = ktypes[k];
+		int bs = pg_dtype_block_size(t);
+		size_t bb = pg_dtype_block_bytes(t);
+		uint8_t *blk = xmalloc(NB * bb);
+		float *y = xmalloc(NB * (size_t)bs * sizeof(float));
+		float *g = xmalloc(NB * (size_t)bs * sizeof(float));
+		struct pg_matrix m = {
+			.type = t, .n_rows = NB, .n_cols = bs,
+			.row_bytes = bb, .data = blk,
+		};
+		int32_t ids[NB] = { 2, 0, 1 };
+		int bad = 0;
+		float mn;
+
+		reseed("kdequant", t, 0, 0);
+		for (int i = 0; i < NB; i++)
+			random_block(t, blk + i * bb);
+		pg_dequantize_row(t, blk, y, NB * bs);
+		for (int i = 0; i < NB * bs && bad < 3; i++) {
+			float want = kvalue(t, blk + (i / bs) * bb, i % bs, &mn);
+
+			if (pg_f32_bits(y[i]) != pg_f32_bits(want)) {
+				bad++;
+				CHECK(0, "dequant %s value %d: %.9g, want %.9g",
+				      pg_dtype_name(t), i, y[i], want);
+			}
+		}
+		for (int i = 0; i < n_bes; i++) {
+			bes[i]->ops->get_rows(bes[i], &m, ids, NB, g);
+			for (int r = 0; r < NB; r++)
+				CHECK(!memcmp(g + r * bs, y + ids[r] * bs,
+					      (size_t)bs * sizeof(float)),
+				      "get_rows %s on %s", pg_dtype_name(t),
+				      be_name(bes[i]));
+		}
+		free(blk);
+		free(y);
+		free(g);
+	}
+	printf("kquants: dequantisation of hand-built blocks exact\n");
+}
+
+/*
+ * Each new type's matmul on the scalar table against the float dot of the
+ * dequantised weights and the dequantised activations (Q8_0, Q8_1 or
+ * Q8_K as the backend quantises them; Q5_1's minimum terms take s_x as
+ * stored, as Q4_1's): within 1e-5 of the sum of |terms| (the dequantised
+ * products and, for the types with mins, the min terms separately).
+ * Then every backend (table, thread count), for n = 1, 2, 5 and 9 tokens
+ * with a bias and matmul_parts cut at block bounds: bit-identical to the
+ * scalar table.
+ */
+static void check_kquant_matmul(void)
+{
+	enum { ROWS = 21, MAXC = 800, NT = 9 };
+
+	for (size_t k = 0; k < N_KTYPES; k++) {
+		enum pg_dtype t = ktypes[k];
+		enum pg_dtype vt = t == PG_Q5_0 ? PG_Q8_0 :
+				   t == PG_Q5_1 ? PG_Q8_1 : PG_Q8_K;
+		int bs = pg_dtype_block_size(t);
+		/* 25 blocks for Q5_*: the 8-block loops' tail too */
+		const int nc = bs == PG_QK ? MAXC : 768;
+		size_t bb = pg_dtype_block_bytes(t);
+		float *wf, *x = xmalloc(NT * MAXC * sizeof(float));
+		float xd[MAXC], bias[ROWS], *y0, *y1;
+		uint8_t *xq = xmalloc(pg_dtype_row_bytes(vt, nc));
+		struct pg_matrix m;
+		int64_t cols[4] = { 0, 256, 512, nc };
+		const int ns[] = { 1, 2, 5, NT };
+
+		reseed("kmatmul", t, 0, 0);
+		m = make_matrix(t, ROWS, nc, &wf);
+		fill(x, NT * nc);
+		fill(bias, ROWS);
+		if (vt == PG_Q8_K)
+			pg_quant_q8_k_ref(x, xq, nc);
+		else
+			quant_act(vt, x, xq, nc);
+		pg_dequantize_row(vt, xq, xd, nc);
+		y0 = xmalloc(4 * NT * ROWS * sizeof(float));
+		y1 = xmalloc(4 * NT * ROWS * sizeof(float));
+		ref->ops->matmul(ref, &m, x, 1, NULL, y0);
+		for (int r = 0; r < ROWS; r++) {
+			const uint8_t *w = (const uint8_t *)m.data + r * m.row_bytes;
+			double s = 0, a = 0;
+			float mn;
+
+			for (int i = 0; i < nc; i++) {
+				float wv = kvalue(t, w + (i / bs) * bb, i % bs,
+						  &mn);
+
+				CHECK(wv == wf[r * nc + i], "%s value", pg_dtype_name(t));
+				if (t == PG_Q5_1) {	/* m_w s_x as stored */
+					s += ((double)wv + mn) * xd[i];
+					if (i % PG_QK == PG_QK - 1) {
+						const struct pg_block_q8_1 *xb =
+							(const void *)xq;
+
+						s -= (double)mn * pg_fp16_to_fp32(
+							xb[i / PG_QK].s);
+					}
+				} else {
+					s += (double)wv * xd[i];
+				}
+				a += fabs((double)wv * xd[i]) +
+				     fabs((double)mn * xd[i]);
+			}
+			CHECK(fabs(y0[r] - s) <= 1e-5 * a,
+			      "dot %s row %d: %.9g vs %.9g (sum |terms| %g)",
+			      pg_dtype_name(t), r, y0[r], s, a);
+		}
+		for (size_t q = 0; q < sizeof(ns) / sizeof(ns[0]); q++) {
+			int n = ns[q];
+			size_t ny = (size_t)n * ROWS;
+
+			ref->ops->matmul(ref, &m, x, n, bias, y0);
+			ref->ops->matmul_parts(ref, &m, x, n, 3, cols, 0,
+					       y0 + ny);
+			for (int i = 0; i < n_bes; i++) {
+				bes[i]->ops->matmul(bes[i], &m, x, n, bias, y1);
+				CHECK(!memcmp(y0, y1, ny * sizeof(float)),
+				      "matmul %s n=%d on %s differs from scalar",
+				      pg_dtype_name(t), n, be_name(bes[i]));
+				bes[i]->ops->matmul_parts(bes[i], &m, x, n, 3,
+							  cols, 0, y1 + ny);
+				CHECK(!memcmp(y0 + ny, y1 + ny,
+					      3 * ny * sizeof(float)),
+				      "matmul_parts %s n=%d on %s differs from scalar",
+				      pg_dtype_name(t), n, be_name(bes[i]));
+			}
+			/* each part is the matmul of its columns alone */
+			for (int p = 0; p < 3 && n == 1; p++) {
+				struct pg_matrix mp = m;
+				int64_t pc = cols[p + 1] - cols[p];
+				float yp[ROWS], *xp = xmalloc((size_t)pc *
+							       sizeof(float));
+
+				mp.n_cols = pc;
+				mp.data = (const uint8_t *)m.data +
+					  cols[p] / bs * bb;
+				memcpy(xp, x + cols[p], (size_t)pc * sizeof(float));
+				ref->ops->matmul(ref, &mp, xp, 1, NULL, yp);
+				CHECK(!memcmp(yp, y0 + ny + p * ny,
+					      ROWS * sizeof(float)),
+				      "matmul_parts %s part %d", pg_dtype_name(t), p);
+				free(xp);
+			}
+		}
+		/* a cut inside a block: NaN, not wrong numbers */
+		if (bs == PG_QK_K) {
+			int64_t bad[3] = { 0, 128, nc };
+
+			ref->ops->matmul_parts(ref, &m, x, 1, 2, bad, 1, y1);
+			CHECK(isnan(y1[0]) && isnan(y1[ROWS - 1]),
+			      "matmul_parts %s cut inside a block", pg_dtype_name(t));
+		}
+		free(wf);
+		free((void *)m.data);
+		free(x);
+		free(xq);
+		free(y0);
+		free(y1);
+	}
+	printf("kquants: Q5_0 Q5_1 Q2_K..Q6_K matmuls match float dots; every table bit-identical to scalar\n");
+}
+
 int main(int argc, char **argv)
 {
 	const char *seed = getenv("TEST_KERNELS_SEED");
@@ -1681,6 +1980,8 @@ int main(int argc, char **argv)
 	check_q4x8();
 	check_attention();
 	check_llama_numerics();
+	check_kquant_dequant();
+	check_kquant_matmul();
 	for (int i = 0; i < n_bes; i++)
 		bes[i]->ops->destroy(bes[i]);
 	if (failures)

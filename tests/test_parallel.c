@@ -5,7 +5,8 @@
  * For pipeline (PP 2, 3), tensor (TP 2, 3, 4; with KV heads that do not
  * divide, so shared ones are replicated), PP 2 × TP 2, context (CP 2) and
  * TP 2 × CP 2 plans, on generated models of uneven shapes (F32, Q8_0 and
- * Q4_1 weights, llama and qwen2) and on the default model when it is there:
+ * Q4_1 weights; llama, llama with rope_freqs, qwen2, and qwen3 with a head
+ * size of its own) and on the default model when it is there:
  *
  *  - prompt logits (every position) are bit for bit one device's: PP runs
  *    the same kernels in the same order, and TP and CP sum in one
@@ -494,8 +495,14 @@ static void check_stats(const struct pg_model *m, int32_t prompts[][64], int n)
 	free_rig(&r);
 }
 
+/* Variants of a generated model (gen_model's flags). */
+enum {
+	V_HEAD_DIM = 1,		/* head size 64, not hidden / heads (32) */
+	V_ROPE_FREQS = 2,	/* rope_freqs.weight (Llama 3.1+) */
+};
+
 static struct pg_model *gen_model(enum ggufgen_arch arch, enum pg_dtype type,
-				  char *path)
+				  int flags, char *path)
 {
 	struct ggufgen_opts o;
 	struct pg_model *m = NULL;
@@ -515,6 +522,8 @@ static struct pg_model *gen_model(enum ggufgen_arch arch, enum pg_dtype type,
 	o.ffn = 224;		/* 7 blocks of 32: uneven TP splits */
 	o.n_vocab = 301;	/* uneven vocabulary slices */
 	o.untied = 1;
+	o.head_dim = flags & V_HEAD_DIM ? 64 : 0;
+	o.rope_freqs = !!(flags & V_ROPE_FREQS);
 	if (ggufgen_write(&o, path, err, sizeof(err)) ||
 	    pg_model_load(path, 0, &m, err, sizeof(err))) {
 		CHECK(0, "model: %s", err);
@@ -525,17 +534,20 @@ static struct pg_model *gen_model(enum ggufgen_arch arch, enum pg_dtype type,
 }
 
 static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
-			  double logit_tol, double tie_tol)
+			  int flags, double logit_tol, double tie_tol)
 {
 	char path[] = "/tmp/pagoda-test-parallel-XXXXXX", what[64];
 	static int32_t prompts[3][64];
-	struct pg_model *m = gen_model(arch, type, path);
+	struct pg_model *m = gen_model(arch, type, flags, path);
 	struct rig one;
 
 	if (!m)
 		return;
-	snprintf(what, sizeof(what), "%s %s",
-		 arch == GGUFGEN_QWEN2 ? "qwen2" : "llama", pg_dtype_name(type));
+	snprintf(what, sizeof(what), "%s%s%s %s",
+		 arch == GGUFGEN_QWEN3 ? "qwen3" :
+		 arch == GGUFGEN_QWEN2 ? "qwen2" : "llama",
+		 flags & V_HEAD_DIM ? "+hd64" : "",
+		 flags & V_ROPE_FREQS ? "+rope_freqs" : "", pg_dtype_name(type));
 	for (int k = 0; k < 3; k++)
 		for (int i = 0; i < 64; i++)
 			prompts[k][i] = (int32_t)((i * 37 + k * 101 + 11) % m->hp.n_vocab);
@@ -551,7 +563,8 @@ static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
 		 * activations where the CPU quantises them to 8 bits, so
 		 * quantised models' logits move by the quantisation noise.
 		 */
-		if (have_gpu())
+		/* the CUDA backend has no RoPE frequency factors (refused) */
+		if (have_gpu() && !(flags & V_ROPE_FREQS))
 			compare_plan(m, &one, &gpu_shape, prompts, 3, 40, 16,
 				     type == PG_F32 ? logit_tol : 2.0,
 				     tie_tol, what);
@@ -635,10 +648,14 @@ int main(void)
 	 * logits move by up to a few tenths, and greedy runs may part only
 	 * where two tokens nearly tie.
 	 */
-	run_generated(GGUFGEN_LLAMA, PG_F32, 1e-3, 1e-3);
-	run_generated(GGUFGEN_QWEN2, PG_F32, 1e-3, 1e-3);
-	run_generated(GGUFGEN_LLAMA, PG_Q8_0, 0.5, 0.25);
-	run_generated(GGUFGEN_QWEN2, PG_Q4_1, 0.5, 0.25);
+	run_generated(GGUFGEN_LLAMA, PG_F32, 0, 1e-3, 1e-3);
+	run_generated(GGUFGEN_QWEN2, PG_F32, 0, 1e-3, 1e-3);
+	run_generated(GGUFGEN_QWEN3, PG_F32, V_HEAD_DIM, 1e-3, 1e-3);
+	run_generated(GGUFGEN_LLAMA, PG_F32, V_ROPE_FREQS, 1e-3, 1e-3);
+	run_generated(GGUFGEN_LLAMA, PG_Q8_0, 0, 0.5, 0.25);
+	run_generated(GGUFGEN_QWEN2, PG_Q4_1, 0, 0.5, 0.25);
+	run_generated(GGUFGEN_QWEN3, PG_Q8_0, V_HEAD_DIM, 0.5, 0.25);
+	run_generated(GGUFGEN_LLAMA, PG_Q4_1, V_ROPE_FREQS, 0.5, 0.25);
 	run_default_model();
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);

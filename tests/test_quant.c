@@ -2,7 +2,9 @@
  * test_quant.c - quantisation and conversion tests of the CPU backend:
  * fp16/bf16 conversions (known values, edge cases, and every half value's
  * round trip), known blocks of each quantised type, how weights and
- * activations round ties apart, and round-trip error bounds on random rows.
+ * activations round ties apart, and round-trip error bounds on random rows
+ * (Q5_0, Q5_1 and the K-quants too; their known-block answers and dots
+ * are in test_kernels.c).
  *
  * Exits 0 on success, 1 on failure.  Dot products are in test_kernels.c.
  */
@@ -274,6 +276,88 @@ static void check_round_trip(enum pg_dtype t, double slack, double nmse_max)
 	       se / ss, nmse_max);
 }
 
+/*
+ * Round trip of a random row of Q5_0, Q5_1 or a K-quant (quant.c's simple
+ * scale choice): every value within `slack` steps, a step being the range
+ * (max - min) of the value's (super-)block over qmax, the type's largest
+ * quant; the normalised MSE below nmse_max; and dequantising what we
+ * and an all-zero super-block stays zero.
+ */
+static void check_round_trip_k(enum pg_dtype t, int qmax, double slack,
+			       double nmse_max)
+{
+	enum { N = 4096 };
+	static float x[N], y[N];
+	static uint8_t q[N * 4];
+	int bs = pg_dtype_block_size(t);
+	double se = 0, ss = 0, worst = 0;
+
+	fill(x, N, 77 + t);
+	x[300] = 40.0f;			/* a super-block with one huge value */
+	x[1000] = -25.0f;		/* and one with a huge negative one */
+	x[2048] = x[2049] = 0.0f;
+	for (int i = 3072; i < 3072 + 256; i++)
+		x[i] = 0.0f;		/* an all-zero super-block */
+	CHECK(pg_quantize_row(t, x, q, N) == pg_dtype_row_bytes(t, N),
+	      "%s bytes", pg_dtype_name(t));
+	pg_dequantize_row(t, q, y, N);
+	for (int b = 0; b < N / bs; b++) {
+		float lo = x[b * bs], hi = x[b * bs];
+
+		for (int i = b * bs; i < (b + 1) * bs; i++) {
+			lo = fminf(lo, x[i]);
+			hi = fmaxf(hi, x[i]);
+		}
+		lo = fminf(lo, 0.0f);	/* mins are never above 0 */
+		double step = (hi - lo) / qmax;
+
+		for (int i = b * bs; i < (b + 1) * bs; i++) {
+			double e = fabs(x[i] - y[i]);
+
+			CHECK(isfinite(y[i]), "%s: x[%d] -> %g", pg_dtype_name(t),
+			      i, y[i]);
+			if (step > 0 && e / step > worst)
+				worst = e / step;
+			if (step == 0)
+				CHECK(y[i] == 0, "%s: zero block x[%d] -> %g",
+				      pg_dtype_name(t), i, y[i]);
+			se += (x[i] - y[i]) * (x[i] - y[i]);
+			ss += x[i] * x[i];
+		}
+	}
+	CHECK(worst <= slack, "%s: an error of %.3g steps > %.3g",
+	      pg_dtype_name(t), worst, slack);
+	CHECK(se / ss < nmse_max, "%s: nmse %g > %g", pg_dtype_name(t),
+	      se / ss, nmse_max);
+	printf("%-5s round trip nmse %.3g (bound %.3g), worst %.3g steps (bound %.3g)\n",
+	       pg_dtype_name(t), se / ss, nmse_max, worst, slack);
+}
+
+/* Q8_K activations: each value within half a step of d q, every bsum the
+ * sum of its 16 quants, and the block's largest value at +-127. */
+static void check_q8_k(void)
+{
+	enum { N = 512 };
+	static float x[N];
+	static struct pg_block_q8_k b[N / 256];
+
+	fill(x, N, 5);
+	x[7] = -9.0f;
+	pg_quant_q8_k_ref(x, b, N);
+	CHECK(b[0].qs[7] == -127, "Q8_K: largest at %d", b[0].qs[7]);
+	for (int i = 0; i < N; i++)
+		CHECK(fabsf(x[i] - b[i / 256].d * b[i / 256].qs[i % 256]) <=
+		      0.5001f * b[i / 256].d, "Q8_K: x[%d]", i);
+	for (int i = 0; i < N / 16; i++) {
+		int s = 0;
+
+		for (int l = 0; l < 16; l++)
+			s += b[i / 16].qs[16 * (i % 16) + l];
+		CHECK(b[i / 16].bsums[i % 16] == s, "Q8_K: bsum %d", i);
+	}
+	printf("Q8_K  activations within half a step, sums exact\n");
+}
+
 int main(void)
 {
 	CHECK(!strcmp(pg_dtype_name(PG_Q4_1), "Q4_1") &&
@@ -297,6 +381,20 @@ int main(void)
 	check_round_trip(PG_Q4_1, 0.55, 2e-2);
 	check_round_trip(PG_F16, 0.5, 1e-7);
 	check_round_trip(PG_BF16, 0.5, 1e-5);
+	/*
+	 * Steps: half a step for the types with a minimum, plus the 4- or
+	 * 6-bit rounding of the sub-block scales (0.6); the symmetric ones
+	 * (Q5_0, Q3_K, Q6_K) spread their grid over [-amax, amax], twice
+	 * the range of a one-signed block, and clamp the top value (1.1).
+	 */
+	check_q8_k();
+	check_round_trip_k(PG_Q5_0, 31, 1.1, 1e-2);
+	check_round_trip_k(PG_Q5_1, 31, 0.6, 5e-3);
+	check_round_trip_k(PG_Q2_K, 3, 0.6, 0.1);
+	check_round_trip_k(PG_Q3_K, 7, 1.1, 3e-2);
+	check_round_trip_k(PG_Q4_K, 15, 0.6, 3e-2);
+	check_round_trip_k(PG_Q5_K, 31, 0.6, 5e-3);
+	check_round_trip_k(PG_Q6_K, 63, 1.1, 2e-3);
 	if (failures)
 		fprintf(stderr, "test_quant: %d failures\n", failures);
 	return failures ? 1 : 0;

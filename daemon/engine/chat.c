@@ -1,10 +1,11 @@
 /*
- * chat.c - chat messages to a prompt in ChatML, Llama 3 or Llama 2 form.
+ * chat.c - chat messages to a prompt in ChatML, Llama 3, Llama 2, Gemma,
+ * Phi-3 or Qwen3 form.
  *
  * The format is recognised from markers in the model's Jinja template and
  * rendered natively, the way the reference templates (and llama.cpp's
  * built-in renderers) do.  It is not a Jinja engine: templates that are none
- * of these three formats are not recognised.  BOS is left to the tokenizer.
+ * of these formats are not recognised.  BOS is left to the tokenizer.
  * The renderer remembers which bytes the template wrote, so that a
  * message's content is tokenized as text: a "<|im_start|>" typed by a user
  * stays text, and only the template's own markers are control tokens.
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "chat.h"
+#include "gguf.h"
 #include "tokenizer.h"
 
 /*
@@ -139,8 +141,15 @@ int pg_chat_detect(const char *tmpl, size_t len)
 {
 	if (!tmpl || !len)
 		return PG_CHAT_CHATML;
+	/* Qwen3: ChatML whose assistant turns carry <think> blocks */
+	if (has_str(tmpl, len, "<|im_start|>") && has_str(tmpl, len, "<think>"))
+		return PG_CHAT_QWEN3;
 	if (has_str(tmpl, len, "<|im_start|>"))
 		return PG_CHAT_CHATML;
+	if (has_str(tmpl, len, "<start_of_turn>"))
+		return PG_CHAT_GEMMA;
+	if (has_str(tmpl, len, "<|assistant|>") && has_str(tmpl, len, "<|end|>"))
+		return PG_CHAT_PHI3;
 	if (has_str(tmpl, len, "<|start_header_id|>") &&
 	    has_str(tmpl, len, "<|end_header_id|>"))
 		return PG_CHAT_LLAMA3;
@@ -174,6 +183,9 @@ const char *pg_chat_format_name(enum pg_chat_format fmt)
 	case PG_CHAT_CHATML: return "chatml";
 	case PG_CHAT_LLAMA3: return "llama3";
 	case PG_CHAT_LLAMA2: return "llama2";
+	case PG_CHAT_GEMMA: return "gemma";
+	case PG_CHAT_PHI3: return "phi3";
+	case PG_CHAT_QWEN3: return "qwen3";
 	}
 	return "unknown";
 }
@@ -291,6 +303,196 @@ static int render_llama2(struct sbuf *b, const struct pg_chat_msg *m, int n,
 	return 0;
 }
 
+/*
+ * Gemma, as llama.cpp renders it: "<start_of_turn>user\n" + trimmed content
+ * + "<end_of_turn>\n" per turn, the assistant being "model"; Gemma has no
+ * system turn, so system messages (each trimmed, joined) open the next user turn
+ * followed by a blank line.  A system message that no user turn follows
+ * gets a user turn of its own rather than being dropped.
+ */
+static void gemma_turn(struct sbuf *b, const char *role, const char *sys,
+		       const char *content)
+{
+	sb_puts(b, "<start_of_turn>");
+	sb_puts(b, role);
+	sb_puts(b, "\n");
+	if (sys) {
+		sb_content(b, sys);
+		sb_puts(b, "\n\n");
+	}
+	sb_trimmed(b, content);
+	sb_puts(b, "<end_of_turn>\n");
+}
+
+static int render_gemma(struct sbuf *b, const struct pg_chat_msg *m, int n,
+			int add_assistant, const char *dflt)
+{
+	static const char *const roles[] = { "system", "user", "assistant",
+					     NULL };
+	struct sbuf sys = { 0 };
+	int rc;
+
+	if (check_roles(m, n, roles))
+		return -EINVAL;
+	if (dflt && (n == 0 || strcmp(m[0].role, "system")))
+		sb_trimmed(&sys, dflt);
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(m[i].role, "system")) {
+			sb_trimmed(&sys, m[i].content);
+			continue;
+		}
+		if (!strcmp(m[i].role, "assistant")) {
+			gemma_turn(b, "model", NULL, m[i].content);
+			continue;
+		}
+		gemma_turn(b, "user", sys.len ? sys.p : NULL, m[i].content);
+		sys.len = 0;
+	}
+	if (sys.len)
+		gemma_turn(b, "user", NULL, sys.p);
+	if (add_assistant)
+		sb_puts(b, "<start_of_turn>model\n");
+	rc = sys.err;
+	sb_free(&sys);
+	return rc;
+}
+
+/* Phi-3: "<|role|>\n" + content + "<|end|>\n" per message. */
+static int render_phi3(struct sbuf *b, const struct pg_chat_msg *m, int n,
+		       int add_assistant, const char *dflt)
+{
+	static const char *const roles[] = { "system", "user", "assistant",
+					     NULL };
+
+	if (check_roles(m, n, roles))
+		return -EINVAL;
+	for (int i = -1; i < n; i++) {
+		const char *role = i < 0 ? "system" : m[i].role;
+		const char *content = i < 0 ? dflt : m[i].content;
+
+		if (i < 0 && (!dflt || (n && !strcmp(m[0].role, "system"))))
+			continue;
+		sb_puts(b, "<|");
+		sb_puts(b, role);
+		sb_puts(b, "|>\n");
+		sb_content(b, content);
+		sb_puts(b, "<|end|>\n");
+	}
+	if (add_assistant)
+		sb_puts(b, "<|assistant|>\n");
+	return 0;
+}
+
+/* nl_strip - drop s[0..n)'s leading (lead) and trailing (trail) newlines. */
+static void nl_strip(const char **s, size_t *n, int lead, int trail)
+{
+	while (lead && *n && **s == '\n')
+		(*s)++, (*n)--;
+	while (trail && *n && (*s)[*n - 1] == '\n')
+		(*n)--;
+}
+
+static const char *last_str(const char *s, size_t n, const char *needle)
+{
+	const char *p, *last = NULL;
+	size_t k = strlen(needle);
+
+	while ((p = memmem(s, n, needle, k))) {
+		last = p;
+		n -= (size_t)(p - s) + k;
+		s = p + k;
+	}
+	return last;
+}
+
+/*
+ * One Qwen3 assistant turn, as its template renders it: an answer that
+ * carries "<think>...</think>" is split into the reasoning and the answer
+ * after the last "</think>" (leading newlines dropped).  Turns up to the
+ * last user message keep the answer only; later ones (the continued turn)
+ * keep the reasoning in a <think> block, and the last message always has
+ * one, empty when it reasoned nothing.
+ */
+static void qwen3_assistant(struct sbuf *b, const char *content, int late,
+			    int last)
+{
+	size_t n = strlen(content), an = n, rn = 0;
+	const char *ans = content, *rsn = "";
+	const char *end = memmem(content, n, "</think>", 8);
+
+	if (end) {
+		const char *lend = last_str(content, n, "</think>");
+		const char *open;
+
+		ans = lend + 8;
+		an = n - (size_t)(ans - content);
+		nl_strip(&ans, &an, 1, 0);
+		/* before the first </think>, after its last <think> */
+		rsn = content;
+		rn = (size_t)(end - content);
+		nl_strip(&rsn, &rn, 0, 1);
+		open = last_str(rsn, rn, "<think>");
+		if (open) {
+			rn -= (size_t)(open + 7 - rsn);
+			rsn = open + 7;
+		}
+		nl_strip(&rsn, &rn, 1, 0);
+	}
+	sb_puts(b, "<|im_start|>assistant\n");
+	if (late && (last || rn)) {
+		nl_strip(&rsn, &rn, 1, 1);
+		nl_strip(&ans, &an, 1, 0);
+		sb_puts(b, "<think>\n");
+		sb_add(b, rsn, rn, 0);
+		sb_puts(b, "\n</think>\n\n");
+	}
+	sb_add(b, ans, an, 0);
+	sb_puts(b, "<|im_end|>\n");
+}
+
+/*
+ * Qwen3: ChatML, with the assistant's reasoning handled as qwen3_assistant
+ * says and tool results wrapped in <tool_response> inside a user turn.
+ * The generation prompt is "<|im_start|>assistant\n" alone: the template's
+ * default, thinking enabled (the empty "<think>\n\n</think>" block is only
+ * for enable_thinking=false, which requests cannot set).
+ */
+static int render_qwen3(struct sbuf *b, const struct pg_chat_msg *m, int n,
+			int add_assistant, const char *dflt)
+{
+	static const char *const roles[] = { "system", "user", "assistant",
+					     "tool", NULL };
+	int last_user = -1;
+
+	if (check_roles(m, n, roles))
+		return -EINVAL;
+	for (int i = 0; i < n; i++)
+		if (!strcmp(m[i].role, "user"))
+			last_user = i;
+	if (dflt && (n == 0 || strcmp(m[0].role, "system")))
+		chatml_turn(b, "system", dflt);
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(m[i].role, "assistant")) {
+			qwen3_assistant(b, m[i].content, i > last_user,
+					i == n - 1);
+		} else if (!strcmp(m[i].role, "tool")) {
+			/* a run of tool results: one user turn */
+			if (i == 0 || strcmp(m[i - 1].role, "tool"))
+				sb_puts(b, "<|im_start|>user");
+			sb_puts(b, "\n<tool_response>\n");
+			sb_content(b, m[i].content);
+			sb_puts(b, "\n</tool_response>");
+			if (i == n - 1 || strcmp(m[i + 1].role, "tool"))
+				sb_puts(b, "<|im_end|>\n");
+		} else {
+			chatml_turn(b, m[i].role, m[i].content);
+		}
+	}
+	if (add_assistant)
+		sb_puts(b, "<|im_start|>assistant\n");
+	return 0;
+}
+
 /* render - the messages into b (text and marks); 0 or -errno, b freed. */
 static int render(struct sbuf *b, enum pg_chat_format fmt,
 		  const struct pg_chat_msg *msgs, int n, int add_assistant,
@@ -310,6 +512,15 @@ static int render(struct sbuf *b, enum pg_chat_format fmt,
 		break;
 	case PG_CHAT_LLAMA2:
 		rc = render_llama2(b, msgs, n, default_system);
+		break;
+	case PG_CHAT_GEMMA:
+		rc = render_gemma(b, msgs, n, add_assistant, default_system);
+		break;
+	case PG_CHAT_PHI3:
+		rc = render_phi3(b, msgs, n, add_assistant, default_system);
+		break;
+	case PG_CHAT_QWEN3:
+		rc = render_qwen3(b, msgs, n, add_assistant, default_system);
 		break;
 	default:
 		rc = -EINVAL;
@@ -368,13 +579,15 @@ enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len, char *warn,
 				   size_t warn_len)
 {
 	int fmt = pg_chat_detect(tmpl, len);
+	struct gguf_str s = { tmpl, len };
+	char excerpt[176];
 
 	if (warn_len)
 		warn[0] = '\0';
 	if (fmt >= 0)
 		return (enum pg_chat_format)fmt;
 	snprintf(warn, warn_len,
-		 "the model's chat template (tokenizer.chat_template, %zu bytes) is not one pagoda knows (ChatML, Llama 3, Llama 2 / Mistral [INST]); chat requests are rendered as ChatML, which this model may not follow: send text prompts in the model's own format instead",
-		 len);
+		 "the model's chat template (tokenizer.chat_template, %zu bytes: \"%s\") is not one pagoda knows (ChatML, Qwen3, Llama 3, Llama 2 / Mistral [INST], Gemma, Phi-3); chat requests are rendered as ChatML instead, which this model may not follow: send text prompts in the model's own format instead",
+		 len, gguf_str_quote(s, 40, excerpt, sizeof(excerpt)));
 	return PG_CHAT_CHATML;
 }

@@ -3,7 +3,8 @@
  *
  * GGUF files carry a Jinja template (tokenizer.chat_template); pagoda does
  * not run Jinja but recognises the common formats from it (ChatML as in
- * SmolLM2 and Qwen, Llama 3, Llama 2 / Mistral [INST]) and renders them
+ * SmolLM2 and Qwen2, Qwen3's ChatML with <think> blocks, Llama 3, Llama 2 /
+ * Mistral [INST], Gemma's <start_of_turn>, Phi-3's <|user|>) and renders them
  * natively, defaulting to ChatML when the file has no template (and, with
  * a warning, when it has one that is none of these).
  */
@@ -19,6 +20,9 @@ enum pg_chat_format {
 	PG_CHAT_CHATML = 0,
 	PG_CHAT_LLAMA3,
 	PG_CHAT_LLAMA2,
+	PG_CHAT_GEMMA,		/* <start_of_turn>user ... <end_of_turn> */
+	PG_CHAT_PHI3,		/* <|user|>\n ... <|end|>\n */
+	PG_CHAT_QWEN3,		/* ChatML; <think> blocks in assistant turns */
 };
 
 struct pg_chat_msg {
@@ -35,8 +39,9 @@ int pg_chat_detect(const char *tmpl, size_t len);
 /*
  * pg_chat_choose - the format chat requests use for template tmpl (may be
  * NULL: ChatML): the one pg_chat_detect() recognises, or ChatML for a
- * template it does not, with a warning in warn for the log saying so
- * (warn is "" when the format was recognised).  Never fails.
+ * template it does not, with a warning in warn for the log that quotes
+ * the template's start and says ChatML is used instead (warn is "" when
+ * the format was recognised).  Never fails.
  */
 enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len, char *warn,
 				   size_t warn_len);
@@ -49,7 +54,7 @@ enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len, char *warn,
  */
 char *pg_chat_default_system(const char *tmpl, size_t len);
 
-/* pg_chat_format_name - "chatml", "llama3", "llama2". */
+/* pg_chat_format_name - "chatml", "llama3", "llama2", "gemma", "phi3", "qwen3". */
 const char *pg_chat_format_name(enum pg_chat_format fmt);
 
 /*

@@ -3,12 +3,12 @@
  * final norm and output head, all through backend and communicator
  * operations, on one device or on the devices of a parallel plan.
  *
- * Per block: x += Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n) with n =
- * rmsnorm(x); then x += Wdown · (silu(Wgate·n) * (Wup·n)) with n =
- * rmsnorm(x).  K and V go into the sequences' KV pages before attention
- * reads them back through the page tables, which the caller owns
- * (kvcache.h): this file never decides which page a token goes to.  No
- * intrinsics here.
+ * The math of a block is block.c's (pg_block_run, read off the model's
+ * struct pg_arch); this file owns devices, threads, weight placement and
+ * the plan's communication.  K and V go into the sequences' KV pages
+ * before attention reads them back through the page tables, which the
+ * caller owns (kvcache.h): this file never decides which page a token goes
+ * to.  No intrinsics here.
  *
  * With a plan (plan.h), every device runs the same code on its own thread
  * with its own backend, KV store and weight slices:
@@ -80,136 +80,8 @@
 #ifdef HAVE_NCCL_COMM
 #include "../../kernels/cuda/comm_nccl.h"
 #endif
-#include "forward.h"
+#include "forward_impl.h"
 #include "kv.h"
-
-#define PG_FW_MAX_INFLIGHT 16
-#define PG_FW_LANES 2		/* attention lanes without CP */
-
-/* Activations of one device, max_batch_tokens rows each. */
-struct scratch {
-	float *x;		/* (B, n_embd) residual stream */
-	float *xb;		/* (B, n_embd) normalised input of a sub-layer */
-	float *xb2;		/* (B, n_embd) sub-layer output */
-	float *q;		/* (B, nq * head_dim) */
-	float *k;		/* (B, nkv * head_dim) */
-	float *v;		/* (B, nkv * head_dim) */
-	float *att;		/* (B, nq * head_dim + nq): output, then lse */
-	float *parts;		/* (cp, B, nq * head_dim + nq) gathered */
-	float *wparts;		/* exact TP: (most parts, B, n_embd) */
-	float *wgath;		/* exact TP: (tp, most parts, B, n_embd) */
-	float *hb;		/* (B, nff) gate, then silu(gate) * up */
-	float *hb2;		/* (B, nff) up */
-	int32_t *slots;		/* (B) this device's KV slots, -1 elsewhere
-				   (host memory, like every index array) */
-	float *lg;		/* (B, vpad) local logits, grown on demand */
-	float *lg_all;		/* (tp, B, vpad) gathered logits */
-	size_t lg_rows;		/* rows lg and lg_all have room for */
-	float *lg_host;		/* device memory: lg_all (or the unsplit
-				   head's logits) downloaded, (tp, B, vpad) */
-};
-
-/* One batch: what the caller gave, checked and laid out once. */
-struct job {
-	int kind;		/* JOB_RUN or JOB_RESET */
-	int n_tokens, n_seqs, n_out;
-	int32_t *tokens;	/* (B) */
-	int32_t *pos;		/* (B) */
-	int32_t *out_rows;	/* (B) rows whose logits are wanted */
-	struct pg_fw_seq *seqs;	/* (B) */
-	struct pg_attn_seq *aseqs;	/* (B) */
-	float *logits;		/* the caller's */
-	atomic_int pending;	/* devices still working on it */
-	atomic_int rc;		/* first error of a device, else 0 */
-	int done;		/* under fw->lock */
-};
-
-enum { JOB_RUN = 0, JOB_RESET = 1 };
-
-/* One device of the plan: (stage, TP rank t, CP rank c). */
-struct device {
-	struct pg_forward *fw;
-	int index, stage, t, c;
-	const struct pg_device *info;	/* NULL: one device, no plan */
-	struct pg_backend *be;
-	struct pg_kv_store *kv;
-	int first_block, n_blocks;
-	struct pg_block_weights *w;	/* (n_blocks) this device's slices */
-	struct pg_matrix out_w;		/* last stage: vocabulary [v0, v1) */
-	void *local;			/* slices copied to the device's node */
-	size_t local_bytes;
-	void *packed;			/* Q4 slices repacked (pack_weights) */
-	size_t packed_bytes;
-	int packed_numa;		/* from numa_alloc_onnode, else mmap */
-	int devmem;			/* the backend has memory of its own */
-	void *wmem;			/* devmem: the uploaded weights */
-	struct pg_matrix tok_embd;	/* stage 0: the token embedding */
-	const float *output_norm;	/* last stage: the final norm */
-	int graphs;			/* bracket steps with step_begin/end */
-	int sticky_rc;			/* a failed page copy: fail next batch */
-	char err[256];			/* devmem: the device's last error */
-	/*
-	 * devmem: held by the device thread while it runs a job, and by the
-	 * engine's thread around a page copy, since a backend serves one
-	 * thread at a time (host memory needs none: see copy_page).
-	 */
-	pthread_mutex_t be_lock;
-	int h0, nq, k0, nkv, f0, nff, v0, nv, vpad;
-	/*
-	 * Exact parallel sums (see the top of the file): whether the backend
-	 * has them, the attention lanes (PG_FW_LANES, or 1), and for Wo (0)
-	 * and Wdown (1) this rank's parts as bounds in its own columns, the
-	 * part count of every TP rank, and the most any rank has.
-	 */
-	int exact, lanes;
-	int64_t part_cols[2][PG_PLAN_EXACT_SPLITS + 2];
-	int rank_parts[2][PG_PLAN_MAX_DEVICES];
-	int max_parts[2];
-	const float *part_ptr[PG_PLAN_EXACT_SPLITS + PG_PLAN_MAX_DEVICES];
-	struct pg_comm *world, *tp, *cp;
-	struct scratch s;
-	void *arena;
-	/* the worker: jobs come in order through a ring */
-	pthread_t thread;
-	int started;
-	/* figures */
-	uint64_t busy_ns, steps;
-	int fault_after;		/* test hook: fail after this many blocks */
-};
-
-struct pg_forward {
-	const struct pg_model *m;
-	struct pg_forward_params p;
-	struct pg_plan plan;
-	int n_dev;
-	struct device *dev;
-	struct pg_comm_shm_group *g_world, **g_tp, **g_cp;
-	int n_g_tp, n_g_cp;
-	int threaded;			/* devices run on their own threads */
-	/* in-flight jobs, FIFO: jobs[(head + i) % n_slots] */
-	int n_slots, head, n_inflight;
-	struct job jobs[PG_FW_MAX_INFLIGHT];
-	struct job reset_job;
-	int need_reset;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;		/* devices: new job or stop; caller: done */
-	uint64_t queued;		/* jobs handed to devices so far */
-	int stop;
-	struct job *queue[PG_FW_MAX_INFLIGHT + 1];	/* by queued % size */
-	uint64_t created_ns, stats_ns;
-	/* GPUs: NCCL groups, which the device threads create together */
-	int gpus;			/* the plan's devices are CUDA devices */
-	uint8_t *nccl_ids;		/* world, then TP groups, then CP
-					   groups: PG_COMM_NCCL_ID_BYTES each */
-	int setup_pending;		/* device threads still creating them */
-	int setup_rc;			/* the first one's failure */
-	char setup_err[384];
-	atomic_int nccl_cancel;		/* set on any failure of the setup, so
-					   that no rank waits for one that will
-					   never join */
-	int64_t nccl_deadline_ns;	/* now_ns(): every rank gives up then */
-	int nccl_timeout_s;
-};
 
 /* Default of PAGODA_NCCL_TIMEOUT: seconds the NCCL groups have to form. */
 #define PG_FW_NCCL_TIMEOUT_S 60
@@ -522,6 +394,7 @@ static void up_all(struct uploader *u, int head_split)
 
 	if (d->stage == 0)
 		up_matrix(u, &d->tok_embd, 0);
+	up_floats(u, &d->rope_freqs, hp->n_rot / 2);
 	for (int b = 0; b < d->n_blocks; b++) {
 		struct pg_block_weights *w = &d->w[b];
 
@@ -530,6 +403,8 @@ static void up_all(struct uploader *u, int head_split)
 		up_floats(u, &w->bq, d->nq * hd);
 		up_floats(u, &w->bk, d->nkv * hd);
 		up_floats(u, &w->bv, d->nkv * hd);
+		up_floats(u, &w->q_norm, hd);
+		up_floats(u, &w->k_norm, hd);
 		up_matrix(u, &w->wq, 0);
 		up_matrix(u, &w->wk, 0);
 		up_matrix(u, &w->wv, 0);
@@ -870,6 +745,22 @@ static int setup_gpu(struct pg_forward *fw, struct device *d, char *err,
 #endif
 }
 
+/*
+ * Whether device d's backend has the optional ops the model's
+ * architecture needs (struct pg_arch): 0, or -ENOTSUP saying which.
+ */
+static int arch_ops_ok(const struct device *d, char *err, size_t err_len)
+{
+	const struct pg_arch *a = &d->fw->m->arch;
+
+	if (a->rope_factors && !d->be->ops->rope_factors) {
+		snprintf(err, err_len, "device %s: the %s backend has no RoPE with frequency factors, which this model needs (rope_freqs.weight, Llama 3.1 and later): run it on CPU devices",
+			 d->info ? d->info->name : "0", d->be->ops->name);
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
 static int setup_device(struct pg_forward *fw, struct device *d,
 			size_t full_page_bytes, char *err, size_t err_len)
 {
@@ -896,14 +787,17 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	d->out_w = rows_of(&m->output, d->v0, d->nv);
 	d->tok_embd = m->tok_embd;
 	d->output_norm = m->output_norm;
+	d->rope_freqs = m->rope_freqs;
 	d->w = calloc((size_t)d->n_blocks, sizeof(*d->w));
 	if (!d->w)
 		return -ENOMEM;
 	for (int b = 0; b < d->n_blocks; b++)
 		slice_block(hp, d, &m->blocks[d->first_block + b], &d->w[b]);
 
-	if (d->info && d->info->kind == PG_DEV_CUDA)
-		return setup_gpu(fw, d, err, err_len);
+	if (d->info && d->info->kind == PG_DEV_CUDA) {
+		rc = setup_gpu(fw, d, err, err_len);
+		return rc ? rc : arch_ops_ok(d, err, err_len);
+	}
 	if (d->info && d->info->n_threads > 0)
 		n_threads = d->info->n_threads;
 	d->be = pg_cpu_backend_create(n_threads, fw->p.isa);
@@ -1569,109 +1463,6 @@ static uint64_t comm_ns(const struct device *d)
 	return ns;
 }
 
-/*
- * x += w · in for a row-split w (which: 0 Wo, 1 Wdown): exact, as this
- * rank's canonical parts, gathered from every TP rank and summed in
- * order; else one product, all-reduced over TP.
- */
-static int row_split(struct device *d, const struct pg_matrix *w,
-		     const float *in, int n, int which)
-{
-	const struct pg_backend_ops *ops = d->be->ops;
-	struct scratch *s = &d->s;
-	size_t pf = (size_t)n * (size_t)d->fw->m->hp.n_embd, most;
-	int rc, k = 0;
-
-	if (!d->exact) {
-		ops->matmul(d->be, w, in, n, NULL, s->xb2);
-		if (d->tp && (rc = d->tp->ops->all_reduce_sum(d->tp, s->xb2, pf)))
-			return rc;
-		ops->add(d->be, s->x, s->xb2, (int64_t)pf);
-		return 0;
-	}
-	if (!d->tp) {
-		/* the parts summed in the kernels, as add_parts would */
-		ops->matmul_parts(d->be, w, in, n, d->rank_parts[which][d->t],
-				  d->part_cols[which], 1, s->xb2);
-		ops->add(d->be, s->x, s->xb2, (int64_t)pf);
-		return 0;
-	}
-	ops->matmul_parts(d->be, w, in, n, d->rank_parts[which][d->t],
-			  d->part_cols[which], 0, s->wparts);
-	most = (size_t)d->max_parts[which];
-	rc = d->tp->ops->all_gather(d->tp, s->wparts, most * pf * sizeof(float),
-				    s->wgath);
-	if (rc)
-		return rc;
-	for (int t = 0; t < d->fw->plan.tp; t++)
-		for (int i = 0; i < d->rank_parts[which][t]; i++)
-			d->part_ptr[k++] = s->wgath +
-				((size_t)t * most + (size_t)i) * pf;
-	ops->add_parts(d->be, s->x, d->part_ptr, k, (int64_t)pf);
-	return 0;
-}
-
-static int attention_layer(struct device *d, const struct job *j,
-			   const struct pg_block_weights *w, int lb)
-{
-	const struct pg_hparams *hp = &d->fw->m->hp;
-	const struct pg_backend_ops *ops = d->be->ops;
-	struct pg_backend *be = d->be;
-	struct scratch *s = &d->s;
-	int n = j->n_tokens, hd = hp->head_dim, rc;
-	const struct pg_kv_layout *kv = pg_kv_store_layout(d->kv);
-	struct pg_attn_heads heads = {
-		.n_heads = d->nq, .head0 = d->h0,
-		.group = hp->n_heads / hp->n_kv_heads, .kv_head0 = d->k0,
-	};
-	size_t part = (size_t)n * (size_t)d->nq * (size_t)(hd + 1);
-
-	ops->rmsnorm(be, s->x, w->attn_norm, n, hp->n_embd, hp->rms_eps, s->xb);
-	ops->matmul(be, &w->wq, s->xb, n, w->bq, s->q);
-	ops->matmul(be, &w->wk, s->xb, n, w->bk, s->k);
-	ops->matmul(be, &w->wv, s->xb, n, w->bv, s->v);
-	ops->rope(be, s->q, n, d->nq, hd, hp->n_rot, j->pos, hp->rope_base,
-		  hp->rope_mode);
-	ops->rope(be, s->k, n, d->nkv, hd, hp->n_rot, j->pos, hp->rope_base,
-		  hp->rope_mode);
-	ops->kv_write(be, kv, lb, s->k, s->v, n, s->slots);
-	if (!d->cp) {
-		/* in lanes (or one) merged as CP ranks' parts are: CP's bits */
-		struct pg_kv_layout lv = *kv;
-
-		lv.lanes = d->lanes;
-		ops->attention(be, &lv, lb, s->q, &heads, j->aseqs, j->n_seqs,
-			       1.0f / sqrtf((float)hd), s->att, NULL);
-	} else {
-		ops->attention(be, kv, lb, s->q, &heads, j->aseqs, j->n_seqs,
-			       1.0f / sqrtf((float)hd), s->att,
-			       s->att + (size_t)n * d->nq * hd);
-		rc = d->cp->ops->all_gather(d->cp, s->att, part * sizeof(float),
-					    s->parts);
-		if (rc)
-			return rc;
-		ops->attn_merge(be, s->parts, part, d->fw->plan.cp, n, d->nq,
-				hd, s->att);
-	}
-	return row_split(d, &w->wo, s->att, n, 0);
-}
-
-static int ffn_layer(struct device *d, const struct job *j,
-		     const struct pg_block_weights *w)
-{
-	const struct pg_hparams *hp = &d->fw->m->hp;
-	const struct pg_backend_ops *ops = d->be->ops;
-	struct pg_backend *be = d->be;
-	struct scratch *s = &d->s;
-	int n = j->n_tokens;
-
-	ops->rmsnorm(be, s->x, w->ffn_norm, n, hp->n_embd, hp->rms_eps, s->xb);
-	ops->matmul(be, &w->w_gate, s->xb, n, NULL, s->hb);
-	ops->matmul(be, &w->w_up, s->xb, n, NULL, s->hb2);
-	ops->silu_mul(be, s->hb, s->hb2, (int64_t)n * d->nff);
-	return row_split(d, &w->w_down, s->hb, n, 1);
-}
-
 /* Room for rows logits rows of the local and gathered vocabulary slices. */
 static int grow_logits(struct device *d, size_t rows)
 {
@@ -1831,8 +1622,7 @@ static int run_job(struct device *d, const struct job *j)
 			close_step(d, &open);
 			return -EIO;
 		}
-		if ((rc = attention_layer(d, j, &d->w[lb], lb)) ||
-		    (rc = ffn_layer(d, j, &d->w[lb]))) {
+		if ((rc = pg_block_run(d, j, lb))) {
 			close_step(d, &open);
 			return rc;
 		}

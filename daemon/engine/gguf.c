@@ -288,6 +288,8 @@ static int supported_tensor_type(uint32_t t)
 	switch (t) {
 	case PG_F32: case PG_F16: case PG_BF16:
 	case PG_Q4_0: case PG_Q4_1: case PG_Q8_0:
+	case PG_Q5_0: case PG_Q5_1:
+	case PG_Q2_K: case PG_Q3_K: case PG_Q4_K: case PG_Q5_K: case PG_Q6_K:
 		return 1;
 	}
 	return 0;
@@ -339,7 +341,7 @@ static int parse_tensor_info(struct cursor *c, struct gguf_tensor *t,
 	    (rc = read_u64(c, rel_off, "tensor offset")))
 		return rc;
 	if (!supported_tensor_type(type))
-		return fail(c, "tensor '%.*s': type %s (%u) is not supported (expected F32, F16, BF16, Q8_0, Q4_0 or Q4_1)",
+		return fail(c, "tensor '%.*s': type %s (%u) is not supported (expected F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K)",
 			    (int)t->name.len, t->name.ptr,
 			    ggml_type_name(type), type);
 	t->type = type;

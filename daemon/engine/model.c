@@ -7,6 +7,7 @@
  * Nothing here computes.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ struct loader {
 	struct gguf_file *f;
 	const char *arch;	/* metadata key prefix */
 	size_t n_owned;		/* floats used in m->owned */
+	uint8_t *used;		/* (gguf_n_tensors) tensors the model reads */
 	char *err;
 	size_t err_len;
 };
@@ -70,9 +72,10 @@ uint64_t pg_model_identity(const struct pg_model *m)
 	return (h ^ (uint64_t)m->weight_bytes) * 1099511628211ull;
 }
 
-const char *pg_arch_name(enum pg_arch a)
+const char *pg_arch_name(enum pg_arch_id a)
 {
-	return a == PG_ARCH_QWEN2 ? "qwen2" : "llama";
+	return a == PG_ARCH_QWEN3 ? "qwen3" : a == PG_ARCH_QWEN2 ? "qwen2" :
+	       "llama";
 }
 
 /* Read integer hyper-parameter "<arch>.<key>"; def < 0 means required. */
@@ -115,6 +118,31 @@ static int hp_float(struct loader *l, const char *key, float def, float lo,
 	return 0;
 }
 
+/*
+ * The architectures, as data: general.architecture, the key prefix, and
+ * what the block function does for it (the scale is filled in later, from
+ * the head size).
+ */
+static const struct arch_row {
+	const char *name;
+	struct pg_arch a;
+} arch_rows[] = {
+	{ "llama", { .id = PG_ARCH_LLAMA, .rope_mode = PG_ROPE_NORM } },
+	{ "mistral", { .id = PG_ARCH_LLAMA, .rope_mode = PG_ROPE_NORM } },
+	{ "qwen2", { .id = PG_ARCH_QWEN2, .qkv_bias = 1,
+		     .rope_mode = PG_ROPE_NEOX } },
+	{ "qwen3", { .id = PG_ARCH_QWEN3, .qk_norm = 1,
+		     .rope_mode = PG_ROPE_NEOX } },
+};
+
+/* Architectures known to need what this build does not compute yet. */
+static const char *const arch_todo[][2] = {
+	{ "gemma", "GELU-tanh feed-forward and scaled embeddings" },
+	{ "gemma2", "attention and final logit soft-capping, alternating sliding-window attention, post-norms" },
+	{ "gemma3", "sliding-window attention (every sixth block global), post-attention and post-FFN norms, GELU-tanh feed-forward" },
+	{ "phi3", "fused attn_qkv and gate|up tensors, partial rotary, long/short RoPE factors" },
+};
+
 static int read_arch(struct loader *l)
 {
 	struct gguf_str a;
@@ -124,19 +152,18 @@ static int read_arch(struct loader *l)
 	if (rc)
 		return lfail(l, "general.architecture is %s (expected a string such as \"llama\")",
 			     rc == -ENOENT ? "missing" : "not a string");
-	if (gguf_str_eq(a, "llama") || gguf_str_eq(a, "mistral")) {
-		l->m->hp.arch = PG_ARCH_LLAMA;
-		l->m->hp.rope_mode = PG_ROPE_NORM;
-		l->arch = gguf_str_eq(a, "llama") ? "llama" : "mistral";
-		return 0;
-	}
-	if (gguf_str_eq(a, "qwen2")) {
-		l->m->hp.arch = PG_ARCH_QWEN2;
-		l->m->hp.rope_mode = PG_ROPE_NEOX;
-		l->arch = "qwen2";
-		return 0;
-	}
-	return lfail(l, "general.architecture is \"%s\", which pagoda does not support (expected llama, mistral or qwen2)",
+	for (size_t i = 0; i < sizeof(arch_rows) / sizeof(arch_rows[0]); i++)
+		if (gguf_str_eq(a, arch_rows[i].name)) {
+			l->m->arch = arch_rows[i].a;
+			l->m->hp.arch = arch_rows[i].a.id;
+			l->arch = arch_rows[i].name;
+			return 0;
+		}
+	for (size_t i = 0; i < sizeof(arch_todo) / sizeof(arch_todo[0]); i++)
+		if (gguf_str_eq(a, arch_todo[i][0]))
+			return lfail(l, "general.architecture is \"%s\", which pagoda does not support yet: it needs %s (supported: llama, mistral, qwen2, qwen3)",
+				     arch_todo[i][0], arch_todo[i][1]);
+	return lfail(l, "general.architecture is \"%s\", which pagoda does not support (expected llama, mistral, qwen2 or qwen3)",
 		     gguf_str_quote(a, 64, q, sizeof(q)));
 }
 
@@ -160,8 +187,26 @@ static int check_rope_variant(struct loader *l)
 				     l->arch, (int)(type.len > 32 ? 32 : type.len),
 				     type.ptr, (double)factor);
 	}
-	if (gguf_find_tensor(l->f, "rope_freqs.weight"))
-		return lfail(l, "tensor rope_freqs.weight: per-dimension RoPE frequency factors (Llama 3.1 and later) are not supported yet");
+	if (gguf_find_tensor(l->f, "rope_freqs.weight")) {
+		if (l->m->arch.id != PG_ARCH_LLAMA)
+			return lfail(l, "tensor rope_freqs.weight: %s models have no per-dimension RoPE frequency factors in pagoda (only llama does): re-convert the model",
+				     l->arch);
+		l->m->arch.rope_factors = 1;
+	}
+	/*
+	 * A sliding window shorter than the context changes what a token
+	 * attends to; this build attends to the whole context.
+	 */
+	snprintf(key, sizeof(key), "%s.attention.sliding_window", l->arch);
+	if (gguf_find_key(l->f, key) >= 0) {
+		int64_t w;
+
+		if (gguf_get_i64(l->f, key, &w) || w < 0)
+			return lfail(l, "metadata key %s: expected a non-negative integer", key);
+		if (w > 0 && w < l->m->hp.n_ctx_train)
+			return lfail(l, "metadata key %s is %lld, shorter than the context length %d: sliding-window attention is not supported yet",
+				     key, (long long)w, l->m->hp.n_ctx_train);
+	}
 	return 0;
 }
 
@@ -180,7 +225,7 @@ static int read_hparams(struct loader *l)
 	    (rc = hp_float(l, "attention.layer_norm_rms_epsilon", 1e-5f, 0.0f, 1.0f, &hp->rms_eps)) ||
 	    (rc = hp_float(l, "rope.freq_base", 10000.0f, 1.0f, 1e12f, &hp->rope_base)))
 		return rc;
-	if (hp->n_embd % hp->n_heads)
+	if (hp->n_embd % hp->n_heads && !l->m->arch.qk_norm)
 		return lfail(l, "%s.embedding_length %d is not a multiple of %s.attention.head_count %d",
 			     l->arch, hp->n_embd, l->arch, hp->n_heads);
 	if (hp->n_heads % hp->n_kv_heads)
@@ -196,6 +241,7 @@ static int read_hparams(struct loader *l)
 		return rc;
 	if (hp->n_rot % 2)
 		return lfail(l, "%s.rope.dimension_count %d: expected an even number", l->arch, hp->n_rot);
+	l->m->arch.attn_scale = 1.0f / sqrtf((float)hp->head_dim);
 	return check_rope_variant(l);
 }
 
@@ -208,6 +254,7 @@ static int get_tensor(struct loader *l, const char *name, int64_t ne0,
 	*out = t;
 	if (!t)
 		return optional ? 0 : lfail(l, "tensor %s is missing", name);
+	l->used[t - gguf_tensor_at(l->f, 0)] = 1;
 	if ((int64_t)t->ne[0] != ne0 || (int64_t)t->ne[1] != ne1 ||
 	    t->ne[2] != 1 || t->ne[3] != 1)
 		return lfail(l, "tensor %s has shape [%llu, %llu, %llu, %llu] (expected [%lld, %lld])",
@@ -276,6 +323,8 @@ static int load_block(struct loader *l, int i)
 	    (rc = get_vector(l, NAME("attn_q.bias"), q_dim, opt_bias, &b->bq)) ||
 	    (rc = get_vector(l, NAME("attn_k.bias"), kv_dim, opt_bias, &b->bk)) ||
 	    (rc = get_vector(l, NAME("attn_v.bias"), kv_dim, opt_bias, &b->bv)) ||
+	    (rc = get_vector(l, NAME("attn_q_norm.weight"), hp->head_dim, !l->m->arch.qk_norm, &b->q_norm)) ||
+	    (rc = get_vector(l, NAME("attn_k_norm.weight"), hp->head_dim, !l->m->arch.qk_norm, &b->k_norm)) ||
 	    (rc = get_matrix(l, NAME("attn_output.weight"), q_dim, hp->n_embd, &b->wo)) ||
 	    (rc = get_vector(l, NAME("ffn_norm.weight"), hp->n_embd, 0, &b->ffn_norm)) ||
 	    (rc = get_matrix(l, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, &b->w_gate)) ||
@@ -283,17 +332,45 @@ static int load_block(struct loader *l, int i)
 	    (rc = get_matrix(l, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, &b->w_down)))
 		return rc;
 #undef NAME
-	if (hp->arch == PG_ARCH_QWEN2 && (!b->bq || !b->bk || !b->bv))
-		return lfail(l, "blk.%d: qwen2 expects attn_q/k/v.bias tensors", i);
+	if (l->m->arch.qkv_bias && (!b->bq || !b->bk || !b->bv))
+		return lfail(l, "blk.%d: %s expects attn_q/k/v.bias tensors", i,
+			     l->arch);
+	if (!l->m->arch.qk_norm && (b->q_norm || b->k_norm))
+		return lfail(l, "blk.%d: attn_q_norm/attn_k_norm tensors, which %s models do not have: the tensors do not match general.architecture (qwen3 has them)",
+			     i, l->arch);
 	return 0;
 }
 
 static size_t owned_floats(const struct pg_hparams *hp)
 {
 	size_t per_block = 2 * (size_t)hp->n_embd +
-		(size_t)(hp->n_heads + 2 * hp->n_kv_heads) * hp->head_dim;
+		(size_t)(hp->n_heads + 2 * hp->n_kv_heads + 2) * hp->head_dim;
 
-	return per_block * hp->n_blocks + hp->n_embd;
+	return per_block * hp->n_blocks + hp->n_embd + (size_t)hp->n_rot / 2;
+}
+
+/*
+ * A tensor the model has but the forward pass would not read changes the
+ * computation in a way pagoda does not know: refused by name, so that a
+ * model loads completely or not at all.
+ */
+static int check_all_used(struct loader *l)
+{
+	char q[64 * 4 + 4];
+
+	for (uint64_t i = 0; i < gguf_n_tensors(l->f); i++) {
+		struct gguf_str n = gguf_tensor_at(l->f, i)->name;
+		static const char rot[] = ".attn_rot_embd.weight";
+
+		/* old Llama files' inverse frequencies: RoPE recomputes them */
+		if (n.len > sizeof(rot) - 1 &&
+		    !memcmp(n.ptr + n.len - (sizeof(rot) - 1), rot, sizeof(rot) - 1))
+			continue;
+		if (!l->used[i])
+			return lfail(l, "tensor %s is not one pagoda's %s forward pass reads (an unsupported variant of the architecture?): pagoda does not run this model",
+				     gguf_str_quote(n, 64, q, sizeof(q)), l->arch);
+	}
+	return 0;
 }
 
 static int load_weights(struct loader *l)
@@ -303,6 +380,9 @@ static int load_weights(struct loader *l)
 	const struct gguf_tensor *t;
 	int rc;
 
+	l->used = calloc(gguf_n_tensors(l->f) + 1, 1);
+	if (!l->used)
+		return -ENOMEM;
 	t = gguf_find_tensor(l->f, "token_embd.weight");
 	if (!t)
 		return lfail(l, "tensor token_embd.weight is missing (a vocabulary-only file cannot run; it can only tokenize)");
@@ -322,15 +402,21 @@ static int load_weights(struct loader *l)
 	for (int i = 0; i < hp->n_blocks; i++)
 		if ((rc = load_block(l, i)))
 			return rc;
-	if ((rc = get_vector(l, "output_norm.weight", hp->n_embd, 0, &m->output_norm)))
+	if ((rc = get_vector(l, "output_norm.weight", hp->n_embd, 0, &m->output_norm)) ||
+	    (rc = get_vector(l, "rope_freqs.weight", hp->n_rot / 2, !m->arch.rope_factors, &m->rope_freqs)))
 		return rc;
+	for (int i = 0; m->rope_freqs && i < hp->n_rot / 2; i++)
+		if (!(m->rope_freqs[i] > 0.0f) || isinf(m->rope_freqs[i]))
+			return lfail(l, "tensor rope_freqs.weight: factor %d is %g (expected a positive number)",
+				     i, (double)m->rope_freqs[i]);
 	if ((rc = get_tensor(l, "output.weight", hp->n_embd, hp->n_vocab, 1, &t)))
 		return rc;
 	m->tied_output = !t;
-	if (t)
-		return get_matrix(l, "output.weight", hp->n_embd, hp->n_vocab, &m->output);
-	m->output = m->tok_embd;
-	return 0;
+	if (t && (rc = get_matrix(l, "output.weight", hp->n_embd, hp->n_vocab, &m->output)))
+		return rc;
+	if (!t)
+		m->output = m->tok_embd;
+	return check_all_used(l);
 }
 
 static void read_name(struct pg_model *m, struct gguf_file *f, const char *path)
@@ -405,9 +491,11 @@ int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
 		goto out_free;
 	if (!vocab_only && ((rc = read_hparams(&l)) || (rc = load_weights(&l))))
 		goto out_free;
+	free(l.used);
 	*out = m;
 	return 0;
 out_free:
+	free(l.used);
 	if (rc == -ENOMEM)
 		snprintf(err, err_len, "%s: out of memory while loading the model", path);
 	pg_model_free(m);

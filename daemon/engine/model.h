@@ -1,7 +1,8 @@
 /*
- * model.h - a Llama-family model loaded from a GGUF file: hyper-parameters,
- * the weights of every block (pointing into the file's mapping), and the
- * tokenizer.
+ * model.h - a Llama-family model (llama, mistral, qwen2, qwen3) loaded from
+ * a GGUF file: hyper-parameters, the architecture as data (struct
+ * pg_arch), the weights of every block (pointing into the file's mapping),
+ * and the tokenizer.
  *
  * Loading validates that every tensor the forward pass reads exists with
  * the shape the hyper-parameters imply; the forward pass (forward.h) then
@@ -18,13 +19,39 @@
 struct gguf_file;
 struct pg_tokenizer;
 
-enum pg_arch {
-	PG_ARCH_LLAMA = 0,	/* Llama 1/2/3, Mistral, SmolLM */
+enum pg_arch_id {
+	PG_ARCH_LLAMA = 0,	/* Llama 1/2/3.x, Mistral, SmolLM */
 	PG_ARCH_QWEN2,		/* Llama + Q/K/V biases, NEOX RoPE */
+	PG_ARCH_QWEN3,		/* Llama + per-head Q/K RMSNorm, NEOX RoPE,
+				   explicit head size */
+};
+
+/* The feed-forward gate's activation: act(gate) * up. */
+enum pg_act {
+	PG_ACT_SILU = 0,
+};
+
+/*
+ * pg_arch - an architecture as data: what the one block function
+ * (block.c) does differently per architecture.  Filled by the loader from
+ * general.architecture and the <arch>.* keys; every field a model has
+ * that this build cannot compute is refused at load, by name.
+ */
+struct pg_arch {
+	enum pg_arch_id id;
+	int qkv_bias;		/* attn_q/k/v.bias: 1 required, 0 optional */
+	int qk_norm;		/* attn_q_norm/attn_k_norm: RMSNorm of every
+				   head of Q and K (head_dim weights) before
+				   RoPE */
+	enum pg_act act;	/* feed-forward gate */
+	enum pg_rope_mode rope_mode;
+	int rope_factors;	/* rope_freqs.weight: rotary frequency i is
+				   divided by factor i (Llama 3.1+) */
+	float attn_scale;	/* multiplies q . k: 1/sqrt(head_dim) */
 };
 
 struct pg_hparams {
-	enum pg_arch arch;
+	enum pg_arch_id arch;
 	int n_blocks;
 	int n_embd;		/* hidden size */
 	int n_heads;
@@ -36,7 +63,6 @@ struct pg_hparams {
 	int n_rot;		/* dims of each head that RoPE rotates */
 	float rms_eps;
 	float rope_base;
-	enum pg_rope_mode rope_mode;
 };
 
 /* One transformer block's weights; biases are NULL when absent. */
@@ -46,6 +72,7 @@ struct pg_block_weights {
 	struct pg_matrix wk;		/* (n_kv_heads * head_dim, n_embd) */
 	struct pg_matrix wv;		/* (n_kv_heads * head_dim, n_embd) */
 	const float *bq, *bk, *bv;
+	const float *q_norm, *k_norm;	/* (head_dim) or NULL (arch.qk_norm) */
 	struct pg_matrix wo;		/* (n_embd, n_heads * head_dim) */
 	const float *ffn_norm;		/* (n_embd) */
 	struct pg_matrix w_gate;	/* (n_ff, n_embd) */
@@ -55,6 +82,7 @@ struct pg_block_weights {
 
 struct pg_model {
 	struct pg_hparams hp;
+	struct pg_arch arch;
 	char name[128];			/* general.name, or the file's base name */
 	const char *path;
 	size_t weight_bytes;		/* bytes of all weights */
@@ -66,6 +94,7 @@ struct pg_model {
 	struct pg_matrix output;	/* (n_vocab, n_embd); tok_embd when tied */
 	int tied_output;
 	struct pg_block_weights *blocks;/* n_blocks */
+	const float *rope_freqs;	/* (n_rot / 2) or NULL (arch.rope_factors) */
 	float *owned;			/* norms/biases converted to F32 */
 };
 
@@ -99,7 +128,7 @@ const char *pg_model_default_path(char *buf, size_t len);
  */
 uint64_t pg_model_identity(const struct pg_model *m);
 
-/* pg_arch_name - "llama", "qwen2". */
-const char *pg_arch_name(enum pg_arch a);
+/* pg_arch_name - "llama", "qwen2", "qwen3". */
+const char *pg_arch_name(enum pg_arch_id a);
 
 #endif

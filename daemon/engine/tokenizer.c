@@ -89,7 +89,11 @@ struct pg_tokenizer {
 	uint8_t enc[256][2];	/* GPT-2 byte -> symbol, UTF-8 */
 	uint8_t enc_len[256];
 	int32_t *special;	/* ids splitting the text, longest first */
+	uint8_t *special_first;	/* (n_special) the first byte of each */
 	int32_t n_special;
+	int32_t *special_plain;	/* (n_plain) indices into special[] of the
+				 * user-defined ones, which split plain text */
+	int32_t n_plain;
 	int32_t bos, eos, eot, eom, unk;
 	int add_bos, add_space_prefix, ignore_merges;
 	pcre2_code *re[MAX_REGEX];
@@ -722,6 +726,26 @@ static int build_special(struct pg_tokenizer *t)
 			t->special[t->n_special++] = i;
 	qsort_r(t->special, (size_t)t->n_special, sizeof(int32_t),
 		cmp_special, t);
+	/* kept beside the ids so that partition() can pass over the tokens
+	 * whose first byte the text lacks without touching their strings
+	 * (Gemma has 6,400 of them) */
+	t->special_first = calloc(t->n_special > 0 ? (size_t)t->n_special : 1,
+				  1);
+	if (!t->special_first)
+		return -ENOMEM;
+	for (int32_t i = 0; i < t->n_special; i++) {
+		size_t n;
+		const char *s = str_at(&t->str, t->special[i], &n);
+
+		t->special_first[i] = n ? (uint8_t)s[0] : 0;
+	}
+	t->special_plain = calloc(t->n_special > 0 ? (size_t)t->n_special : 1,
+				  sizeof(int32_t));
+	if (!t->special_plain)
+		return -ENOMEM;
+	for (int32_t i = 0; i < t->n_special; i++)
+		if (!(t->attr[t->special[i]] & (TA_CONTROL | TA_UNKNOWN)))
+			t->special_plain[t->n_plain++] = i;
 	return 0;
 }
 
@@ -1014,6 +1038,8 @@ void pg_tokenizer_free(struct pg_tokenizer *t)
 	free(t->piece_off);
 	free(t->merges);
 	free(t->special);
+	free(t->special_first);
+	free(t->special_plain);
 	free(t);
 }
 
@@ -1673,16 +1699,28 @@ static int partition(const struct pg_tokenizer *t, const char *text,
 {
 	struct frag *a = NULL, *b = NULL, *tmp;
 	size_t n_a = 0, cap_a = 0, n_b, cap_b = 0, cap;
-	int rc = 0;
+	uint8_t seen[256] = { 0 };
+	int rc = 0, plain;
+	int32_t n;
 
 	if (len && (rc = frag_push(&a, &n_a, &cap_a,
 				   (struct frag){ 0, len, -1 })))
 		goto out;
-	for (int32_t i = 0; i < t->n_special && n_a && !rc; i++) {
+	for (size_t i = 0; i < len; i++)
+		seen[(uint8_t)text[i]] = 1;
+	/* plain text: only the user-defined tokens can split it */
+	plain = !parse_special && !special_ok;
+	n = plain ? t->n_plain : t->n_special;
+	for (int32_t j = 0; j < n && n_a && !rc; j++) {
+		int32_t i = plain ? t->special_plain[j] : j;
 		int32_t id = t->special[i];
 		size_t sl;
-		const char *s = str_at(&t->str, id, &sl);
+		const char *s;
 		const uint8_t *ok = NULL;
+
+		if (!seen[t->special_first[i]])
+			continue;	/* cannot occur */
+		s = str_at(&t->str, id, &sl);
 
 		if (!parse_special && (t->attr[id] & (TA_CONTROL | TA_UNKNOWN))) {
 			if (!special_ok)

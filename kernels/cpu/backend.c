@@ -104,6 +104,13 @@ pg_dot_fn pg_cpu_dot_for(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	case PG_Q8_0: *vec_type = PG_Q8_0; return k->dot_q8_0;
 	case PG_Q4_0: *vec_type = PG_Q8_0; return k->dot_q4_0;
 	case PG_Q4_1: *vec_type = PG_Q8_1; return k->dot_q4_1;
+	case PG_Q5_0: *vec_type = PG_Q8_0; return k->dot_q5_0;
+	case PG_Q5_1: *vec_type = PG_Q8_1; return k->dot_q5_1;
+	case PG_Q2_K: *vec_type = PG_Q8_K; return k->dot_q2_k;
+	case PG_Q3_K: *vec_type = PG_Q8_K; return k->dot_q3_k;
+	case PG_Q4_K: *vec_type = PG_Q8_K; return k->dot_q4_k;
+	case PG_Q5_K: *vec_type = PG_Q8_K; return k->dot_q5_k;
+	case PG_Q6_K: *vec_type = PG_Q8_K; return k->dot_q6_k;
 	default: return NULL;
 	}
 }
@@ -188,6 +195,7 @@ static const struct pg_backend_ops cpu_ops = {
 	.matmul = pg_cpu_matmul,
 	.matmul_parts = pg_cpu_matmul_parts,
 	.rope = pg_cpu_rope,
+	.rope_factors = pg_cpu_rope_factors,
 	.kv_write = pg_cpu_kv_write,
 	.attention = pg_cpu_attention,
 	.attn_merge = pg_cpu_attn_merge,

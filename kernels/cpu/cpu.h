@@ -130,8 +130,11 @@ float pg_bf16_to_fp32(uint16_t h);
 uint16_t pg_fp32_to_bf16(float f);
 
 /*
- * pg_quantize_row - quantise n floats (a multiple of 32 for quantised types)
- * into `type` at dst, with the reference (scalar) rounding of llama.cpp.
+ * pg_quantize_row - quantise n floats (a multiple of the type's block size:
+ * 32, 256 for the K-quants and Q8_K) into `type` at dst, with the reference
+ * (scalar) rounding of llama.cpp for Q4_0, Q4_1, Q8_0 and the activation
+ * types, and simple min/max or absmax scales for Q5_0, Q5_1 and the
+ * K-quants (valid blocks, not llama.cpp's searched ones; quant.c).
  * Returns the bytes written, or 0 when type is not a storable type.
  */
 size_t pg_quantize_row(enum pg_dtype type, const float *src, void *dst,

@@ -17,7 +17,7 @@
 
 /*
  * Dot of one weight row with one activation row of n values (n a multiple
- * of 32 for quantised weights).  For F32/F16/BF16 weights x is floats; for
+ * of the weight type's block size: 32, 256 for the K-quants).  For F32/F16/BF16 weights x is floats; for
  * quantised weights x is the activation row quantised to vec_dot_type.
  */
 typedef float (*pg_dot_fn)(int64_t n, const void *w, const void *x);
@@ -104,6 +104,13 @@ struct pg_cpu_kernels {
 	pg_dot_fn dot_q8_0;		/* Q8_0 . Q8_0 */
 	pg_dot_fn dot_q4_0;		/* Q4_0 . Q8_0 */
 	pg_dot_fn dot_q4_1;		/* Q4_1 . Q8_1 */
+	pg_dot_fn dot_q5_0;		/* Q5_0 . Q8_0 */
+	pg_dot_fn dot_q5_1;		/* Q5_1 . Q8_1 */
+	pg_dot_fn dot_q2_k;		/* Q2_K . Q8_K */
+	pg_dot_fn dot_q3_k;		/* Q3_K . Q8_K */
+	pg_dot_fn dot_q4_k;		/* Q4_K . Q8_K */
+	pg_dot_fn dot_q5_k;		/* Q5_K . Q8_K */
+	pg_dot_fn dot_q6_k;		/* Q6_K . Q8_K */
 	pg_dot4_fn dot4_q8_0;		/* optional (NULL): 4 rows at once */
 	pg_dot4_fn dot4_q4_0;		/* optional */
 	pg_dot4_fn dot4_q4_1;		/* optional */
@@ -124,7 +131,8 @@ struct pg_cpu_kernels {
 	pg_gemm8_fn gemm8_q4x8_q4_0;
 	pg_gemm8_fn gemm8_q4x8_q4_1;
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
-	pg_quant_fn quant_q8_1;		/* activations for Q4_1 */
+	pg_quant_fn quant_q8_1;		/* activations for Q4_1, Q5_1 */
+	pg_quant_fn quant_q8_k;		/* activations for the K-quants */
 	pg_axpy_fn axpy_f32;
 	pg_axpy_fn axpy_f16;
 	pg_axpy_fn axpy_bf16;
@@ -229,8 +237,16 @@ float pg_dot_q8_0_ref(int64_t n, const void *w, const void *x);
 float pg_dot_q4_0_ref(int64_t n, const void *w, const void *x);
 float pg_dot_q4_1_ref(int64_t n, const void *w, const void *x);
 float pg_dot_q4_1_llama_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q5_0_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q5_1_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q2_k_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q3_k_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q4_k_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q5_k_ref(int64_t n, const void *w, const void *x);
+float pg_dot_q6_k_ref(int64_t n, const void *w, const void *x);
 void pg_quant_q8_0_ref(const float *x, void *dst, int64_t n);
 void pg_quant_q8_1_ref(const float *x, void *dst, int64_t n);
+void pg_quant_q8_k_ref(const float *x, void *dst, int64_t n);
 void pg_axpy_f32_ref(int n, float a, const void *v, float *acc);
 void pg_axpy_f16_ref(int n, float a, const void *v, float *acc);
 void pg_axpy_bf16_ref(int n, float a, const void *v, float *acc);
@@ -260,6 +276,13 @@ float pg_dot_bf16_avx2(int64_t n, const void *w, const void *x);
 float pg_dot_q8_0_avx2(int64_t n, const void *w, const void *x);
 float pg_dot_q4_0_avx2(int64_t n, const void *w, const void *x);
 float pg_dot_q4_1_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q5_0_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q5_1_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q2_k_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q3_k_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q4_k_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q5_k_avx2(int64_t n, const void *w, const void *x);
+float pg_dot_q6_k_avx2(int64_t n, const void *w, const void *x);
 void pg_dot4_q8_0_avx2(int64_t n, const void *w, size_t w_stride,
 		       const void *x, float *out, const struct pg_cuts *cuts);
 void pg_dot4_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
@@ -337,6 +360,10 @@ void pg_cpu_matmul_parts(struct pg_backend *be, const struct pg_matrix *w,
 void pg_cpu_rope(struct pg_backend *be, float *x, int n, int n_heads,
 		 int head_dim, int n_rot, const int32_t *pos,
 		 float freq_base, enum pg_rope_mode mode);
+void pg_cpu_rope_factors(struct pg_backend *be, float *x, int n, int n_heads,
+			 int head_dim, int n_rot, const int32_t *pos,
+			 float freq_base, enum pg_rope_mode mode,
+			 const float *factors);
 void pg_cpu_kv_write(struct pg_backend *be, const struct pg_kv_layout *kv,
 		     int block, const float *k, const float *v, int n,
 		     const int32_t *slots);

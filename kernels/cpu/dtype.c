@@ -17,6 +17,14 @@ const char *pg_dtype_name(enum pg_dtype t)
 	case PG_Q4_1: return "Q4_1";
 	case PG_Q8_0: return "Q8_0";
 	case PG_Q8_1: return "Q8_1";
+	case PG_Q5_0: return "Q5_0";
+	case PG_Q5_1: return "Q5_1";
+	case PG_Q2_K: return "Q2_K";
+	case PG_Q3_K: return "Q3_K";
+	case PG_Q4_K: return "Q4_K";
+	case PG_Q5_K: return "Q5_K";
+	case PG_Q6_K: return "Q6_K";
+	case PG_Q8_K: return "Q8_K";
 	}
 	return "unknown";
 }

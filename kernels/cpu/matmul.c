@@ -73,14 +73,15 @@ struct mm_ctx {
 static void mm_quant_worker(void *arg, int ith, int nth)
 {
 	struct mm_ctx *c = arg;
-	int64_t nb = (int64_t)c->n * c->w->n_cols / PG_QK, lo, hi;
-	size_t bb = c->xq_row_bytes / (size_t)(c->w->n_cols / PG_QK);
+	int64_t bs = pg_dtype_block_size(c->vt);
+	int64_t nb = (int64_t)c->n * c->w->n_cols / bs, lo, hi;
+	size_t bb = pg_dtype_block_bytes(c->vt);
 
 	pg_split(nb, ith, nth, &lo, &hi);
 	if (hi <= lo)
 		return;
-	c->quant(c->x + lo * PG_QK, (uint8_t *)c->xq_out + lo * bb,
-		 (hi - lo) * PG_QK);
+	c->quant(c->x + lo * bs, (uint8_t *)c->xq_out + lo * bb,
+		 (hi - lo) * bs);
 	if (c->xp)
 		pg_gemm_prep(c->vt, (uint8_t *)c->xq_out + lo * bb, hi - lo,
 			     c->xp + (size_t)lo * PG_GEMM_XP_BYTES(c->vt));
@@ -339,6 +340,15 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 		.cuts = n_parts > 1 ? &cuts : NULL,
 	};
 
+	for (int p = 0; p < n_parts; p++)	/* whole blocks only: backend.h */
+		if (cols[p + 1] % pg_dtype_block_size(w->type)) {
+			size_t ny = (size_t)n * (size_t)w->n_rows *
+				    (size_t)(sum ? 1 : n_parts);
+
+			for (size_t i = 0; i < ny; i++)
+				y[i] = NAN;
+			return;
+		}
 	for (int p = 0; p < n_parts && p < PG_MM_MAX_PARTS; p++)
 		end[p] = cols[p + 1] / PG_QK;
 	c.dot = pg_cpu_dot_for(cpu->k, w->type, &vt);
@@ -362,7 +372,8 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 		mm_run(cpu, &c);
 		return;
 	}
-	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 : cpu->k->quant_q8_0;
+	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 :
+		  vt == PG_Q8_K ? cpu->k->quant_q8_k : cpu->k->quant_q8_0;
 	c.gemm8 = c.dot4 ? mm_gemm8_for(cpu, w->type) : NULL;
 	if (w->layout == PG_LAYOUT_Q4X8) {	/* pg_cpu_q4x8_pack made it */
 		c.packed = w->type == PG_Q4_0 ? cpu->k->gemm8_q4x8_q4_0 :

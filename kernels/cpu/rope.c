@@ -7,7 +7,10 @@
  * Each output is one product plus the other product rounded, in one fused
  * multiply-add, as llama.cpp's build (FMA on, contraction on) rounds it.
  * The sines and cosines of a token are computed once for all its heads.
- * Dims at or beyond n_rot are left alone.  Scalar only: it is cheap.
+ * Dims at or beyond n_rot are left alone.  With frequency factors (Llama
+ * 3.1+'s rope_freqs) pair i turns by theta_i / factor_i, the quotient
+ * rounded to float before its sine and cosine, as llama.cpp's
+ * ggml_rope_cache_init does.  Scalar only: it is cheap.
  */
 #include <math.h>
 
@@ -22,6 +25,7 @@ struct rope_ctx {
 	int n, n_heads, head_dim, n_rot;
 	float theta_scale;
 	enum pg_rope_mode mode;
+	const float *factors;	/* (n_rot / 2) or NULL */
 };
 
 /* Rotate pairs i0 .. i0 + np - 1 of every head of one token. */
@@ -53,8 +57,11 @@ static void rope_token(const struct rope_ctx *c, int64_t t)
 		int np = half - i0 < PG_ROPE_CHUNK ? half - i0 : PG_ROPE_CHUNK;
 
 		for (int i = 0; i < np; i++) {
-			cs[i] = cosf(theta);
-			sn[i] = sinf(theta);
+			float th = c->factors ? theta / c->factors[i0 + i] :
+				   theta;
+
+			cs[i] = cosf(th);
+			sn[i] = sinf(th);
 			theta *= c->theta_scale;
 		}
 		rope_pairs(c, x, i0, np, cs, sn);
@@ -75,11 +82,21 @@ void pg_cpu_rope(struct pg_backend *be, float *x, int n, int n_heads,
 		 int head_dim, int n_rot, const int32_t *pos,
 		 float freq_base, enum pg_rope_mode mode)
 {
+	pg_cpu_rope_factors(be, x, n, n_heads, head_dim, n_rot, pos, freq_base,
+			    mode, NULL);
+}
+
+void pg_cpu_rope_factors(struct pg_backend *be, float *x, int n, int n_heads,
+			 int head_dim, int n_rot, const int32_t *pos,
+			 float freq_base, enum pg_rope_mode mode,
+			 const float *factors)
+{
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	struct rope_ctx c = {
 		.x = x, .pos = pos, .n = n, .n_heads = n_heads,
 		.head_dim = head_dim, .n_rot = n_rot, .mode = mode,
 		.theta_scale = powf(freq_base, -2.0f / (float)n_rot),
+		.factors = factors,
 	};
 
 	if (n >= 2 * cpu->n_threads)

@@ -25,7 +25,10 @@ static const char usage[] =
 "  --out FILE          the file to write (required)\n"
 "  --preset NAME       tiny (default), smollm2-135m, llama3-8b; the options\n"
 "                      below change it, whatever their order\n"
-"  --arch A            llama (default) or qwen2 (Q/K/V biases on)\n"
+"  --arch A            llama (default), qwen2 (Q/K/V biases on) or qwen3\n"
+"                      (per-head Q/K norms, explicit head size)\n"
+"  --head-dim N        head size (default hidden / heads)\n"
+"  --rope-freqs        llama: write rope_freqs.weight (Llama 3.1+ factors)\n"
 "  --blocks N          transformer blocks\n"
 "  --hidden N          embedding length (head_dim = hidden / heads)\n"
 "  --heads N           attention heads\n"
@@ -36,7 +39,10 @@ static const char usage[] =
 "  --ctx N             context length\n"
 "  --rope-base F       RoPE frequency base\n"
 "  --rms-eps F         RMSNorm epsilon\n"
-"  --type T            f32 f16 bf16 q8_0 q4_0 q4_1 (the matrices)\n"
+"  --type T            f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k\n"
+"                      q4_k q5_k q6_k (the matrices), or q4_k_m: Q4_K with\n"
+"                      attn_v, ffn_down, output Q6_K, Q5_0 where rows are\n"
+"                      not whole 256-blocks (llama.cpp's Q4_K_M mix)\n"
 "  --embd-type T       token embedding: the --type or q8_0\n"
 "  --untied            write output.weight (default: tied to token_embd)\n"
 "  --vocab-only        write the metadata and vocabulary only, no tensors\n"
@@ -51,6 +57,7 @@ static const char usage[] =
 
 enum {
 	OPT_OUT = 256, OPT_PRESET, OPT_ARCH, OPT_BLOCKS, OPT_HIDDEN, OPT_HEADS,
+	OPT_HEAD_DIM, OPT_ROPE_FREQS,
 	OPT_KV_HEADS, OPT_FFN, OPT_VOCAB, OPT_VOCAB_FROM, OPT_CTX,
 	OPT_ROPE_BASE, OPT_RMS_EPS, OPT_TYPE, OPT_EMBD_TYPE, OPT_UNTIED, OPT_VOCAB_ONLY,
 	OPT_TIED, OPT_BIAS, OPT_NO_BIAS, OPT_SEED, OPT_THREADS, OPT_NAME,
@@ -63,6 +70,8 @@ static const struct option longopts[] = {
 	{ "arch", required_argument, NULL, OPT_ARCH },
 	{ "blocks", required_argument, NULL, OPT_BLOCKS },
 	{ "hidden", required_argument, NULL, OPT_HIDDEN },
+	{ "head-dim", required_argument, NULL, OPT_HEAD_DIM },
+	{ "rope-freqs", no_argument, NULL, OPT_ROPE_FREQS },
 	{ "heads", required_argument, NULL, OPT_HEADS },
 	{ "kv-heads", required_argument, NULL, OPT_KV_HEADS },
 	{ "ffn", required_argument, NULL, OPT_FFN },
@@ -142,12 +151,16 @@ static enum pg_dtype parse_type(const char *opt, const char *s)
 	static const struct { const char *name; enum pg_dtype t; } types[] = {
 		{ "f32", PG_F32 }, { "f16", PG_F16 }, { "bf16", PG_BF16 },
 		{ "q8_0", PG_Q8_0 }, { "q4_0", PG_Q4_0 }, { "q4_1", PG_Q4_1 },
+		{ "q5_0", PG_Q5_0 }, { "q5_1", PG_Q5_1 }, { "q2_k", PG_Q2_K },
+		{ "q3_k", PG_Q3_K }, { "q4_k", PG_Q4_K }, { "q5_k", PG_Q5_K },
+		{ "q6_k", PG_Q6_K },
 	};
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (!strcasecmp(s, types[i].name))
 			return types[i].t;
-	die("--%s: '%s' is not one of f32 f16 bf16 q8_0 q4_0 q4_1", opt, s);
+	die("--%s: '%s' is not one of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k%s",
+	    opt, s, strcmp(opt, "type") ? "" : " q4_k_m");
 }
 
 /* preset_first - apply --preset (the last one given) before the rest. */
@@ -188,11 +201,15 @@ static void apply(struct cli *c, int opt, const char *arg)
 			c->o.arch = GGUFGEN_LLAMA;
 		else if (!strcmp(arg, "qwen2"))
 			c->o.arch = GGUFGEN_QWEN2;
+		else if (!strcmp(arg, "qwen3"))
+			c->o.arch = GGUFGEN_QWEN3;
 		else
-			die("--arch: '%s' is not llama or qwen2", arg);
+			die("--arch: '%s' is not llama, qwen2 or qwen3", arg);
 		break;
 	case OPT_BLOCKS: c->o.n_blocks = parse_int(n, arg); break;
 	case OPT_HIDDEN: c->o.hidden = parse_int(n, arg); break;
+	case OPT_HEAD_DIM: c->o.head_dim = parse_int(n, arg); break;
+	case OPT_ROPE_FREQS: c->o.rope_freqs = 1; break;
 	case OPT_HEADS: c->o.n_heads = parse_int(n, arg); break;
 	case OPT_KV_HEADS: c->o.n_kv_heads = parse_int(n, arg); break;
 	case OPT_FFN: c->o.ffn = parse_int(n, arg); break;
@@ -201,7 +218,10 @@ static void apply(struct cli *c, int opt, const char *arg)
 	case OPT_CTX: c->o.n_ctx = parse_int(n, arg); break;
 	case OPT_ROPE_BASE: c->o.rope_freq_base = parse_float(n, arg); break;
 	case OPT_RMS_EPS: c->o.rms_eps = parse_float(n, arg); break;
-	case OPT_TYPE: c->o.type = parse_type(n, arg); break;
+	case OPT_TYPE:
+		c->o.mix_q4_k_m = !strcasecmp(arg, "q4_k_m");
+		c->o.type = c->o.mix_q4_k_m ? PG_Q4_K : parse_type(n, arg);
+		break;
 	case OPT_EMBD_TYPE:
 		c->o.embd_type = parse_type(n, arg);
 		c->embd_set = 1;
@@ -262,7 +282,8 @@ int main(int argc, char **argv)
 	else if (!c.quiet && !stat(c.out, &st))
 		printf("%s: %d blocks, hidden %d, %s, %.1f MB in %.2f s (%.0f MB/s)\n",
 		       c.out, c.o.n_blocks, c.o.hidden,
-		       pg_dtype_name(c.o.type), st.st_size / 1e6, s,
+		       c.o.mix_q4_k_m ? "Q4_K_M mix" : pg_dtype_name(c.o.type),
+		       st.st_size / 1e6, s,
 		       st.st_size / 1e6 / (s > 0 ? s : 1e-9));
 	return 0;
 }

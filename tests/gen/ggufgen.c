@@ -104,20 +104,47 @@ int ggufgen_preset(struct ggufgen_opts *o, const char *name)
 	return 0;
 }
 
+/* gen_head_dim - the head size the options describe. */
+static int gen_head_dim(const struct ggufgen_opts *o)
+{
+	return o->head_dim ? o->head_dim :
+	       o->n_heads ? o->hidden / o->n_heads : 0;
+}
+
 static int type_ok(enum pg_dtype t)
 {
 	return t == PG_F32 || t == PG_F16 || t == PG_BF16 || t == PG_Q8_0 ||
-	       t == PG_Q4_0 || t == PG_Q4_1;
+	       t == PG_Q4_0 || t == PG_Q4_1 || t == PG_Q5_0 || t == PG_Q5_1 ||
+	       t == PG_Q2_K || t == PG_Q3_K || t == PG_Q4_K || t == PG_Q5_K ||
+	       t == PG_Q6_K;
+}
+
+/*
+ * The type of a matrix with rows of ne0 values: `type`, or in the Q4_K_M
+ * mix Q6_K for attn_v, ffn_down and output (six true) and Q4_K for the
+ * rest, Q5_0 where ne0 is not a whole number of 256-blocks.
+ */
+static enum pg_dtype mat_type(const struct ggufgen_opts *o, uint64_t ne0,
+			      int six)
+{
+	if (!o->mix_q4_k_m)
+		return o->type;
+	if (ne0 % PG_QK_K)
+		return PG_Q5_0;
+	return six ? PG_Q6_K : PG_Q4_K;
 }
 
 static int check_types(const struct ggufgen_opts *o, char *err,
 		       size_t err_len)
 {
-	int bs = pg_dtype_block_size(o->type);
+	int bs = o->mix_q4_k_m ? PG_QK : pg_dtype_block_size(o->type);
 
 	if (!type_ok(o->type))
 		return fail(err, err_len, -EINVAL,
-			    "type must be one of f32 f16 bf16 q8_0 q4_0 q4_1");
+			    "type must be one of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k (or the q4_k_m mix)");
+	if (o->mix_q4_k_m && o->type != PG_Q4_K)
+		return fail(err, err_len, -EINVAL,
+			    "the Q4_K_M mix needs type q4_k");
 	if (o->embd_type != o->type && o->embd_type != PG_Q8_0)
 		return fail(err, err_len, -EINVAL,
 			    "embd_type must be the weight type or q8_0");
@@ -137,14 +164,24 @@ int ggufgen_check(const struct ggufgen_opts *o, char *err, size_t err_len)
 	if (o->n_blocks < 1 || o->hidden < 1 || o->ffn < 1 || o->n_ctx < 1)
 		return fail(err, err_len, -EINVAL,
 			    "blocks, hidden, ffn and ctx must be >= 1");
-	if (o->n_heads < 1 || o->hidden % o->n_heads)
+	if (o->n_heads < 1 || (!o->head_dim && o->hidden % o->n_heads))
 		return fail(err, err_len, -EINVAL,
 			    "heads (%d) must divide hidden (%d)", o->n_heads,
 			    o->hidden);
-	if ((o->hidden / o->n_heads) % 2)
+	if (o->head_dim < 0 || gen_head_dim(o) % 2 || gen_head_dim(o) < 2)
 		return fail(err, err_len, -EINVAL,
-			    "head_dim = hidden / heads (%d) must be even for RoPE",
-			    o->hidden / o->n_heads);
+			    "head_dim (%d) must be even for RoPE",
+			    gen_head_dim(o));
+	if ((o->n_heads * gen_head_dim(o)) %
+	    (o->mix_q4_k_m ? PG_QK : pg_dtype_block_size(o->type)))
+		return fail(err, err_len, -EINVAL,
+			    "heads * head_dim (%d) must be a multiple of %d for %s",
+			    o->n_heads * gen_head_dim(o),
+			    o->mix_q4_k_m ? PG_QK : pg_dtype_block_size(o->type),
+			    pg_dtype_name(o->type));
+	if (o->rope_freqs && o->arch != GGUFGEN_LLAMA)
+		return fail(err, err_len, -EINVAL,
+			    "rope_freqs is for the llama architecture only");
 	if (o->n_kv_heads < 1 || o->n_heads % o->n_kv_heads)
 		return fail(err, err_len, -EINVAL,
 			    "kv-heads (%d) must divide heads (%d)", o->n_kv_heads,
@@ -199,6 +236,12 @@ static void plan_add(struct gen_plan *p, const char *name, uint64_t ne0,
 	t->center = strstr(name, "norm") ? 1.0f : 0.0f;	/* norms near 1 */
 	t->scale = t->n_dims == 2 ? mat_scale(ne0) :
 		   strstr(name, "norm") ? 0.05f : 0.02f;
+	if (!strcmp(name, "rope_freqs.weight")) {
+		/* RoPE factors: 2 +- 0.5 z, within [0.27, 3.73] */
+		t->n_dims = 1;
+		t->center = 2.0f;
+		t->scale = 0.5f;
+	}
 	t->offset = (p->data_bytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
 	t->n_bytes = pg_dtype_row_bytes(type, ne0) * ne1;
 	p->data_bytes = t->offset + t->n_bytes;
@@ -208,7 +251,9 @@ static void plan_block(struct gen_plan *p, const struct ggufgen_opts *o,
 		       int b)
 {
 	uint64_t h = (uint64_t)o->hidden, f = (uint64_t)o->ffn;
-	uint64_t kv = h / (uint64_t)o->n_heads * (uint64_t)o->n_kv_heads;
+	uint64_t hd = (uint64_t)gen_head_dim(o);
+	uint64_t q = hd * (uint64_t)o->n_heads;
+	uint64_t kv = hd * (uint64_t)o->n_kv_heads;
 	char n[MAX_NAME];
 
 #define BLK(suffix, ne0, ne1, type)					\
@@ -217,19 +262,23 @@ static void plan_block(struct gen_plan *p, const struct ggufgen_opts *o,
 		plan_add(p, n, ne0, ne1, type);				\
 	} while (0)
 	BLK("attn_norm.weight", h, 1, PG_F32);
-	BLK("attn_q.weight", h, h, o->type);
-	BLK("attn_k.weight", h, kv, o->type);
-	BLK("attn_v.weight", h, kv, o->type);
+	BLK("attn_q.weight", h, q, mat_type(o, h, 0));
+	BLK("attn_k.weight", h, kv, mat_type(o, h, 0));
+	BLK("attn_v.weight", h, kv, mat_type(o, h, 1));
 	if (o->qkv_bias) {
-		BLK("attn_q.bias", h, 1, PG_F32);
+		BLK("attn_q.bias", q, 1, PG_F32);
 		BLK("attn_k.bias", kv, 1, PG_F32);
 		BLK("attn_v.bias", kv, 1, PG_F32);
 	}
-	BLK("attn_output.weight", h, h, o->type);
+	if (o->arch == GGUFGEN_QWEN3) {
+		BLK("attn_q_norm.weight", hd, 1, PG_F32);
+		BLK("attn_k_norm.weight", hd, 1, PG_F32);
+	}
+	BLK("attn_output.weight", q, h, mat_type(o, q, 0));
 	BLK("ffn_norm.weight", h, 1, PG_F32);
-	BLK("ffn_gate.weight", h, f, o->type);
-	BLK("ffn_up.weight", h, f, o->type);
-	BLK("ffn_down.weight", f, h, o->type);
+	BLK("ffn_gate.weight", h, f, mat_type(o, h, 0));
+	BLK("ffn_up.weight", h, f, mat_type(o, h, 0));
+	BLK("ffn_down.weight", f, h, mat_type(o, f, 1));
 #undef BLK
 }
 
@@ -240,7 +289,7 @@ static int plan_build(struct gen_plan *p, const struct ggufgen_opts *o,
 	uint64_t h = (uint64_t)o->hidden;
 
 	memset(p, 0, sizeof(*p));
-	p->t = calloc((size_t)o->n_blocks * 12 + 3, sizeof(*p->t));
+	p->t = calloc((size_t)o->n_blocks * 14 + 4, sizeof(*p->t));
 	if (!p->t)
 		return -ENOMEM;
 	if (o->vocab_only)
@@ -249,8 +298,12 @@ static int plan_build(struct gen_plan *p, const struct ggufgen_opts *o,
 	for (int b = 0; b < o->n_blocks; b++)
 		plan_block(p, o, b);
 	plan_add(p, "output_norm.weight", h, 1, PG_F32);
+	if (o->rope_freqs)
+		plan_add(p, "rope_freqs.weight", (uint64_t)gen_head_dim(o) / 2,
+			 1, PG_F32);
 	if (o->untied)
-		plan_add(p, "output.weight", h, (uint64_t)n_vocab, o->type);
+		plan_add(p, "output.weight", h, (uint64_t)n_vocab,
+			 mat_type(o, h, 1));
 	return 0;
 }
 
@@ -418,13 +471,22 @@ static void arch_f32(struct meta *m, const char *arch, const char *key,
 }
 
 /* file_type - llama.cpp's LLAMA_FTYPE for the weight type. */
-static uint32_t file_type(enum pg_dtype t)
+static uint32_t file_type(const struct ggufgen_opts *o)
 {
-	switch (t) {
+	if (o->mix_q4_k_m)
+		return 15;			/* MOSTLY_Q4_K_M */
+	switch (o->type) {
 	case PG_F16: return 1;
 	case PG_Q4_0: return 2;
 	case PG_Q4_1: return 3;
 	case PG_Q8_0: return 7;
+	case PG_Q5_0: return 8;
+	case PG_Q5_1: return 9;
+	case PG_Q2_K: return 10;
+	case PG_Q3_K: return 11;		/* the _S variants */
+	case PG_Q4_K: return 14;
+	case PG_Q5_K: return 16;
+	case PG_Q6_K: return 18;
 	case PG_BF16: return 32;
 	default: return 0;
 	}
@@ -433,24 +495,31 @@ static uint32_t file_type(enum pg_dtype t)
 static void meta_model(struct meta *m, const struct ggufgen_opts *o,
 		       int n_vocab)
 {
-	const char *a = o->arch == GGUFGEN_QWEN2 ? "qwen2" : "llama";
+	const char *a = o->arch == GGUFGEN_QWEN3 ? "qwen3" :
+			o->arch == GGUFGEN_QWEN2 ? "qwen2" : "llama";
 
 	kv_str(m, "general.architecture", a);
 	kv_str(m, "general.name", o->name ? o->name : "pagoda-random");
 	kv_u32(m, "general.alignment", ALIGNMENT);
-	kv_u32(m, "general.file_type", file_type(o->type));
+	kv_u32(m, "general.file_type", file_type(o));
 	kv_u32(m, "general.quantization_version", 2);
 	arch_u32(m, a, "vocab_size", (uint32_t)n_vocab);
 	arch_u32(m, a, "context_length", (uint32_t)o->n_ctx);
 	arch_u32(m, a, "embedding_length", (uint32_t)o->hidden);
 	arch_u32(m, a, "block_count", (uint32_t)o->n_blocks);
 	arch_u32(m, a, "feed_forward_length", (uint32_t)o->ffn);
-	arch_u32(m, a, "rope.dimension_count",
-		 (uint32_t)(o->hidden / o->n_heads));
+	arch_u32(m, a, "rope.dimension_count", (uint32_t)gen_head_dim(o));
+	if (o->head_dim || o->arch == GGUFGEN_QWEN3) {
+		arch_u32(m, a, "attention.key_length", (uint32_t)gen_head_dim(o));
+		arch_u32(m, a, "attention.value_length", (uint32_t)gen_head_dim(o));
+	}
 	arch_f32(m, a, "rope.freq_base", o->rope_freq_base);
 	arch_u32(m, a, "attention.head_count", (uint32_t)o->n_heads);
 	arch_u32(m, a, "attention.head_count_kv", (uint32_t)o->n_kv_heads);
 	arch_f32(m, a, "attention.layer_norm_rms_epsilon", o->rms_eps);
+	if (o->sliding_window > 0)
+		arch_u32(m, a, "attention.sliding_window",
+			 (uint32_t)o->sliding_window);
 }
 
 /* ---- the built-in byte-level BPE vocabulary ---- */

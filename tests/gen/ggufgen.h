@@ -22,6 +22,8 @@
 enum ggufgen_arch {
 	GGUFGEN_LLAMA = 0,	/* general.architecture "llama", llama.* keys */
 	GGUFGEN_QWEN2 = 1,	/* "qwen2", qwen2.* keys, Q/K/V biases */
+	GGUFGEN_QWEN3 = 2,	/* "qwen3", qwen3.* keys, attn_q_norm and
+				   attn_k_norm, key_length/value_length */
 };
 
 /* The built-in vocabulary's smallest size: 3 control tokens + 256 bytes. */
@@ -31,7 +33,13 @@ struct ggufgen_opts {
 	enum ggufgen_arch arch;
 	const char *name;	/* general.name; NULL: "pagoda-random" */
 	int n_blocks;
-	int hidden;		/* embedding_length; head_dim = hidden/n_heads */
+	int hidden;		/* embedding_length */
+	int head_dim;		/* 0: hidden / n_heads; else written as
+				   attention.key_length and value_length */
+	int rope_freqs;		/* llama: write rope_freqs.weight (head_dim / 2
+				   factors, drawn within [0.27, 3.73]) */
+	int sliding_window;	/* > 0: write <arch>.attention.sliding_window
+				   (as Mistral v0.1's files have it) */
 	int n_heads;
 	int n_kv_heads;
 	int ffn;		/* feed_forward_length */
@@ -41,8 +49,13 @@ struct ggufgen_opts {
 	float rms_eps;
 	int qkv_bias;		/* attn_{q,k,v}.bias (F32); Qwen2 has them */
 	int untied;		/* write output.weight (else tied: token_embd) */
-	enum pg_dtype type;	/* the matrices: F32 F16 BF16 Q8_0 Q4_0 Q4_1 */
+	enum pg_dtype type;	/* the matrices: F32 F16 BF16 Q8_0 Q4_0 Q4_1
+				   Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K */
 	enum pg_dtype embd_type;/* token_embd.weight: `type` or Q8_0 */
+	int mix_q4_k_m;		/* with type Q4_K: llama.cpp's Q4_K_M mix,
+				   attn_v, ffn_down and output Q6_K, the rest
+				   Q4_K, and any matrix whose rows are not
+				   whole 256-blocks Q5_0 */
 	uint64_t seed;
 	const char *vocab_from;	/* copy all tokenizer.* keys from this GGUF */
 	int vocab_only;		/* metadata only, no tensors (as llama.cpp's

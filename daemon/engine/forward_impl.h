@@ -1,0 +1,157 @@
+/*
+ * forward_impl.h - the forward pass's internals, shared by forward.c
+ * (devices, threads, weight placement, communication, the batch's course)
+ * and block.c (the model math of one transformer block).  Nothing outside
+ * these two files includes it.
+ */
+#ifndef PAGODA_FORWARD_IMPL_H
+#define PAGODA_FORWARD_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../kernels/comm.h"
+#include "../../kernels/cpu/comm_shm.h"
+#include "forward.h"
+#include "kv.h"
+
+#define PG_FW_MAX_INFLIGHT 16
+#define PG_FW_LANES 2		/* attention lanes without CP */
+
+/* Activations of one device, max_batch_tokens rows each. */
+struct scratch {
+	float *x;		/* (B, n_embd) residual stream */
+	float *xb;		/* (B, n_embd) normalised input of a sub-layer */
+	float *xb2;		/* (B, n_embd) sub-layer output */
+	float *q;		/* (B, nq * head_dim) */
+	float *k;		/* (B, nkv * head_dim) */
+	float *v;		/* (B, nkv * head_dim) */
+	float *att;		/* (B, nq * head_dim + nq): output, then lse */
+	float *parts;		/* (cp, B, nq * head_dim + nq) gathered */
+	float *wparts;		/* exact TP: (most parts, B, n_embd) */
+	float *wgath;		/* exact TP: (tp, most parts, B, n_embd) */
+	float *hb;		/* (B, nff) gate, then silu(gate) * up */
+	float *hb2;		/* (B, nff) up */
+	int32_t *slots;		/* (B) this device's KV slots, -1 elsewhere
+				   (host memory, like every index array) */
+	float *lg;		/* (B, vpad) local logits, grown on demand */
+	float *lg_all;		/* (tp, B, vpad) gathered logits */
+	size_t lg_rows;		/* rows lg and lg_all have room for */
+	float *lg_host;		/* device memory: lg_all (or the unsplit
+				   head's logits) downloaded, (tp, B, vpad) */
+};
+
+/* One batch: what the caller gave, checked and laid out once. */
+struct job {
+	int kind;		/* JOB_RUN or JOB_RESET */
+	int n_tokens, n_seqs, n_out;
+	int32_t *tokens;	/* (B) */
+	int32_t *pos;		/* (B) */
+	int32_t *out_rows;	/* (B) rows whose logits are wanted */
+	struct pg_fw_seq *seqs;	/* (B) */
+	struct pg_attn_seq *aseqs;	/* (B) */
+	float *logits;		/* the caller's */
+	atomic_int pending;	/* devices still working on it */
+	atomic_int rc;		/* first error of a device, else 0 */
+	int done;		/* under fw->lock */
+};
+
+enum { JOB_RUN = 0, JOB_RESET = 1 };
+
+/* One device of the plan: (stage, TP rank t, CP rank c). */
+struct device {
+	struct pg_forward *fw;
+	int index, stage, t, c;
+	const struct pg_device *info;	/* NULL: one device, no plan */
+	struct pg_backend *be;
+	struct pg_kv_store *kv;
+	int first_block, n_blocks;
+	struct pg_block_weights *w;	/* (n_blocks) this device's slices */
+	struct pg_matrix out_w;		/* last stage: vocabulary [v0, v1) */
+	void *local;			/* slices copied to the device's node */
+	size_t local_bytes;
+	void *packed;			/* Q4 slices repacked (pack_weights) */
+	size_t packed_bytes;
+	int packed_numa;		/* from numa_alloc_onnode, else mmap */
+	int devmem;			/* the backend has memory of its own */
+	void *wmem;			/* devmem: the uploaded weights */
+	struct pg_matrix tok_embd;	/* stage 0: the token embedding */
+	const float *rope_freqs;	/* the model's RoPE factors, or NULL */
+	const float *output_norm;	/* last stage: the final norm */
+	int graphs;			/* bracket steps with step_begin/end */
+	int sticky_rc;			/* a failed page copy: fail next batch */
+	char err[256];			/* devmem: the device's last error */
+	/*
+	 * devmem: held by the device thread while it runs a job, and by the
+	 * engine's thread around a page copy, since a backend serves one
+	 * thread at a time (host memory needs none: see copy_page).
+	 */
+	pthread_mutex_t be_lock;
+	int h0, nq, k0, nkv, f0, nff, v0, nv, vpad;
+	/*
+	 * Exact parallel sums (see the top of the file): whether the backend
+	 * has them, the attention lanes (PG_FW_LANES, or 1), and for Wo (0)
+	 * and Wdown (1) this rank's parts as bounds in its own columns, the
+	 * part count of every TP rank, and the most any rank has.
+	 */
+	int exact, lanes;
+	int64_t part_cols[2][PG_PLAN_EXACT_SPLITS + 2];
+	int rank_parts[2][PG_PLAN_MAX_DEVICES];
+	int max_parts[2];
+	const float *part_ptr[PG_PLAN_EXACT_SPLITS + PG_PLAN_MAX_DEVICES];
+	struct pg_comm *world, *tp, *cp;
+	struct scratch s;
+	void *arena;
+	/* the worker: jobs come in order through a ring */
+	pthread_t thread;
+	int started;
+	/* figures */
+	uint64_t busy_ns, steps;
+	int fault_after;		/* test hook: fail after this many blocks */
+};
+
+struct pg_forward {
+	const struct pg_model *m;
+	struct pg_forward_params p;
+	struct pg_plan plan;
+	int n_dev;
+	struct device *dev;
+	struct pg_comm_shm_group *g_world, **g_tp, **g_cp;
+	int n_g_tp, n_g_cp;
+	int threaded;			/* devices run on their own threads */
+	/* in-flight jobs, FIFO: jobs[(head + i) % n_slots] */
+	int n_slots, head, n_inflight;
+	struct job jobs[PG_FW_MAX_INFLIGHT];
+	struct job reset_job;
+	int need_reset;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* devices: new job or stop; caller: done */
+	uint64_t queued;		/* jobs handed to devices so far */
+	int stop;
+	struct job *queue[PG_FW_MAX_INFLIGHT + 1];	/* by queued % size */
+	uint64_t created_ns, stats_ns;
+	/* GPUs: NCCL groups, which the device threads create together */
+	int gpus;			/* the plan's devices are CUDA devices */
+	uint8_t *nccl_ids;		/* world, then TP groups, then CP
+					   groups: PG_COMM_NCCL_ID_BYTES each */
+	int setup_pending;		/* device threads still creating them */
+	int setup_rc;			/* the first one's failure */
+	char setup_err[384];
+	atomic_int nccl_cancel;		/* set on any failure of the setup, so
+					   that no rank waits for one that will
+					   never join */
+	int64_t nccl_deadline_ns;	/* now_ns(): every rank gives up then */
+	int nccl_timeout_s;
+};
+
+/*
+ * pg_block_run - block lb of device d's stage on job j's tokens: the
+ * residual stream d->s.x (n_tokens x n_embd) goes through attention and
+ * the feed-forward network as the model's struct pg_arch says (block.c).
+ * 0, or the communicator's error.
+ */
+int pg_block_run(struct device *d, const struct job *j, int lb);
+
+#endif
