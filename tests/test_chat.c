@@ -32,6 +32,7 @@
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
 #include "tests/check.h"
+#include "tests/vocab_util.h"
 
 #define SMOL_SYSTEM "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -322,31 +323,15 @@ static void test_choose(void)
  */
 static struct pg_tokenizer *vocab_only(const char *path)
 {
-	struct pg_tokenizer *t = NULL;
-	struct gguf_file *f;
-	struct stat st;
+	struct pg_tokenizer *t;
 	char err[512];
-	void *m = MAP_FAILED;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int rc = vocab_only_load(path, &t, err, sizeof(err));
 
-	if (fd >= 0 && !fstat(fd, &st) && st.st_size >= 24)
-		m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE, fd, 0);
-	if (fd >= 0)
-		close(fd);
-	if (m == MAP_FAILED) {
+	if (rc == -ENOENT)
 		printf("%s: absent or unreadable: its chat tokenizing cases skipped\n",
 		       path);
-		return NULL;
-	}
-	memset((char *)m + 8, 0, 8);	/* n_tensors */
-	if (!gguf_open_mem(m, (size_t)st.st_size, path, &f, err, sizeof(err))) {
-		CHECK(!pg_tokenizer_load(f, &t, err, sizeof(err)), "%s: %s", path, err);
-		gguf_close(f);
-	} else {
-		CHECK(0, "%s: %s", path, err);
-	}
-	munmap(m, (size_t)st.st_size);
+	else
+		CHECK(!rc, "%s", err);
 	return t;
 }
 

@@ -20,6 +20,7 @@
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
 #include "tests/check.h"
+#include "tests/vocab_util.h"
 
 /* ---- helpers ---- */
 
@@ -440,53 +441,6 @@ struct ref_case {
 	int64_t n_ids;
 };
 
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
-static int parse_text(const char *hex, struct ref_case *c)
-{
-	size_t n = strcspn(hex, "\r\n");
-
-	if (n % 2)
-		return -1;
-	c->text = malloc(n / 2 + 1);
-	c->len = n / 2;
-	for (size_t i = 0; i < n / 2; i++) {
-		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -1;
-		c->text[i] = (char)(hi << 4 | lo);
-	}
-	return 0;
-}
-
-static int parse_ids(char *s, struct ref_case *c)
-{
-	size_t cap = 16;
-	char *end;
-
-	c->ids = malloc(cap * sizeof(*c->ids));
-	c->n_ids = 0;
-	for (;;) {
-		long v = strtol(s, &end, 10);
-
-		if (end == s)
-			break;
-		if ((size_t)c->n_ids == cap)
-			c->ids = realloc(c->ids, (cap *= 2) * sizeof(*c->ids));
-		c->ids[c->n_ids++] = (int32_t)v;
-		s = end;
-	}
-	return 0;
-}
-
 /*
  * load_cases - the reference file: "P <pre-tokenizer>" lines naming the
  * pre-tokenizer of the cases after them, "T <special> <hex text>" lines,
@@ -512,10 +466,10 @@ static struct ref_case *load_cases(const char *path, int *n_cases)
 			memset(&v[n], 0, sizeof(v[n]));
 			memcpy(v[n].pre, pre, sizeof(pre));
 			v[n].special = line[2] == '1';
-			bad |= parse_text(line + 4, &v[n]);
+			bad |= ref_hex_text(line + 4, &v[n].text, &v[n].len);
 			n++;
 		} else if (line[0] == 'I' && n) {
-			parse_ids(line + 1, &v[n - 1]);
+			ref_id_list(line + 1, &v[n - 1].ids, &v[n - 1].n_ids);
 		}
 	}
 	fclose(fp);

@@ -25,6 +25,7 @@
 #include "daemon/engine/gguf.h"
 #include "daemon/engine/tokenizer.h"
 #include "tests/check.h"
+#include "tests/vocab_util.h"
 
 #define GEMMA_FILE "gemma-3-270m-q4_k_m.gguf"
 
@@ -88,36 +89,14 @@ static int same_ids(const int32_t *a, int64_t na, const int32_t *b,
 
 /* ---- the vocabulary ---- */
 
-/*
- * load_vocab - the tokenizer of path's tokenizer.ggml.* keys; tensors are
- * not looked at.  NULL (a failure counted) when it cannot be read.
- */
+/* load_vocab - the vocabulary's tokenizer; NULL (a failure counted) when
+   it cannot be read. */
 static struct pg_tokenizer *load_vocab(const char *path)
 {
-	struct pg_tokenizer *t = NULL;
-	struct gguf_file *f;
-	struct stat st;
+	struct pg_tokenizer *t;
 	char err[512];
-	void *m = MAP_FAILED;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	if (fd >= 0 && !fstat(fd, &st) && st.st_size >= 24)
-		m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE, fd, 0);
-	if (fd >= 0)
-		close(fd);
-	CHECK(m != MAP_FAILED, "%s: cannot map it", path);
-	if (m == MAP_FAILED)
-		return NULL;
-	memset((char *)m + 8, 0, 8);	/* n_tensors: the header's third field */
-	if (gguf_open_mem(m, (size_t)st.st_size, path, &f, err, sizeof(err))) {
-		CHECK(0, "%s: %s", path, err);
-	} else {
-		CHECK(!pg_tokenizer_load(f, &t, err, sizeof(err)),
-		      "%s: load: %s", path, err);
-		gguf_close(f);
-	}
-	munmap(m, (size_t)st.st_size);
+	CHECK(!vocab_only_load(path, &t, err, sizeof(err)), "%s", err);
 	return t;
 }
 
@@ -130,55 +109,6 @@ struct ref_case {
 	int32_t *ids;
 	int64_t n_ids;
 };
-
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
-static int parse_text(const char *hex, struct ref_case *c)
-{
-	size_t n = strcspn(hex, "\r\n");
-
-	if (n % 2)
-		return -1;
-	c->text = xmalloc(n / 2 + 1);
-	c->len = n / 2;
-	for (size_t i = 0; i < n / 2; i++) {
-		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -1;
-		c->text[i] = (char)(hi << 4 | lo);
-	}
-	return 0;
-}
-
-static void parse_ids(char *s, struct ref_case *c)
-{
-	size_t cap = 16;
-	char *end;
-
-	c->ids = xmalloc(cap * sizeof(*c->ids));
-	c->n_ids = 0;
-	for (;;) {
-		long v = strtol(s, &end, 10);
-
-		if (end == s)
-			break;
-		if ((size_t)c->n_ids == cap) {
-			c->ids = realloc(c->ids, (cap *= 2) * sizeof(*c->ids));
-			if (!c->ids)
-				abort();
-		}
-		c->ids[c->n_ids++] = (int32_t)v;
-		s = end;
-	}
-}
 
 /*
  * load_cases - "T <special> <hex text>" lines, each followed by an
@@ -205,11 +135,11 @@ static struct ref_case *load_cases(const char *path, int *n_cases)
 			}
 			memset(&v[n], 0, sizeof(v[n]));
 			v[n].special = line[2] == '1';
-			bad |= parse_text(line + 4, &v[n]);
+			bad |= ref_hex_text(line + 4, &v[n].text, &v[n].len);
 			n++;
 		} else if (line[0] == 'I' && n) {
 			free(v[n - 1].ids);
-			parse_ids(line + 1, &v[n - 1]);
+			ref_id_list(line + 1, &v[n - 1].ids, &v[n - 1].n_ids);
 		}
 	}
 	fclose(fp);
