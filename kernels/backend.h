@@ -92,6 +92,17 @@ struct pg_attn_heads {
 	int head0;
 	int group;
 	int kv_head0;
+	/*
+	 * The block's mask and scores (0: none).  window > 0: a row at
+	 * position p attends only to positions p - window + 1 .. p (a
+	 * sliding-window block, as llama.cpp's standard SWA masks it), and
+	 * reads no page before them.  softcap > 0: every score s (after
+	 * scale) becomes softcap * tanh(s / softcap) before the softmax
+	 * (Gemma 2).  A backend without attn_window or attn_softcap in its
+	 * ops is never given them.
+	 */
+	int window;
+	float softcap;
 };
 
 /*
@@ -283,6 +294,28 @@ struct pg_backend_ops {
 	 */
 	void (*step_begin)(struct pg_backend *be);
 	int (*step_end)(struct pg_backend *be, char *err, size_t err_len);
+
+	/*
+	 * Optional ops of other architectures (NULL where a backend has none:
+	 * the forward pass then refuses models that need them, by name).
+	 *
+	 * gelu_mul: gate[i] = gelu(gate[i]) * up[i], GELU in its tanh form
+	 * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma's GeGLU).
+	 * scale: x[i] *= s (Gemma's embedding scale sqrt(n_embd)).
+	 * softcap: x[i] = cap * tanh(x[i] / cap) (Gemma 2's final logits).
+	 * sum_parts: out[i] = ((p_0[i] + p_1[i]) + ..), the sum add_parts
+	 * adds, bit for bit (a row-split product followed by a norm).
+	 */
+	void (*gelu_mul)(struct pg_backend *be, float *gate, const float *up,
+			 int64_t n);
+	void (*scale)(struct pg_backend *be, float *x, float s, int64_t n);
+	void (*softcap)(struct pg_backend *be, float *x, float cap, int64_t n);
+	void (*sum_parts)(struct pg_backend *be, float *out,
+			  const float *const *parts, int n_parts, int64_t n);
+
+	/* attention honours pg_attn_heads' window and softcap */
+	int attn_window;
+	int attn_softcap;
 
 	/*
 	 * rope_factors - optional (NULL where a backend has none, and the

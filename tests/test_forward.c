@@ -499,27 +499,6 @@ static void check_refusals(void)
 		       "tensor rope_freqs.weight: qwen2 models have no per-dimension RoPE frequency factors");
 	o.rope_freqs = 0;
 	o.qkv_bias = 0;
-	/* Mistral's window shorter than the context: attention would differ */
-	o.sliding_window = 64;
-	expect_refused(&o, "pagoda-random", "pagoda-random",
-		       "llama.attention.sliding_window is 64, shorter than the context length");
-	/* a window no shorter than the context changes nothing: loads */
-	o.sliding_window = o.n_ctx;
-	{
-		char path[] = "/tmp/pagoda-test-forward-XXXXXX", err[512] = "";
-		struct pg_model *m = NULL;
-		int fd = mkstemp(path);
-
-		close(fd);
-		CHECK(!ggufgen_write(&o, path, err, sizeof(err)) &&
-		      !pg_model_load(path, 0, &m, err, sizeof(err)),
-		      "a sliding window as long as the context: %s", err);
-		pg_model_free(m);
-		unlink(path);
-	}
-	o.sliding_window = 0;
-	expect_refused(&o, "llama", "gemma",
-		       "\"gemma\", which pagoda does not support yet: it needs GELU-tanh");
 }
 
 int main(void)

@@ -257,8 +257,8 @@ int main(void)
 	write_patched_u32(path, "llama.block_count", 0);
 	expect_refused(path, "llama.block_count: expected an integer in 1..4096",
 		       "zero blocks");
-	write_patched(path, "llama", "gemma", 5, 1);
-	expect_refused(path, "\"gemma\", which pagoda does not support", "architecture");
+	write_patched(path, "llama", "mamba", 5, 1);
+	expect_refused(path, "\"mamba\", which pagoda does not support", "architecture");
 	write_patched(path, "token_embd.weight", "token_embd.wEight", 17, 1);
 	expect_refused(path, "token_embd.weight is missing", "no embedding");
 	write_patched(path, "llama", "ll\0ma", 5, 1);

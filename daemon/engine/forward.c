@@ -400,6 +400,8 @@ static void up_all(struct uploader *u, int head_split)
 
 		up_floats(u, &w->attn_norm, hp->n_embd);
 		up_floats(u, &w->ffn_norm, hp->n_embd);
+		up_floats(u, &w->attn_post_norm, hp->n_embd);
+		up_floats(u, &w->ffn_post_norm, hp->n_embd);
 		up_floats(u, &w->bq, d->nq * hd);
 		up_floats(u, &w->bk, d->nkv * hd);
 		up_floats(u, &w->bv, d->nkv * hd);
@@ -752,10 +754,27 @@ static int setup_gpu(struct pg_forward *fw, struct device *d, char *err,
 static int arch_ops_ok(const struct device *d, char *err, size_t err_len)
 {
 	const struct pg_arch *a = &d->fw->m->arch;
+	const struct pg_backend_ops *o = d->be->ops;
+	const char *missing = NULL;
 
-	if (a->rope_factors && !d->be->ops->rope_factors) {
-		snprintf(err, err_len, "device %s: the %s backend has no RoPE with frequency factors, which this model needs (rope_freqs.weight, Llama 3.1 and later): run it on CPU devices",
-			 d->info ? d->info->name : "0", d->be->ops->name);
+	if (a->rope_factors && !o->rope_factors)
+		missing = "RoPE with frequency factors (rope_freqs.weight, Llama 3.1 and later)";
+	else if (a->act == PG_ACT_GELU && !o->gelu_mul)
+		missing = "the GELU feed-forward gate (GeGLU)";
+	else if (a->emb_scale > 0.0f && !o->scale)
+		missing = "scaled token embeddings";
+	else if (a->final_softcap > 0.0f && !o->softcap)
+		missing = "soft-capped logits";
+	else if (a->attn_softcap > 0.0f && !o->attn_softcap)
+		missing = "soft-capped attention scores";
+	else if (a->window > 0 && !o->attn_window)
+		missing = "sliding-window attention";
+	else if (a->post_norms && o->exact_parallel && !o->sum_parts)
+		missing = "exact sums before post-norms (sum_parts)";
+	if (missing) {
+		snprintf(err, err_len, "device %s: the %s backend has no %s, which this %s model needs: run it on CPU devices",
+			 d->info ? d->info->name : "0", o->name, missing,
+			 pg_arch_name(a->id));
 		return -ENOTSUP;
 	}
 	return 0;
@@ -1523,6 +1542,7 @@ static int head(struct device *d, const struct job *j, int *open)
 {
 	int dm = d->fw->m->hp.n_embd, nv = d->fw->m->hp.n_vocab;
 	int n_out = j->n_out, rc;
+	float cap = d->fw->m->arch.final_softcap;
 	struct scratch *s = &d->s;
 	struct pg_backend *be = d->be;
 	struct pg_comm *hc = d->tp ? d->tp : d->cp;
@@ -1546,14 +1566,18 @@ static int head(struct device *d, const struct job *j, int *open)
 			 d->fw->m->hp.rms_eps, s->xb);
 	if (!hc && !d->devmem) {
 		be->ops->matmul(be, &d->out_w, s->xb, n_out, NULL, j->logits);
+		if (cap > 0.0f)
+			be->ops->softcap(be, j->logits, cap, (int64_t)n_out * nv);
 		return 0;
 	}
 	if ((rc = grow_logits(d, (size_t)n_out))) {
 		close_step(d, open);
 		return rc;
 	}
-	/* rows of vpad floats: this rank's slice, zero-padded */
+	/* rows of vpad floats: this rank's slice, zero-padded (tanh(0) = 0) */
 	be->ops->matmul(be, &d->out_w, s->xb, n_out, NULL, s->lg);
+	if (cap > 0.0f)
+		be->ops->softcap(be, s->lg, cap, (int64_t)n_out * d->vpad);
 	if ((rc = close_step(d, open)))
 		return rc;
 	if (!hc)	/* a device's memory, one rank: vpad == n_vocab */
@@ -1612,9 +1636,15 @@ static int run_job(struct device *d, const struct job *j)
 		d->be->ops->step_begin(d->be);
 		open = 1;
 	}
-	if (d->stage == 0)
+	if (d->stage == 0) {
+		float es = d->fw->m->arch.emb_scale;
+
 		d->be->ops->get_rows(d->be, &d->tok_embd, j->tokens,
 				     j->n_tokens, d->s.x);
+		if (es > 0.0f)
+			d->be->ops->scale(d->be, d->s.x, es, (int64_t)j->n_tokens *
+					  d->fw->m->hp.n_embd);
+	}
 	device_slots(d, j);
 	for (int lb = 0; lb < d->n_blocks; lb++) {
 		if (d->fault_after > 0 && lb + 1 == d->fault_after) {

@@ -74,8 +74,14 @@ uint64_t pg_model_identity(const struct pg_model *m)
 
 const char *pg_arch_name(enum pg_arch_id a)
 {
-	return a == PG_ARCH_QWEN3 ? "qwen3" : a == PG_ARCH_QWEN2 ? "qwen2" :
-	       "llama";
+	static const char *const names[] = {
+		[PG_ARCH_LLAMA] = "llama", [PG_ARCH_QWEN2] = "qwen2",
+		[PG_ARCH_QWEN3] = "qwen3", [PG_ARCH_GEMMA] = "gemma",
+		[PG_ARCH_GEMMA2] = "gemma2", [PG_ARCH_GEMMA3] = "gemma3",
+	};
+
+	return (unsigned)a < sizeof(names) / sizeof(names[0]) && names[a] ?
+	       names[a] : "llama";
 }
 
 /* Read integer hyper-parameter "<arch>.<key>"; def < 0 means required. */
@@ -120,8 +126,10 @@ static int hp_float(struct loader *l, const char *key, float def, float lo,
 
 /*
  * The architectures, as data: general.architecture, the key prefix, and
- * what the block function does for it (the scale is filled in later, from
- * the head size).
+ * what the block function does for it (the scales and the window are
+ * filled in later, from the hyper-parameters).  Gemma's norms are stored
+ * with the 1 of its (1 + w) scale already added by the converter, so they
+ * are plain RMSNorm weights here.
  */
 static const struct arch_row {
 	const char *name;
@@ -133,13 +141,18 @@ static const struct arch_row {
 		     .rope_mode = PG_ROPE_NEOX } },
 	{ "qwen3", { .id = PG_ARCH_QWEN3, .qk_norm = 1,
 		     .rope_mode = PG_ROPE_NEOX } },
+	{ "gemma", { .id = PG_ARCH_GEMMA, .act = PG_ACT_GELU,
+		     .rope_mode = PG_ROPE_NEOX } },
+	{ "gemma2", { .id = PG_ARCH_GEMMA2, .act = PG_ACT_GELU,
+		      .rope_mode = PG_ROPE_NEOX, .post_norms = 1,
+		      .swa_pattern = 2 } },
+	{ "gemma3", { .id = PG_ARCH_GEMMA3, .act = PG_ACT_GELU, .qk_norm = 1,
+		      .rope_mode = PG_ROPE_NEOX, .post_norms = 1,
+		      .swa_pattern = 6, .rope_base_swa = 10000.0f } },
 };
 
 /* Architectures known to need what this build does not compute yet. */
 static const char *const arch_todo[][2] = {
-	{ "gemma", "GELU-tanh feed-forward and scaled embeddings" },
-	{ "gemma2", "attention and final logit soft-capping, alternating sliding-window attention, post-norms" },
-	{ "gemma3", "sliding-window attention (every sixth block global), post-attention and post-FFN norms, GELU-tanh feed-forward" },
 	{ "phi3", "fused attn_qkv and gate|up tensors, partial rotary, long/short RoPE factors" },
 };
 
@@ -161,9 +174,9 @@ static int read_arch(struct loader *l)
 		}
 	for (size_t i = 0; i < sizeof(arch_todo) / sizeof(arch_todo[0]); i++)
 		if (gguf_str_eq(a, arch_todo[i][0]))
-			return lfail(l, "general.architecture is \"%s\", which pagoda does not support yet: it needs %s (supported: llama, mistral, qwen2, qwen3)",
+			return lfail(l, "general.architecture is \"%s\", which pagoda does not support yet: it needs %s (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3)",
 				     arch_todo[i][0], arch_todo[i][1]);
-	return lfail(l, "general.architecture is \"%s\", which pagoda does not support (expected llama, mistral, qwen2 or qwen3)",
+	return lfail(l, "general.architecture is \"%s\", which pagoda does not support (expected llama, mistral, qwen2, qwen3, gemma, gemma2 or gemma3)",
 		     gguf_str_quote(a, 64, q, sizeof(q)));
 }
 
@@ -193,21 +206,66 @@ static int check_rope_variant(struct loader *l)
 				     l->arch);
 		l->m->arch.rope_factors = 1;
 	}
-	/*
-	 * A sliding window shorter than the context changes what a token
-	 * attends to; this build attends to the whole context.
-	 */
-	snprintf(key, sizeof(key), "%s.attention.sliding_window", l->arch);
-	if (gguf_find_key(l->f, key) >= 0) {
-		int64_t w;
+	return 0;
+}
 
-		if (gguf_get_i64(l->f, key, &w) || w < 0)
-			return lfail(l, "metadata key %s: expected a non-negative integer", key);
-		if (w > 0 && w < l->m->hp.n_ctx_train)
-			return lfail(l, "metadata key %s is %lld, shorter than the context length %d: sliding-window attention is not supported yet",
-				     key, (long long)w, l->m->hp.n_ctx_train);
+/*
+ * Sliding-window attention, <arch>.attention.sliding_window: required by
+ * the architectures that window some blocks (struct pg_arch's
+ * swa_pattern); for the others (Mistral), a window shorter than the
+ * context windows every block.  <arch>.attention.sliding_window_pattern,
+ * where a converter writes it, overrides the architecture's pattern.
+ */
+static int read_window(struct loader *l)
+{
+	struct pg_arch *a = &l->m->arch;
+	char key[128];
+	int64_t w;
+	int rc;
+
+	snprintf(key, sizeof(key), "%s.attention.sliding_window", l->arch);
+	if (gguf_find_key(l->f, key) < 0) {
+		if (a->swa_pattern)
+			return lfail(l, "metadata key %s is missing (%s models window the attention of some blocks: expected the window's length); re-convert the model",
+				     key, l->arch);
+		return 0;
+	}
+	if (gguf_get_i64(l->f, key, &w) || w < 0 || w > (1 << 24))
+		return lfail(l, "metadata key %s: expected an integer in 0..%d",
+			     key, 1 << 24);
+	if (!a->swa_pattern) {
+		if (w == 0 || w >= l->m->hp.n_ctx_train)
+			return 0;	/* no narrower than the context */
+		a->swa_pattern = 1;
+	}
+	if (w == 0)
+		return lfail(l, "metadata key %s is 0: %s models need a positive window length; re-convert the model",
+			     key, l->arch);
+	a->window = (int)w;
+	snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", l->arch);
+	if (gguf_find_key(l->f, key) >= 0) {
+		int64_t pat;
+
+		if ((rc = gguf_get_i64(l->f, key, &pat)) || pat < 1 || pat > 4096)
+			return lfail(l, "metadata key %s: expected an integer in 1..4096 (block i is windowed when i %% pattern < pattern - 1; a per-block list is not supported)",
+				     key);
+		a->swa_pattern = (int)pat;
 	}
 	return 0;
+}
+
+/*
+ * Soft-capping, wherever a file has it (Gemma 2): scores and logits are
+ * capped to c tanh(x / c); 0 or absent: not capped.
+ */
+static int read_softcaps(struct loader *l)
+{
+	struct pg_arch *a = &l->m->arch;
+	int rc;
+
+	if ((rc = hp_float(l, "attn_logit_softcapping", 0.0f, 0.0f, 1e6f, &a->attn_softcap)))
+		return rc;
+	return hp_float(l, "final_logit_softcapping", 0.0f, 0.0f, 1e6f, &a->final_softcap);
 }
 
 static int read_hparams(struct loader *l)
@@ -242,7 +300,19 @@ static int read_hparams(struct loader *l)
 	if (hp->n_rot % 2)
 		return lfail(l, "%s.rope.dimension_count %d: expected an even number", l->arch, hp->n_rot);
 	l->m->arch.attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-	return check_rope_variant(l);
+	/*
+	 * Gemma 2 27B and Gemma 3 27B scale queries by n_embd / n_heads
+	 * (query_pre_attn_scalar, which GGUF does not carry; llama.cpp keys
+	 * it on the block count as here).
+	 */
+	if ((hp->arch == PG_ARCH_GEMMA2 && hp->n_blocks == 46) ||
+	    (hp->arch == PG_ARCH_GEMMA3 && hp->n_blocks == 62))
+		l->m->arch.attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_heads));
+	if (l->m->arch.act == PG_ACT_GELU)	/* Gemma */
+		l->m->arch.emb_scale = sqrtf((float)hp->n_embd);
+	if ((rc = check_rope_variant(l)) || (rc = read_window(l)))
+		return rc;
+	return read_softcaps(l);
 }
 
 /* Find a tensor and check its shape is exactly (ne0, ne1). */
@@ -326,7 +396,9 @@ static int load_block(struct loader *l, int i)
 	    (rc = get_vector(l, NAME("attn_q_norm.weight"), hp->head_dim, !l->m->arch.qk_norm, &b->q_norm)) ||
 	    (rc = get_vector(l, NAME("attn_k_norm.weight"), hp->head_dim, !l->m->arch.qk_norm, &b->k_norm)) ||
 	    (rc = get_matrix(l, NAME("attn_output.weight"), q_dim, hp->n_embd, &b->wo)) ||
+	    (rc = get_vector(l, NAME("post_attention_norm.weight"), hp->n_embd, !l->m->arch.post_norms, &b->attn_post_norm)) ||
 	    (rc = get_vector(l, NAME("ffn_norm.weight"), hp->n_embd, 0, &b->ffn_norm)) ||
+	    (rc = get_vector(l, NAME("post_ffw_norm.weight"), hp->n_embd, !l->m->arch.post_norms, &b->ffn_post_norm)) ||
 	    (rc = get_matrix(l, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, &b->w_gate)) ||
 	    (rc = get_matrix(l, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, &b->w_up)) ||
 	    (rc = get_matrix(l, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, &b->w_down)))
@@ -343,7 +415,7 @@ static int load_block(struct loader *l, int i)
 
 static size_t owned_floats(const struct pg_hparams *hp)
 {
-	size_t per_block = 2 * (size_t)hp->n_embd +
+	size_t per_block = 4 * (size_t)hp->n_embd +
 		(size_t)(hp->n_heads + 2 * hp->n_kv_heads + 2) * hp->head_dim;
 
 	return per_block * hp->n_blocks + hp->n_embd + (size_t)hp->n_rot / 2;

@@ -1,5 +1,6 @@
 /*
- * model.h - a Llama-family model (llama, mistral, qwen2, qwen3) loaded from
+ * model.h - a Llama-family model (llama, mistral, qwen2, qwen3, gemma,
+ * gemma2, gemma3) loaded from
  * a GGUF file: hyper-parameters, the architecture as data (struct
  * pg_arch), the weights of every block (pointing into the file's mapping),
  * and the tokenizer.
@@ -24,11 +25,18 @@ enum pg_arch_id {
 	PG_ARCH_QWEN2,		/* Llama + Q/K/V biases, NEOX RoPE */
 	PG_ARCH_QWEN3,		/* Llama + per-head Q/K RMSNorm, NEOX RoPE,
 				   explicit head size */
+	PG_ARCH_GEMMA,		/* GeGLU, embeddings scaled, NEOX RoPE */
+	PG_ARCH_GEMMA2,		/* Gemma + post-norms, soft-capped attention
+				   and logits, every other block windowed */
+	PG_ARCH_GEMMA3,		/* Gemma + post-norms, Q/K RMSNorm, five
+				   windowed blocks (RoPE base 10000) to one
+				   global */
 };
 
 /* The feed-forward gate's activation: act(gate) * up. */
 enum pg_act {
-	PG_ACT_SILU = 0,
+	PG_ACT_SILU = 0,	/* SwiGLU */
+	PG_ACT_GELU,		/* GeGLU, GELU's tanh form (Gemma) */
 };
 
 /*
@@ -48,7 +56,32 @@ struct pg_arch {
 	int rope_factors;	/* rope_freqs.weight: rotary frequency i is
 				   divided by factor i (Llama 3.1+) */
 	float attn_scale;	/* multiplies q . k: 1/sqrt(head_dim) */
+	float emb_scale;	/* token embeddings are multiplied by it
+				   (Gemma: sqrt(n_embd)); 0: not scaled */
+	int post_norms;		/* post_attention_norm, post_ffw_norm: each
+				   sub-layer's output RMS-normalised before
+				   its residual add (Gemma 2, 3) */
+	/*
+	 * Sliding-window attention: with window > 0, block i attends only to
+	 * the last `window` positions (itself included) when
+	 * i % swa_pattern < swa_pattern - 1 (pg_block_windowed): Gemma 3's
+	 * pattern is 6 (every sixth block global), Gemma 2's 2, Mistral's 1
+	 * (every block).  Windowed blocks rotate with rope_base_swa when it
+	 * is not 0 (Gemma 3: 10000), the others with hp.rope_base.
+	 */
+	int window;
+	int swa_pattern;
+	float rope_base_swa;
+	float attn_softcap;	/* scores capped: c tanh(s / c); 0: none */
+	float final_softcap;	/* logits capped the same way; 0: none */
 };
+
+/* pg_block_windowed - whether block i of a model with arch a is windowed. */
+static inline int pg_block_windowed(const struct pg_arch *a, int i)
+{
+	return a->window > 0 &&
+	       (a->swa_pattern <= 1 || i % a->swa_pattern < a->swa_pattern - 1);
+}
 
 struct pg_hparams {
 	enum pg_arch_id arch;
@@ -74,7 +107,9 @@ struct pg_block_weights {
 	const float *bq, *bk, *bv;
 	const float *q_norm, *k_norm;	/* (head_dim) or NULL (arch.qk_norm) */
 	struct pg_matrix wo;		/* (n_embd, n_heads * head_dim) */
+	const float *attn_post_norm;	/* (n_embd) or NULL (arch.post_norms) */
 	const float *ffn_norm;		/* (n_embd) */
+	const float *ffn_post_norm;	/* (n_embd) or NULL (arch.post_norms) */
 	struct pg_matrix w_gate;	/* (n_ff, n_embd) */
 	struct pg_matrix w_up;		/* (n_ff, n_embd) */
 	struct pg_matrix w_down;	/* (n_embd, n_ff) */
@@ -128,7 +163,7 @@ const char *pg_model_default_path(char *buf, size_t len);
  */
 uint64_t pg_model_identity(const struct pg_model *m);
 
-/* pg_arch_name - "llama", "qwen2", "qwen3". */
+/* pg_arch_name - "llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3". */
 const char *pg_arch_name(enum pg_arch_id a);
 
 #endif

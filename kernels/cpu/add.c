@@ -1,6 +1,6 @@
 /*
  * add.c - the add ops: x += y, the residual connection, and x += the sum
- * of parts in part order (add_parts).
+ * of parts in part order (add_parts), or x = that sum (sum_parts).
  *
  * Long vectors are split among threads; short ones are done by the caller.
  */
@@ -15,6 +15,7 @@ struct add_ctx {
 	int64_t n;
 	const float *const *parts;	/* add_parts: (n_parts), else NULL */
 	int n_parts;
+	int set;			/* sum_parts: x = the sum */
 };
 
 #define PG_ADD_RUN 1024		/* add_parts' floats a run, on the stack */
@@ -35,7 +36,11 @@ static void add_parts_range(const struct add_ctx *c, int64_t lo, int64_t hi)
 			t[j] = c->parts[0][i + j];
 		for (int p = 1; p < c->n_parts; p++)
 			c->k->add(n, t, c->parts[p] + i);
-		c->k->add(n, c->x + i, t);
+		if (c->set)
+			for (int64_t j = 0; j < n; j++)
+				c->x[i + j] = t[j];
+		else
+			c->k->add(n, c->x + i, t);
 	}
 }
 
@@ -72,6 +77,21 @@ void pg_cpu_add_parts(struct pg_backend *be, float *x,
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	struct add_ctx c = {
 		.k = cpu->k, .x = x, .n = n, .parts = parts, .n_parts = n_parts,
+	};
+
+	if (n * n_parts >= PG_ADD_PAR_MIN && cpu->n_threads > 1)
+		pg_pool_run(cpu->pool, add_worker, &c);
+	else
+		add_parts_range(&c, 0, n);
+}
+
+void pg_cpu_sum_parts(struct pg_backend *be, float *out,
+		      const float *const *parts, int n_parts, int64_t n)
+{
+	struct pg_cpu_backend *cpu = pg_cpu(be);
+	struct add_ctx c = {
+		.k = cpu->k, .x = out, .n = n, .parts = parts,
+		.n_parts = n_parts, .set = 1,
 	};
 
 	if (n * n_parts >= PG_ADD_PAR_MIN && cpu->n_threads > 1)

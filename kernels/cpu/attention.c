@@ -7,6 +7,8 @@
  * run (online softmax), and V rows are accumulated in f32 through the ISA
  * table's attention loops, which read F32, F16 or BF16 pages directly.
  * Scores take q rounded to the pages' type, the keys' precision.
+ * A sliding-window block's row reads only the pages of its window; a
+ * soft-capped block caps each score before the softmax.
  * Work is shared by rows (prompts) or by runs of heads (decode).
  * With llama.cpp numerics (pg_cpu_backend_llama_numerics), each query runs
  * llama.cpp's loop instead (llamacpp.c).
@@ -52,10 +54,16 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
 
 	c->k->attn_scores(kv->type, n, kv->head_dim,
 			  pg_kv_row(kv, c->block, 0, kvh, slot0), q, s);
-	for (int j = 0; j < n; j++) {
+	for (int j = 0; j < n; j++)
 		s[j] *= c->scale;
-		mx = s[j] > mx ? s[j] : mx;	/* fmaxf() is a libm call */
+	if (c->heads.softcap > 0.0f) {
+		float cap = c->heads.softcap;
+
+		for (int j = 0; j < n; j++)
+			s[j] = cap * tanhf(s[j] / cap);
 	}
+	for (int j = 0; j < n; j++)
+		mx = s[j] > mx ? s[j] : mx;	/* fmaxf() is a libm call */
 	if (mx > st->m) {
 		float r = expf(st->m - mx);	/* 0 on the first run */
 
@@ -118,7 +126,7 @@ static void attn_finish(const struct attn_state *st, int hd, float *out,
 
 /* llama.cpp numerics: llama.cpp's attention of one query (llamacpp.c). */
 static void attn_llama(const struct attn_ctx *c, const struct pg_attn_seq *seq,
-		       int n_keys, int kvh, const float *q, float *out)
+		       int lo, int n_keys, int kvh, const float *q, float *out)
 {
 	const struct pg_kv_layout *kv = c->kv;
 	int pt = kv->page_tokens, hd = kv->head_dim;
@@ -129,9 +137,11 @@ static void attn_llama(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 		q16[i] = pg_fp32_to_fp16(q[i]);
 		acc[i] = 0;
 	}
-	for (int j = 0; j * pt < n_keys; j++) {
-		int n = n_keys - j * pt < pt ? n_keys - j * pt : pt;
-		int32_t slot = seq->pages[j] * pt;
+	for (int j = lo / pt; j * pt < n_keys; j++) {
+		int p0 = j * pt > lo ? j * pt : lo;
+		int n = n_keys - p0 < (j + 1) * pt - p0 ? n_keys - p0 :
+			(j + 1) * pt - p0;
+		int32_t slot = seq->pages[j] * pt + (p0 - j * pt);
 
 		c->k->fa16_run(n, hd, pg_kv_row(kv, c->block, 0, kvh, slot),
 			       pg_kv_row(kv, c->block, 1, kvh, slot), q16,
@@ -143,8 +153,8 @@ static void attn_llama(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 }
 
 /*
- * out = softmax(q K^T * scale) V over the positions 0 .. n_keys - 1 that
- * this store holds: page table entry j covers page_tokens * cp_size
+ * out = softmax(q K^T * scale) V over the positions lo .. n_keys - 1 that
+ * this store holds (lo > 0: a sliding window): page table entry j covers page_tokens * cp_size
  * positions, of which this store holds the run starting cp_rank *
  * page_tokens (all of them without CP).  *lse = log sum exp(scores), or
  * -inf (and out = 0) when no position is held.
@@ -156,7 +166,7 @@ static void attn_llama(const struct attn_ctx *c, const struct pg_attn_seq *seq,
  * lse is then NULL.
  */
 static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
-		     int n_keys, int kvh, const float *q, float *out,
+		     int lo, int n_keys, int kvh, const float *q, float *out,
 		     float *lse)
 {
 	const struct pg_kv_layout *kv = c->kv;
@@ -184,12 +194,17 @@ static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 		c->k->round_kv(kv->type, hd, q, qr);
 		q = qr;
 	}
-	for (int j = 0; j * span + first < n_keys; j++)
+	/*
+	 * A window's first position starts each run it cuts, in lanes as in
+	 * a CP rank's store: the same runs, so the same bits.
+	 */
+	for (int j = lo / span; j * span + first < n_keys; j++)
 		for (int l = 0; l < nl; l++) {
 			int p0 = j * span + first + l * lt;
 			int end = p0 + lt < n_keys ? p0 + lt : n_keys;
+			int from = p0 > lo ? p0 : lo;
 
-			for (int p = p0; p < end; p += PG_ATTN_CHUNK) {
+			for (int p = from; p < end; p += PG_ATTN_CHUNK) {
 				int n = end - p < PG_ATTN_CHUNK ?
 					end - p : PG_ATTN_CHUNK;
 
@@ -220,16 +235,17 @@ static void attn_heads(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 	int hd = c->kv->head_dim;
 	size_t row = (size_t)(seq->first_row + i);
 	int n_keys = seq->n_ctx - seq->n_rows + i + 1;
+	int lo = hs->window > 0 && n_keys > hs->window ? n_keys - hs->window : 0;
 
 	for (int h = h0; h < h1; h++) {
 		size_t rh = row * (size_t)c->n_heads + (size_t)h;
 		int kvh = (hs->head0 + h) / hs->group - hs->kv_head0;
 
 		if (c->llama)
-			attn_llama(c, seq, n_keys, kvh, c->q + rh * (size_t)hd,
+			attn_llama(c, seq, lo, n_keys, kvh, c->q + rh * (size_t)hd,
 				   c->out + rh * (size_t)hd);
 		else
-			attn_one(c, seq, n_keys, kvh, c->q + rh * (size_t)hd,
+			attn_one(c, seq, lo, n_keys, kvh, c->q + rh * (size_t)hd,
 				 c->out + rh * (size_t)hd,
 				 c->lse ? c->lse + rh : NULL);
 	}
@@ -274,7 +290,7 @@ void pg_cpu_attention(struct pg_backend *be, const struct pg_kv_layout *kv,
 	struct attn_ctx c = {
 		.k = cpu->k, .kv = kv, .block = block, .q = q,
 		.llama = cpu->llama && kv->type == PG_F16 && kv->cp_size <= 1 &&
-			 kv->lanes <= 1,
+			 kv->lanes <= 1 && !(heads->softcap > 0.0f),
 		.n_heads = heads->n_heads, .heads = *heads, .seqs = seqs,
 		.n_seqs = n_seqs, .scale = scale, .out = out, .lse = lse,
 	};

@@ -202,6 +202,12 @@ static const struct pg_backend_ops cpu_ops = {
 	.silu_mul = pg_cpu_silu_mul,
 	.add = pg_cpu_add,
 	.add_parts = pg_cpu_add_parts,
+	.sum_parts = pg_cpu_sum_parts,
+	.gelu_mul = pg_cpu_gelu_mul,
+	.scale = pg_cpu_scale,
+	.softcap = pg_cpu_softcap,
+	.attn_window = 1,
+	.attn_softcap = 1,
 };
 
 static const struct pg_cpu_kernels *kernels_for(enum pg_cpu_isa isa)

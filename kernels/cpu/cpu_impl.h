@@ -380,6 +380,12 @@ void pg_cpu_silu_mul(struct pg_backend *be, float *gate, const float *up,
 void pg_cpu_add(struct pg_backend *be, float *x, const float *y, int64_t n);
 void pg_cpu_add_parts(struct pg_backend *be, float *x,
 		      const float *const *parts, int n_parts, int64_t n);
+void pg_cpu_sum_parts(struct pg_backend *be, float *out,
+		      const float *const *parts, int n_parts, int64_t n);
+void pg_cpu_gelu_mul(struct pg_backend *be, float *gate, const float *up,
+		     int64_t n);
+void pg_cpu_scale(struct pg_backend *be, float *x, float s, int64_t n);
+void pg_cpu_softcap(struct pg_backend *be, float *x, float cap, int64_t n);
 
 /*
  * Address of (block, K=0 / V=1, kv head, physical slot) in paged KV storage;
