@@ -72,7 +72,8 @@ static void ref_rmsnorm(const float *x, const float *w, int n, float eps,
 }
 
 /* RoPE; frequency i divided by rope_freqs[i] where the model has them. */
-static void ref_rope(float *v, int n_heads, const struct pg_model *m, int pos)
+static void ref_rope(float *v, int n_heads, const struct pg_model *m, int pos,
+		     double base)
 {
 	const struct pg_hparams *hp = &m->hp;
 	enum pg_rope_mode mode = m->arch.rope_mode;
@@ -81,7 +82,7 @@ static void ref_rope(float *v, int n_heads, const struct pg_model *m, int pos)
 		float *x = v + h * hp->head_dim;
 
 		for (int i = 0; i < hp->n_rot / 2; i++) {
-			double th = pos * pow(hp->rope_base, -2.0 * i / hp->n_rot) /
+			double th = pos * pow(base, -2.0 * i / hp->n_rot) /
 				    (m->rope_freqs ? m->rope_freqs[i] : 1.0);
 			int a = mode == PG_ROPE_NEOX ? i : 2 * i;
 			int b = mode == PG_ROPE_NEOX ? i + hp->n_rot / 2 : 2 * i + 1;
@@ -93,7 +94,24 @@ static void ref_rope(float *v, int n_heads, const struct pg_model *m, int pos)
 	}
 }
 
-/* Logits (n, n_vocab) of every position of ids. */
+static float ref_cap(float x, float cap)
+{
+	return cap > 0.0f ? (float)(cap * tanh((double)x / cap)) : x;
+}
+
+/* x += y, through the post-norm pn when there is one */
+static void ref_residual(float *x, float *y, const float *pn, int n, float eps)
+{
+	if (pn)
+		ref_rmsnorm(y, pn, n, eps, y);
+	for (int i = 0; i < n; i++)
+		x[i] += y[i];
+}
+
+/*
+ * Logits (n, n_vocab) of every position of ids: the model's arithmetic as
+ * the architecture papers write it, in doubles where it matters.
+ */
 static float *ref_forward(const struct pg_model *m, const int32_t *ids, int n)
 {
 	const struct pg_hparams *hp = &m->hp;
@@ -113,10 +131,15 @@ static float *ref_forward(const struct pg_model *m, const int32_t *ids, int n)
 		pg_dequantize_row(m->tok_embd.type,
 				  (const char *)m->tok_embd.data + ids[t] * m->tok_embd.row_bytes,
 				  emb, D);
+		for (int i = 0; m->arch.emb_scale > 0.0f && i < D; i++)
+			emb[i] *= m->arch.emb_scale;
 		memcpy(x + (size_t)t * D, emb, sizeof(float) * D);
 	}
 	for (int l = 0; l < hp->n_blocks; l++) {
 		const struct pg_block_weights *w = &m->blocks[l];
+		int win = pg_block_windowed(&m->arch, l) ? m->arch.window : 0;
+		double base = win && m->arch.rope_base_swa > 0.0f ?
+			      m->arch.rope_base_swa : hp->rope_base;
 
 		for (int t = 0; t < n; t++) {
 			float *xt = x + (size_t)t * D;
@@ -131,33 +154,33 @@ static float *ref_forward(const struct pg_model *m, const int32_t *ids, int n)
 			for (int h = 0; w->k_norm && h < hp->n_kv_heads; h++)
 				ref_rmsnorm(K + (size_t)t * kvd + h * hd, w->k_norm, hd,
 					    hp->rms_eps, K + (size_t)t * kvd + h * hd);
-			ref_rope(q, hp->n_heads, m, t);
-			ref_rope(K + (size_t)t * kvd, hp->n_kv_heads, m, t);
+			ref_rope(q, hp->n_heads, m, t, base);
+			ref_rope(K + (size_t)t * kvd, hp->n_kv_heads, m, t, base);
 			for (int h = 0; h < hp->n_heads; h++) {
-				int kh = h / grp;
+				int kh = h / grp, p0 = win && t >= win ? t - win + 1 : 0;
 				double mx = -1e300, sum = 0;
 
-				for (int p = 0; p <= t; p++) {
+				for (int p = p0; p <= t; p++) {
 					double s = 0;
 
 					for (int i = 0; i < hd; i++)
 						s += (double)q[h * hd + i] * K[(size_t)p * kvd + kh * hd + i];
-					sc[p] = (float)(s / sqrt(hd));
+					sc[p] = ref_cap((float)(s * m->arch.attn_scale),
+							m->arch.attn_softcap);
 					mx = sc[p] > mx ? sc[p] : mx;
 				}
-				for (int p = 0; p <= t; p++)
+				for (int p = p0; p <= t; p++)
 					sum += exp(sc[p] - mx);
 				for (int i = 0; i < hd; i++) {
 					double o = 0;
 
-					for (int p = 0; p <= t; p++)
+					for (int p = p0; p <= t; p++)
 						o += exp(sc[p] - mx) / sum * V[(size_t)p * kvd + kh * hd + i];
 					att[h * hd + i] = (float)o;
 				}
 			}
 			matvec(&w->wo, att, NULL, tmp);
-			for (int i = 0; i < D; i++)
-				xt[i] += tmp[i];
+			ref_residual(xt, tmp, w->attn_post_norm, D, hp->rms_eps);
 		}
 		for (int t = 0; t < n; t++) {
 			float *xt = x + (size_t)t * D;
@@ -166,17 +189,26 @@ static float *ref_forward(const struct pg_model *m, const int32_t *ids, int n)
 			ref_rmsnorm(xt, w->ffn_norm, D, hp->rms_eps, xb);
 			matvec(&w->w_gate, xb, NULL, g);
 			matvec(&w->w_up, xb, NULL, u);
-			for (int i = 0; i < hp->n_ff; i++)
-				hbuf[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+			for (int i = 0; i < hp->n_ff; i++) {
+				double z = g[i];
+
+				hbuf[i] = m->arch.act == PG_ACT_GELU ?
+					(float)(0.5 * z * (1.0 + tanh(sqrt(2.0 / M_PI) *
+						(z + 0.044715 * z * z * z)))) * u[i] :
+					g[i] / (1.0f + expf(-g[i])) * u[i];
+			}
 			matvec(&w->w_down, hbuf, NULL, tmp);
-			for (int i = 0; i < D; i++)
-				xt[i] += tmp[i];
+			ref_residual(xt, tmp, w->ffn_post_norm, D, hp->rms_eps);
 			free(hbuf);
 		}
 	}
 	for (int t = 0; t < n; t++) {
 		ref_rmsnorm(x + (size_t)t * D, m->output_norm, D, hp->rms_eps, xb);
 		matvec(&m->output, xb, NULL, logits + (size_t)t * hp->n_vocab);
+		for (int i = 0; i < hp->n_vocab; i++)
+			logits[(size_t)t * hp->n_vocab + i] =
+				ref_cap(logits[(size_t)t * hp->n_vocab + i],
+					m->arch.final_softcap);
 	}
 	free(x); free(xb); free(tmp); free(q); free(att); free(K); free(V);
 	free(g); free(u); free(sc); free(emb);
@@ -370,12 +402,16 @@ static void check_pool_full(const struct pg_model *m, const int32_t *ids)
 enum {
 	V_HEAD_DIM = 1,		/* head size 32, not hidden / heads (16) */
 	V_ROPE_FREQS = 2,	/* rope_freqs.weight (Llama 3.1+) */
+	V_WINDOW = 4,		/* a sliding window of 5 tokens */
 };
 
 static const char *arch_str(enum ggufgen_arch arch)
 {
-	return arch == GGUFGEN_QWEN3 ? "qwen3" : arch == GGUFGEN_QWEN2 ?
-	       "qwen2" : "llama";
+	static const char *const names[] = {
+		"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
+	};
+
+	return names[arch];
 }
 
 static void run_model(const char *preset, enum ggufgen_arch arch,
@@ -389,12 +425,26 @@ static void run_model(const char *preset, enum ggufgen_arch arch,
 	float *ref;
 	int fd = mkstemp(path);
 
-	snprintf(what, sizeof(what), "%s/%s%s%s/%s", preset, arch_str(arch),
+	snprintf(what, sizeof(what), "%s/%s%s%s%s/%s", preset, arch_str(arch),
 		 flags & V_HEAD_DIM ? "+hd32" : "",
-		 flags & V_ROPE_FREQS ? "+rope_freqs" : "", pg_dtype_name(type));
+		 flags & V_ROPE_FREQS ? "+rope_freqs" : "",
+		 flags & V_WINDOW ? "+window5" : "", pg_dtype_name(type));
 	ggufgen_preset(&o, preset);
 	o.head_dim = flags & V_HEAD_DIM ? 32 : 0;
 	o.rope_freqs = !!(flags & V_ROPE_FREQS);
+	/*
+	 * A window of 5 over 24 tokens in pages of 7: windows start inside
+	 * pages and skip whole ones.  Gemma 3 gets 7 blocks so that block 5
+	 * is global; Gemma 2 alternates; Mistral (llama) windows every block.
+	 */
+	if (flags & V_WINDOW)
+		o.sliding_window = 5;
+	if (arch == GGUFGEN_GEMMA3)
+		o.n_blocks = 7;
+	if (arch == GGUFGEN_GEMMA2) {
+		o.attn_softcap = 3.0f;	/* scores here are a few units */
+		o.final_softcap = 2.5f;
+	}
 	o.arch = arch;
 	o.qkv_bias = arch == GGUFGEN_QWEN2;
 	o.type = type;
@@ -520,6 +570,12 @@ int main(void)
 	run_model("tiny", GGUFGEN_QWEN3, PG_Q8_0, 3e-2, V_HEAD_DIM);
 	run_model("tiny", GGUFGEN_LLAMA, PG_Q4_1, 5e-2, V_ROPE_FREQS);
 	run_model("tiny", GGUFGEN_LLAMA, PG_Q4_0, 5e-2, 0);
+	/* Mistral's window; the Gemma family's blocks */
+	run_model("tiny", GGUFGEN_LLAMA, PG_F32, 1e-4, V_WINDOW);
+	run_model("tiny", GGUFGEN_GEMMA, PG_F32, 1e-4, 0);
+	run_model("tiny", GGUFGEN_GEMMA2, PG_F32, 1e-4, V_WINDOW);
+	run_model("tiny", GGUFGEN_GEMMA3, PG_F32, 1e-4, V_WINDOW | V_HEAD_DIM);
+	run_model("tiny", GGUFGEN_GEMMA3, PG_Q8_0, 5e-2, V_WINDOW);	/* 7 blocks */
 	check_refusals();
 	if (failures)
 		fprintf(stderr, "%d checks failed\n", failures);

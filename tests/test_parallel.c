@@ -524,6 +524,19 @@ static struct pg_model *gen_model(enum ggufgen_arch arch, enum pg_dtype type,
 	o.untied = 1;
 	o.head_dim = flags & V_HEAD_DIM ? 64 : 0;
 	o.rope_freqs = !!(flags & V_ROPE_FREQS);
+	/*
+	 * The Gemma family: windows of 12 over prompts of 40 (cut inside
+	 * pages and CP shares), 7 blocks so that Gemma 3's block 5 is global,
+	 * post-norms after exact TP sums, Gemma 2's soft-caps.
+	 */
+	if (arch == GGUFGEN_GEMMA2 || arch == GGUFGEN_GEMMA3) {
+		o.sliding_window = 12;
+		o.n_blocks = 7;
+	}
+	if (arch == GGUFGEN_GEMMA2) {
+		o.attn_softcap = 3.0f;
+		o.final_softcap = 2.5f;
+	}
 	if (ggufgen_write(&o, path, err, sizeof(err)) ||
 	    pg_model_load(path, 0, &m, err, sizeof(err))) {
 		CHECK(0, "model: %s", err);
@@ -543,9 +556,7 @@ static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
 
 	if (!m)
 		return;
-	snprintf(what, sizeof(what), "%s%s%s %s",
-		 arch == GGUFGEN_QWEN3 ? "qwen3" :
-		 arch == GGUFGEN_QWEN2 ? "qwen2" : "llama",
+	snprintf(what, sizeof(what), "%s%s%s %s", pg_arch_name(m->hp.arch),
 		 flags & V_HEAD_DIM ? "+hd64" : "",
 		 flags & V_ROPE_FREQS ? "+rope_freqs" : "", pg_dtype_name(type));
 	for (int k = 0; k < 3; k++)
@@ -656,6 +667,9 @@ int main(void)
 	run_generated(GGUFGEN_QWEN2, PG_Q4_1, 0, 0.5, 0.25);
 	run_generated(GGUFGEN_QWEN3, PG_Q8_0, V_HEAD_DIM, 0.5, 0.25);
 	run_generated(GGUFGEN_LLAMA, PG_Q4_1, V_ROPE_FREQS, 0.5, 0.25);
+	run_generated(GGUFGEN_GEMMA3, PG_F32, V_HEAD_DIM, 1e-3, 1e-3);
+	run_generated(GGUFGEN_GEMMA2, PG_F32, 0, 1e-3, 1e-3);
+	run_generated(GGUFGEN_GEMMA3, PG_Q8_0, V_HEAD_DIM, 0.5, 0.25);
 	run_default_model();
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);

@@ -179,6 +179,12 @@ int ggufgen_check(const struct ggufgen_opts *o, char *err, size_t err_len)
 			    o->n_heads * gen_head_dim(o),
 			    o->mix_q4_k_m ? PG_QK : pg_dtype_block_size(o->type),
 			    pg_dtype_name(o->type));
+	if ((o->arch == GGUFGEN_GEMMA2 || o->arch == GGUFGEN_GEMMA3) &&
+	    o->sliding_window <= 0)
+		return fail(err, err_len, -EINVAL,
+			    "gemma2 and gemma3 need a sliding window (> 0)");
+	if (o->attn_softcap < 0.0f || o->final_softcap < 0.0f)
+		return fail(err, err_len, -EINVAL, "soft-caps must be >= 0");
 	if (o->rope_freqs && o->arch != GGUFGEN_LLAMA)
 		return fail(err, err_len, -EINVAL,
 			    "rope_freqs is for the llama architecture only");
@@ -270,15 +276,19 @@ static void plan_block(struct gen_plan *p, const struct ggufgen_opts *o,
 		BLK("attn_k.bias", kv, 1, PG_F32);
 		BLK("attn_v.bias", kv, 1, PG_F32);
 	}
-	if (o->arch == GGUFGEN_QWEN3) {
+	if (o->arch == GGUFGEN_QWEN3 || o->arch == GGUFGEN_GEMMA3) {
 		BLK("attn_q_norm.weight", hd, 1, PG_F32);
 		BLK("attn_k_norm.weight", hd, 1, PG_F32);
 	}
 	BLK("attn_output.weight", q, h, mat_type(o, q, 0));
+	if (o->arch == GGUFGEN_GEMMA2 || o->arch == GGUFGEN_GEMMA3)
+		BLK("post_attention_norm.weight", h, 1, PG_F32);
 	BLK("ffn_norm.weight", h, 1, PG_F32);
 	BLK("ffn_gate.weight", h, f, mat_type(o, h, 0));
 	BLK("ffn_up.weight", h, f, mat_type(o, h, 0));
 	BLK("ffn_down.weight", f, h, mat_type(o, f, 1));
+	if (o->arch == GGUFGEN_GEMMA2 || o->arch == GGUFGEN_GEMMA3)
+		BLK("post_ffw_norm.weight", h, 1, PG_F32);
 #undef BLK
 }
 
@@ -289,7 +299,7 @@ static int plan_build(struct gen_plan *p, const struct ggufgen_opts *o,
 	uint64_t h = (uint64_t)o->hidden;
 
 	memset(p, 0, sizeof(*p));
-	p->t = calloc((size_t)o->n_blocks * 14 + 4, sizeof(*p->t));
+	p->t = calloc((size_t)o->n_blocks * 16 + 4, sizeof(*p->t));
 	if (!p->t)
 		return -ENOMEM;
 	if (o->vocab_only)
@@ -495,8 +505,12 @@ static uint32_t file_type(const struct ggufgen_opts *o)
 static void meta_model(struct meta *m, const struct ggufgen_opts *o,
 		       int n_vocab)
 {
-	const char *a = o->arch == GGUFGEN_QWEN3 ? "qwen3" :
-			o->arch == GGUFGEN_QWEN2 ? "qwen2" : "llama";
+	static const char *const names[] = {
+		[GGUFGEN_LLAMA] = "llama", [GGUFGEN_QWEN2] = "qwen2",
+		[GGUFGEN_QWEN3] = "qwen3", [GGUFGEN_GEMMA] = "gemma",
+		[GGUFGEN_GEMMA2] = "gemma2", [GGUFGEN_GEMMA3] = "gemma3",
+	};
+	const char *a = names[o->arch];
 
 	kv_str(m, "general.architecture", a);
 	kv_str(m, "general.name", o->name ? o->name : "pagoda-random");
@@ -509,7 +523,7 @@ static void meta_model(struct meta *m, const struct ggufgen_opts *o,
 	arch_u32(m, a, "block_count", (uint32_t)o->n_blocks);
 	arch_u32(m, a, "feed_forward_length", (uint32_t)o->ffn);
 	arch_u32(m, a, "rope.dimension_count", (uint32_t)gen_head_dim(o));
-	if (o->head_dim || o->arch == GGUFGEN_QWEN3) {
+	if (o->head_dim || o->arch == GGUFGEN_QWEN3 || o->arch == GGUFGEN_GEMMA3) {
 		arch_u32(m, a, "attention.key_length", (uint32_t)gen_head_dim(o));
 		arch_u32(m, a, "attention.value_length", (uint32_t)gen_head_dim(o));
 	}
@@ -520,6 +534,10 @@ static void meta_model(struct meta *m, const struct ggufgen_opts *o,
 	if (o->sliding_window > 0)
 		arch_u32(m, a, "attention.sliding_window",
 			 (uint32_t)o->sliding_window);
+	if (o->attn_softcap > 0.0f)
+		arch_f32(m, a, "attn_logit_softcapping", o->attn_softcap);
+	if (o->final_softcap > 0.0f)
+		arch_f32(m, a, "final_logit_softcapping", o->final_softcap);
 }
 
 /* ---- the built-in byte-level BPE vocabulary ---- */

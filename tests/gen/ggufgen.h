@@ -24,6 +24,12 @@ enum ggufgen_arch {
 	GGUFGEN_QWEN2 = 1,	/* "qwen2", qwen2.* keys, Q/K/V biases */
 	GGUFGEN_QWEN3 = 2,	/* "qwen3", qwen3.* keys, attn_q_norm and
 				   attn_k_norm, key_length/value_length */
+	GGUFGEN_GEMMA = 3,	/* "gemma": Llama's tensors (GeGLU and the
+				   embedding scale are the loader's) */
+	GGUFGEN_GEMMA2 = 4,	/* "gemma2": + post_attention_norm and
+				   post_ffw_norm, soft-caps, sliding window */
+	GGUFGEN_GEMMA3 = 5,	/* "gemma3": gemma2's tensors + attn_q_norm
+				   and attn_k_norm, sliding window */
 };
 
 /* The built-in vocabulary's smallest size: 3 control tokens + 256 bytes. */
@@ -39,7 +45,10 @@ struct ggufgen_opts {
 	int rope_freqs;		/* llama: write rope_freqs.weight (head_dim / 2
 				   factors, drawn within [0.27, 3.73]) */
 	int sliding_window;	/* > 0: write <arch>.attention.sliding_window
-				   (as Mistral v0.1's files have it) */
+				   (as Mistral v0.1's files have it; gemma2
+				   and gemma3 need one) */
+	float attn_softcap;	/* > 0: <arch>.attn_logit_softcapping */
+	float final_softcap;	/* > 0: <arch>.final_logit_softcapping */
 	int n_heads;
 	int n_kv_heads;
 	int ffn;		/* feed_forward_length */
