@@ -609,7 +609,8 @@ static int64_t chat_ids(const struct options *o, const struct pg_model *m,
 	char warn[512], *sys;
 	int64_t n;
 
-	fmt = pg_chat_choose(m->chat_template, tlen, warn, sizeof(warn));
+	fmt = pg_chat_choose(m->chat_template, tlen, m->tok, warn,
+			     sizeof(warn));
 	if (warn[0])
 		fprintf(stderr, "pagodad: warning: %s\n", warn);
 	if (!o->quiet)

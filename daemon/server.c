@@ -1267,7 +1267,8 @@ static int start_engine(struct pgd *d, char *err, size_t err_len)
 	ec.ctx = d;
 	ec.max_batch_tokens = d->cfg->max_batch_tokens;
 	ec.max_batch_seqs = d->cfg->max_batch_seqs;
-	d->chat_fmt = (int)pg_chat_choose(tmpl, tlen, warn, sizeof(warn));
+	d->chat_fmt = (int)pg_chat_choose(tmpl, tlen, d->m->tok, warn,
+					   sizeof(warn));
 	if (warn[0])
 		pgd_log(PGD_LOG_WARN, "%s", warn);
 	pgd_log(PGD_LOG_INFO, "chat requests use the %s template",

@@ -291,7 +291,7 @@ static void test_choose(void)
 	static const char jinja[] = "{{ messages | tojson }}";
 	char warn[512];
 
-	CHECK(pg_chat_choose(jinja, strlen(jinja), warn, sizeof(warn)) == PG_CHAT_CHATML &&
+	CHECK(pg_chat_choose(jinja, strlen(jinja), NULL, warn, sizeof(warn)) == PG_CHAT_CHATML &&
 	      strstr(warn, "not one pagoda knows") &&
 	      strstr(warn, "rendered as ChatML instead") &&
 	      strstr(warn, "\"{{ messages | tojson }}\""),
@@ -302,18 +302,19 @@ static void test_choose(void)
 
 		memset(big, 'x', sizeof(big));
 		big[0] = '\n';
-		CHECK(pg_chat_choose(big, sizeof(big), warn, sizeof(warn)) == PG_CHAT_CHATML &&
+		CHECK(pg_chat_choose(big, sizeof(big), NULL, warn, sizeof(warn)) == PG_CHAT_CHATML &&
 		      strstr(warn, "600 bytes: \"\\x0axxx") && strstr(warn, "xxx...\""),
 		      "a long unknown template: an excerpt (%s)", warn);
 	}
-	CHECK(pg_chat_choose(gemma_template, strlen(gemma_template), warn,
+	CHECK(pg_chat_choose(gemma_template, strlen(gemma_template), NULL, warn,
 			     sizeof(warn)) == PG_CHAT_GEMMA && !warn[0],
 	      "Gemma: no warning (%s)", warn);
-	CHECK(pg_chat_choose(llama3_template, strlen(llama3_template), warn,
+	CHECK(pg_chat_choose(llama3_template, strlen(llama3_template), NULL, warn,
 			     sizeof(warn)) == PG_CHAT_LLAMA3 && !warn[0],
 	      "Llama 3: no warning (%s)", warn);
-	CHECK(pg_chat_choose(NULL, 0, warn, sizeof(warn)) == PG_CHAT_CHATML && !warn[0],
-	      "no template: ChatML, no warning (%s)", warn);
+	CHECK(pg_chat_choose(NULL, 0, NULL, warn, sizeof(warn)) == PG_CHAT_CHATML &&
+	      strstr(warn, "no chat template") && strstr(warn, "chatml format"),
+	      "no template, no vocabulary: ChatML, with a warning (%s)", warn);
 }
 
 /*
@@ -461,6 +462,15 @@ static void test_tokenize_gemma(void)
 	CHECK(n == nw && want && !memcmp(ids, want, sizeof(*ids) * (size_t)n),
 	      "Gemma chat ids differ from its rendered text's");
 	CHECK(pg_tokenizer_is_eog(t, eot), "<end_of_turn> ends generation");
+	{
+		/* the base model has no template: its vocabulary's format */
+		char warn[512];
+
+		CHECK(pg_chat_choose(NULL, 0, t, warn, sizeof(warn)) == PG_CHAT_GEMMA &&
+		      strstr(warn, "no chat template") && strstr(warn, "gemma format"),
+		      "Gemma's vocabulary without a template: Gemma's turns, with a warning (%s)",
+		      warn);
+	}
 	free(want);
 	free(text);
 	free(ids);

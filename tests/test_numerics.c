@@ -14,8 +14,12 @@
  *
  * tests/data/arch-numerics.txt (gen-numerics-ref.py --set arch) adds the
  * architectures that came later: Qwen3 (per-head Q/K RMSNorm, head size
- * 128 over a hidden size of 256) and Llama with rope_freqs factors; its
- * quantised models are held to llama.cpp's bits the same way.
+ * 128 over a hidden size of 256), Llama with rope_freqs factors, Gemma
+ * (GeGLU, scaled embeddings), Gemma 3 (post-norms, windows of 8 and 16
+ * over sequences of 40 and 100, a global seventh block with its own RoPE
+ * base) and Gemma 2 (soft-caps), and every weight type after the first
+ * ones (Q5_0, Q5_1, Q2_K .. Q6_K, the Q4_K_M mix); its Q4_1 and Q8_0
+ * models are held to llama.cpp's bits the same way.
  *
  * Both files are also run with pagoda's own numerics (the default), held
  * to llama.cpp within tolerances: the mean and largest |d logit| over the
@@ -53,6 +57,9 @@ static int parse_type(const char *s, enum pg_dtype *t)
 	static const struct { const char *name; enum pg_dtype t; } types[] = {
 		{ "f32", PG_F32 }, { "f16", PG_F16 }, { "bf16", PG_BF16 },
 		{ "q8_0", PG_Q8_0 }, { "q4_0", PG_Q4_0 }, { "q4_1", PG_Q4_1 },
+		{ "q5_0", PG_Q5_0 }, { "q5_1", PG_Q5_1 }, { "q2_k", PG_Q2_K },
+		{ "q3_k", PG_Q3_K }, { "q4_k", PG_Q4_K }, { "q5_k", PG_Q5_K },
+		{ "q6_k", PG_Q6_K }, { "q4_k_m", PG_Q4_K },
 	};
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
@@ -74,7 +81,16 @@ static int parse_model(char *line, struct ggufgen_opts *o, char *name,
 	       (v = strtok_r(NULL, " \n", &save))) {
 		if (!strcmp(k, "arch"))
 			o->arch = !strcmp(v, "qwen3") ? GGUFGEN_QWEN3 :
-				  !strcmp(v, "qwen2") ? GGUFGEN_QWEN2 : GGUFGEN_LLAMA;
+				  !strcmp(v, "qwen2") ? GGUFGEN_QWEN2 :
+				  !strcmp(v, "gemma") ? GGUFGEN_GEMMA :
+				  !strcmp(v, "gemma2") ? GGUFGEN_GEMMA2 :
+				  !strcmp(v, "gemma3") ? GGUFGEN_GEMMA3 : GGUFGEN_LLAMA;
+		else if (!strcmp(k, "sliding_window"))
+			o->sliding_window = atoi(v);
+		else if (!strcmp(k, "attn_softcap"))
+			o->attn_softcap = strtof(v, NULL);
+		else if (!strcmp(k, "final_softcap"))
+			o->final_softcap = strtof(v, NULL);
 		else if (!strcmp(k, "head_dim"))
 			o->head_dim = atoi(v);
 		else if (!strcmp(k, "rope_freqs"))
@@ -93,6 +109,8 @@ static int parse_model(char *line, struct ggufgen_opts *o, char *name,
 			o->seed = strtoull(v, NULL, 10);
 		else if (!strcmp(k, "untied"))
 			o->untied = atoi(v);
+		else if (!strcmp(k, "type") && !strcmp(v, "q4_k_m"))
+			o->type = PG_Q4_K, o->mix_q4_k_m = 1;
 		else if (!strcmp(k, "type") ? parse_type(v, &o->type) :
 			 !strcmp(k, "embd_type") ? parse_type(v, &o->embd_type) : 1)
 			return -1;

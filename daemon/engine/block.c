@@ -7,7 +7,8 @@
  *   q, k = rmsnorm of every head (q_norm, k_norm)      where arch.qk_norm
  *   q, k = rope(q), rope(k), frequencies / rope_freqs  where arch.rope_factors
  *                            (base arch.rope_base_swa in windowed blocks)
- *   a = Wo attn(q, K, V)     with the scale arch.attn_scale, K and V of the
+ *   a = Wo attn(q, K, V)     with the scale arch.attn_scale (on q where
+ *                            arch.scale_q), K and V of the
  *                            sequences' KV pages, k and v written first;
  *                            only the last arch.window positions in a
  *                            windowed block; scores soft-capped where
@@ -150,6 +151,10 @@ static int attention_layer(struct device *d, const struct job *j,
 	ops->matmul(be, &w->wv, s->xb, n, w->bv, s->v);
 	rotate_qk(d, j, w, windowed && a->rope_base_swa > 0.0f ?
 		  a->rope_base_swa : hp->rope_base);
+	if (a->scale_q) {
+		ops->scale(be, s->q, scale, (int64_t)n * d->nq * hd);
+		scale = 1.0f;
+	}
 	ops->kv_write(be, kv, lb, s->k, s->v, n, s->slots);
 	if (!d->cp) {
 		/* in lanes (or one) merged as CP ranks' parts are: CP's bits */

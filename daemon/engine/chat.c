@@ -575,7 +575,38 @@ int64_t pg_chat_tokenize(const struct pg_tokenizer *t, enum pg_chat_format fmt,
 	return got;
 }
 
-enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len, char *warn,
+/*
+ * Whether the vocabulary has marker as a token of its own (control or
+ * user-defined): one token where special tokens are parsed, several where
+ * the text is spelled.
+ */
+static int has_marker(const struct pg_tokenizer *tok, const char *marker)
+{
+	int32_t ids[64];
+	size_t n = strlen(marker);
+
+	return tok && pg_tokenize(tok, marker, n, 0, 1, ids, 64) == 1 &&
+	       pg_tokenize(tok, marker, n, 0, 0, ids, 64) > 1;
+}
+
+/* No template: the format whose turn markers the vocabulary has. */
+static enum pg_chat_format vocab_format(const struct pg_tokenizer *tok)
+{
+	static const struct { const char *marker; enum pg_chat_format fmt; } m[] = {
+		{ "<start_of_turn>", PG_CHAT_GEMMA },
+		{ "<|start_header_id|>", PG_CHAT_LLAMA3 },
+		{ "<|assistant|>", PG_CHAT_PHI3 },
+		{ "<|im_start|>", PG_CHAT_CHATML },
+	};
+
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+		if (has_marker(tok, m[i].marker))
+			return m[i].fmt;
+	return PG_CHAT_CHATML;
+}
+
+enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len,
+				   const struct pg_tokenizer *tok, char *warn,
 				   size_t warn_len)
 {
 	int fmt = pg_chat_detect(tmpl, len);
@@ -584,6 +615,17 @@ enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len, char *warn,
 
 	if (warn_len)
 		warn[0] = '\0';
+	if (!tmpl || !len) {
+		enum pg_chat_format v = vocab_format(tok);
+
+		snprintf(warn, warn_len,
+			 "the model has no chat template (tokenizer.chat_template; a base model?): chat requests are rendered in the %s format, %s; a model not trained for chat may not follow it: send text prompts instead",
+			 pg_chat_format_name(v),
+			 v == PG_CHAT_CHATML && !has_marker(tok, "<|im_start|>") ?
+			 "the default, as its vocabulary has no turn markers" :
+			 "whose turn markers its vocabulary has");
+		return v;
+	}
 	if (fmt >= 0)
 		return (enum pg_chat_format)fmt;
 	snprintf(warn, warn_len,

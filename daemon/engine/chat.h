@@ -37,13 +37,17 @@ struct pg_chat_msg {
 int pg_chat_detect(const char *tmpl, size_t len);
 
 /*
- * pg_chat_choose - the format chat requests use for template tmpl (may be
- * NULL: ChatML): the one pg_chat_detect() recognises, or ChatML for a
- * template it does not, with a warning in warn for the log that quotes
- * the template's start and says ChatML is used instead (warn is "" when
- * the format was recognised).  Never fails.
+ * pg_chat_choose - the format chat requests use for template tmpl: the one
+ * pg_chat_detect() recognises (warn is then ""), or, with a warning in
+ * warn for the log, ChatML for a template it does not know (the warning
+ * quotes the template's start).  A model without a template (tmpl NULL,
+ * often a base model) gets the format whose turn markers its vocabulary
+ * tok has as control tokens (Gemma's <start_of_turn>, Llama 3's headers,
+ * Phi-3's <|assistant|>, ChatML's <|im_start|>; tok may be NULL), else
+ * ChatML, and a warning that names it.  Never fails.
  */
-enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len, char *warn,
+enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len,
+				   const struct pg_tokenizer *tok, char *warn,
 				   size_t warn_len);
 
 /*

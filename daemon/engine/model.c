@@ -142,13 +142,14 @@ static const struct arch_row {
 	{ "qwen3", { .id = PG_ARCH_QWEN3, .qk_norm = 1,
 		     .rope_mode = PG_ROPE_NEOX } },
 	{ "gemma", { .id = PG_ARCH_GEMMA, .act = PG_ACT_GELU,
-		     .rope_mode = PG_ROPE_NEOX } },
+		     .rope_mode = PG_ROPE_NEOX, .scale_q = 1 } },
 	{ "gemma2", { .id = PG_ARCH_GEMMA2, .act = PG_ACT_GELU,
 		      .rope_mode = PG_ROPE_NEOX, .post_norms = 1,
-		      .swa_pattern = 2 } },
+		      .swa_pattern = 2, .scale_q = 1 } },
 	{ "gemma3", { .id = PG_ARCH_GEMMA3, .act = PG_ACT_GELU, .qk_norm = 1,
 		      .rope_mode = PG_ROPE_NEOX, .post_norms = 1,
-		      .swa_pattern = 6, .rope_base_swa = 10000.0f } },
+		      .swa_pattern = 6, .rope_base_swa = 10000.0f,
+		      .scale_q = 1 } },
 };
 
 /* Architectures known to need what this build does not compute yet. */

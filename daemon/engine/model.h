@@ -56,6 +56,10 @@ struct pg_arch {
 	int rope_factors;	/* rope_freqs.weight: rotary frequency i is
 				   divided by factor i (Llama 3.1+) */
 	float attn_scale;	/* multiplies q . k: 1/sqrt(head_dim) */
+	int scale_q;		/* the scale multiplies q (after RoPE), not
+				   the scores, as llama.cpp's Gemma graphs
+				   do: the same bits where q is rounded to
+				   the keys' type */
 	float emb_scale;	/* token embeddings are multiplied by it
 				   (Gemma: sqrt(n_embd)); 0: not scaled */
 	int post_norms;		/* post_attention_norm, post_ffw_norm: each

@@ -57,10 +57,10 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
 	for (int j = 0; j < n; j++)
 		s[j] *= c->scale;
 	if (c->heads.softcap > 0.0f) {
-		float cap = c->heads.softcap;
+		float cap = c->heads.softcap, inv = 1.0f / cap;
 
-		for (int j = 0; j < n; j++)
-			s[j] = cap * tanhf(s[j] / cap);
+		for (int j = 0; j < n; j++)	/* as ggml: by 1/cap, not / cap */
+			s[j] = cap * tanhf(s[j] * inv);
 	}
 	for (int j = 0; j < n; j++)
 		mx = s[j] > mx ? s[j] : mx;	/* fmaxf() is a libm call */

@@ -57,7 +57,31 @@ ARCH_MODELS = [
     ("llama-q4_1-rope-freqs", dict(arch="llama", blocks=3, hidden=256, heads=4,
                                    kv_heads=2, ffn=512, type="q4_1", embd_type="q8_0",
                                    rope_freqs=1, seed=15)),
+    # the Gemma family: 7 blocks so that Gemma 3's block 5 is global; windows
+    # shorter than the sequences of 40 and 100; Gemma 2's soft-caps at the
+    # size of these models' scores and logits, so that they bite
+    ("gemma3-q8_0-hd128", dict(arch="gemma3", blocks=7, hidden=256, heads=4, kv_heads=1,
+                               head_dim=128, ffn=512, type="q8_0", embd_type="q8_0",
+                               sliding_window=16, seed=19)),
+    ("gemma3-f32", dict(arch="gemma3", blocks=7, hidden=128, heads=2, kv_heads=1,
+                        head_dim=64, ffn=256, type="f32", embd_type="f32",
+                        sliding_window=8, seed=21)),
+    ("gemma2-f32", dict(arch="gemma2", blocks=4, hidden=128, heads=4, kv_heads=2,
+                        ffn=256, type="f32", embd_type="f32", sliding_window=8,
+                        attn_softcap=3.0, final_softcap=2.5, seed=23)),
+    ("gemma-q8_0", dict(arch="gemma", blocks=3, hidden=256, heads=4, kv_heads=4,
+                        ffn=512, type="q8_0", embd_type="q8_0", seed=25)),
 ]
+
+# every weight type llama.cpp's files carry beyond the first ones, and the
+# Q4_K_M mix (Q4_K, Q6_K and Q5_0 where rows are not whole 256-blocks)
+for i, t in enumerate(("q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")):
+    ARCH_MODELS.append((f"llama-{t}", dict(arch="llama", blocks=2, hidden=256, heads=4,
+                                         kv_heads=2, ffn=512, type=t, embd_type="q8_0",
+                                         seed=31 + i)))
+ARCH_MODELS.append(("qwen2-q4_k_m", dict(arch="qwen2", blocks=2, hidden=256, heads=4,
+                                         kv_heads=1, ffn=640, type="q4_k_m",
+                                         embd_type="q8_0", seed=41)))
 
 HEADER = """\
 # {file} - llama.cpp's logits on models tests/gen writes, for
@@ -72,7 +96,8 @@ HEADER = """\
 #   model <name> <key> <value> ...   gguf-gen's options over --preset tiny
 #                                    (arch blocks hidden heads kv_heads ffn
 #                                    type embd_type seed untied head_dim
-#                                    rope_freqs)
+#                                    rope_freqs sliding_window attn_softcap
+#                                    final_softcap)
 #   seq <n> <id>...                  a token sequence, evaluated in one call
 #   pos <i> <id>:<logit> ...         ({top_k} pairs) the top-{top_k} logits after
 #                                    token i, highest first, ties by lower id;
