@@ -403,12 +403,13 @@ enum {
 	V_HEAD_DIM = 1,		/* head size 32, not hidden / heads (16) */
 	V_ROPE_FREQS = 2,	/* rope_freqs.weight (Llama 3.1+) */
 	V_WINDOW = 4,		/* a sliding window of 5 tokens */
+	V_ROPE_HALF = 8,	/* partial rotary: half of every head */
 };
 
 static const char *arch_str(enum ggufgen_arch arch)
 {
 	static const char *const names[] = {
-		"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
+		"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3",
 	};
 
 	return names[arch];
@@ -428,7 +429,8 @@ static void run_model(const char *preset, enum ggufgen_arch arch,
 	snprintf(what, sizeof(what), "%s/%s%s%s%s/%s", preset, arch_str(arch),
 		 flags & V_HEAD_DIM ? "+hd32" : "",
 		 flags & V_ROPE_FREQS ? "+rope_freqs" : "",
-		 flags & V_WINDOW ? "+window5" : "", pg_dtype_name(type));
+		 flags & V_WINDOW ? "+window5" :
+		 flags & V_ROPE_HALF ? "+rope_half" : "", pg_dtype_name(type));
 	ggufgen_preset(&o, preset);
 	o.head_dim = flags & V_HEAD_DIM ? 32 : 0;
 	o.rope_freqs = !!(flags & V_ROPE_FREQS);
@@ -439,6 +441,9 @@ static void run_model(const char *preset, enum ggufgen_arch arch,
 	 */
 	if (flags & V_WINDOW)
 		o.sliding_window = 5;
+	if (flags & V_ROPE_HALF)
+		o.rope_dim = (o.head_dim ? o.head_dim : o.hidden / o.n_heads) / 2;
+	o.untied = arch == GGUFGEN_PHI3;	/* as Phi-3's files are */
 	if (arch == GGUFGEN_GEMMA3)
 		o.n_blocks = 7;
 	if (arch == GGUFGEN_GEMMA2) {
@@ -576,6 +581,9 @@ int main(void)
 	run_model("tiny", GGUFGEN_GEMMA2, PG_F32, 1e-4, V_WINDOW);
 	run_model("tiny", GGUFGEN_GEMMA3, PG_F32, 1e-4, V_WINDOW | V_HEAD_DIM);
 	run_model("tiny", GGUFGEN_GEMMA3, PG_Q8_0, 5e-2, V_WINDOW);	/* 7 blocks */
+	/* Phi-3: fused Q/K/V and gate|up, partial rotary */
+	run_model("tiny", GGUFGEN_PHI3, PG_F32, 1e-4, V_ROPE_HALF);
+	run_model("tiny", GGUFGEN_PHI3, PG_Q8_0, 3e-2, V_ROPE_HALF | V_HEAD_DIM);
 	check_refusals();
 	if (failures)
 		fprintf(stderr, "%d checks failed\n", failures);

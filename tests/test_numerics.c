@@ -17,7 +17,8 @@
  * 128 over a hidden size of 256), Llama with rope_freqs factors, Gemma
  * (GeGLU, scaled embeddings), Gemma 3 (post-norms, windows of 8 and 16
  * over sequences of 40 and 100, a global seventh block with its own RoPE
- * base) and Gemma 2 (soft-caps), and every weight type after the first
+ * base), Gemma 2 (soft-caps), Phi-3 (fused Q/K/V and gate|up, half the
+ * head rotated), and every weight type after the first
  * ones (Q5_0, Q5_1, Q2_K .. Q6_K, the Q4_K_M mix); its Q4_1 and Q8_0
  * models are held to llama.cpp's bits the same way.
  *
@@ -84,7 +85,10 @@ static int parse_model(char *line, struct ggufgen_opts *o, char *name,
 				  !strcmp(v, "qwen2") ? GGUFGEN_QWEN2 :
 				  !strcmp(v, "gemma") ? GGUFGEN_GEMMA :
 				  !strcmp(v, "gemma2") ? GGUFGEN_GEMMA2 :
-				  !strcmp(v, "gemma3") ? GGUFGEN_GEMMA3 : GGUFGEN_LLAMA;
+				  !strcmp(v, "gemma3") ? GGUFGEN_GEMMA3 :
+				  !strcmp(v, "phi3") ? GGUFGEN_PHI3 : GGUFGEN_LLAMA;
+		else if (!strcmp(k, "rope_dim"))
+			o->rope_dim = atoi(v);
 		else if (!strcmp(k, "sliding_window"))
 			o->sliding_window = atoi(v);
 		else if (!strcmp(k, "attn_softcap"))

@@ -533,6 +533,8 @@ static struct pg_model *gen_model(enum ggufgen_arch arch, enum pg_dtype type,
 		o.sliding_window = 12;
 		o.n_blocks = 7;
 	}
+	if (arch == GGUFGEN_PHI3)
+		o.rope_dim = 16;	/* partial rotary: half of each head */
 	if (arch == GGUFGEN_GEMMA2) {
 		o.attn_softcap = 3.0f;
 		o.final_softcap = 2.5f;
@@ -670,6 +672,7 @@ int main(void)
 	run_generated(GGUFGEN_GEMMA3, PG_F32, V_HEAD_DIM, 1e-3, 1e-3);
 	run_generated(GGUFGEN_GEMMA2, PG_F32, 0, 1e-3, 1e-3);
 	run_generated(GGUFGEN_GEMMA3, PG_Q8_0, V_HEAD_DIM, 0.5, 0.25);
+	run_generated(GGUFGEN_PHI3, PG_Q8_0, 0, 0.5, 0.25);
 	run_default_model();
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);

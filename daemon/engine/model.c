@@ -78,6 +78,7 @@ const char *pg_arch_name(enum pg_arch_id a)
 		[PG_ARCH_LLAMA] = "llama", [PG_ARCH_QWEN2] = "qwen2",
 		[PG_ARCH_QWEN3] = "qwen3", [PG_ARCH_GEMMA] = "gemma",
 		[PG_ARCH_GEMMA2] = "gemma2", [PG_ARCH_GEMMA3] = "gemma3",
+		[PG_ARCH_PHI3] = "phi3",
 	};
 
 	return (unsigned)a < sizeof(names) / sizeof(names[0]) && names[a] ?
@@ -150,11 +151,13 @@ static const struct arch_row {
 		      .rope_mode = PG_ROPE_NEOX, .post_norms = 1,
 		      .swa_pattern = 6, .rope_base_swa = 10000.0f,
 		      .scale_q = 1 } },
+	{ "phi3", { .id = PG_ARCH_PHI3, .rope_mode = PG_ROPE_NEOX,
+		    .scale_q = 1 } },
 };
 
 /* Architectures known to need what this build does not compute yet. */
 static const char *const arch_todo[][2] = {
-	{ "phi3", "fused attn_qkv and gate|up tensors, partial rotary, long/short RoPE factors" },
+	{ "phi2", "LayerNorm with biases, a parallel feed-forward block and GELU" },
 };
 
 static int read_arch(struct loader *l)
@@ -175,9 +178,9 @@ static int read_arch(struct loader *l)
 		}
 	for (size_t i = 0; i < sizeof(arch_todo) / sizeof(arch_todo[0]); i++)
 		if (gguf_str_eq(a, arch_todo[i][0]))
-			return lfail(l, "general.architecture is \"%s\", which pagoda does not support yet: it needs %s (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3)",
+			return lfail(l, "general.architecture is \"%s\", which pagoda does not support yet: it needs %s (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, phi3)",
 				     arch_todo[i][0], arch_todo[i][1]);
-	return lfail(l, "general.architecture is \"%s\", which pagoda does not support (expected llama, mistral, qwen2, qwen3, gemma, gemma2 or gemma3)",
+	return lfail(l, "general.architecture is \"%s\", which pagoda does not support (expected llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3 or phi3)",
 		     gguf_str_quote(a, 64, q, sizeof(q)));
 }
 
@@ -201,6 +204,9 @@ static int check_rope_variant(struct loader *l)
 				     l->arch, (int)(type.len > 32 ? 32 : type.len),
 				     type.ptr, (double)factor);
 	}
+	if (gguf_find_tensor(l->f, "rope_factors_long.weight") ||
+	    gguf_find_tensor(l->f, "rope_factors_short.weight"))
+		return lfail(l, "tensors rope_factors_long/short.weight: LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini), whose frequencies depend on the context length, is not supported yet: use a 4k-context Phi-3 file");
 	if (gguf_find_tensor(l->f, "rope_freqs.weight")) {
 		if (l->m->arch.id != PG_ARCH_LLAMA)
 			return lfail(l, "tensor rope_freqs.weight: %s models have no per-dimension RoPE frequency factors in pagoda (only llama does): re-convert the model",
@@ -376,6 +382,74 @@ static int get_vector(struct loader *l, const char *name, int64_t n,
 	return 0;
 }
 
+/* Rows r0 .. r0 + n - 1 of matrix m, as a matrix of their own. */
+static struct pg_matrix row_view(const struct pg_matrix *m, int64_t r0,
+				 int64_t n)
+{
+	struct pg_matrix v = *m;
+
+	v.n_rows = n;
+	v.data = (const uint8_t *)m->data + (size_t)r0 * m->row_bytes;
+	return v;
+}
+
+/*
+ * Q, K and V of block i: attn_q/k/v, or Phi-3's fused attn_qkv (its rows
+ * Q, then K, then V), whichever the file has.
+ */
+static int get_qkv(struct loader *l, int i, int64_t q_dim, int64_t kv_dim,
+		   struct pg_block_weights *b)
+{
+	const struct pg_hparams *hp = &l->m->hp;
+	struct pg_matrix qkv;
+	char n[96];
+	int rc;
+
+	snprintf(n, sizeof(n), "blk.%d.attn_qkv.weight", i);
+	if (gguf_find_tensor(l->f, n)) {
+		if ((rc = get_matrix(l, n, hp->n_embd, q_dim + 2 * kv_dim, &qkv)))
+			return rc;
+		b->wq = row_view(&qkv, 0, q_dim);
+		b->wk = row_view(&qkv, q_dim, kv_dim);
+		b->wv = row_view(&qkv, q_dim + kv_dim, kv_dim);
+		return 0;
+	}
+	snprintf(n, sizeof(n), "blk.%d.attn_q.weight", i);
+	if ((rc = get_matrix(l, n, hp->n_embd, q_dim, &b->wq)))
+		return rc;
+	snprintf(n, sizeof(n), "blk.%d.attn_k.weight", i);
+	if ((rc = get_matrix(l, n, hp->n_embd, kv_dim, &b->wk)))
+		return rc;
+	snprintf(n, sizeof(n), "blk.%d.attn_v.weight", i);
+	return get_matrix(l, n, hp->n_embd, kv_dim, &b->wv);
+}
+
+/*
+ * The feed-forward gate and up matrices of block i: ffn_gate and ffn_up,
+ * or, without ffn_gate in a Phi-3 file, ffn_up of twice the rows, the
+ * gate's first (llama.cpp's fused SwiGLU).
+ */
+static int get_gate_up(struct loader *l, int i, struct pg_block_weights *b)
+{
+	const struct pg_hparams *hp = &l->m->hp;
+	struct pg_matrix up2;
+	char gate[96], up[96];
+	int rc;
+
+	snprintf(gate, sizeof(gate), "blk.%d.ffn_gate.weight", i);
+	snprintf(up, sizeof(up), "blk.%d.ffn_up.weight", i);
+	if (l->m->arch.id == PG_ARCH_PHI3 && !gguf_find_tensor(l->f, gate)) {
+		if ((rc = get_matrix(l, up, hp->n_embd, 2 * (int64_t)hp->n_ff, &up2)))
+			return rc;
+		b->w_gate = row_view(&up2, 0, hp->n_ff);
+		b->w_up = row_view(&up2, hp->n_ff, hp->n_ff);
+		return 0;
+	}
+	if ((rc = get_matrix(l, gate, hp->n_embd, hp->n_ff, &b->w_gate)))
+		return rc;
+	return get_matrix(l, up, hp->n_embd, hp->n_ff, &b->w_up);
+}
+
 static int load_block(struct loader *l, int i)
 {
 	const struct pg_hparams *hp = &l->m->hp;
@@ -388,9 +462,7 @@ static int load_block(struct loader *l, int i)
 
 #define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, i), n)
 	if ((rc = get_vector(l, NAME("attn_norm.weight"), hp->n_embd, 0, &b->attn_norm)) ||
-	    (rc = get_matrix(l, NAME("attn_q.weight"), hp->n_embd, q_dim, &b->wq)) ||
-	    (rc = get_matrix(l, NAME("attn_k.weight"), hp->n_embd, kv_dim, &b->wk)) ||
-	    (rc = get_matrix(l, NAME("attn_v.weight"), hp->n_embd, kv_dim, &b->wv)) ||
+	    (rc = get_qkv(l, i, q_dim, kv_dim, b)) ||
 	    (rc = get_vector(l, NAME("attn_q.bias"), q_dim, opt_bias, &b->bq)) ||
 	    (rc = get_vector(l, NAME("attn_k.bias"), kv_dim, opt_bias, &b->bk)) ||
 	    (rc = get_vector(l, NAME("attn_v.bias"), kv_dim, opt_bias, &b->bv)) ||
@@ -400,8 +472,7 @@ static int load_block(struct loader *l, int i)
 	    (rc = get_vector(l, NAME("post_attention_norm.weight"), hp->n_embd, !l->m->arch.post_norms, &b->attn_post_norm)) ||
 	    (rc = get_vector(l, NAME("ffn_norm.weight"), hp->n_embd, 0, &b->ffn_norm)) ||
 	    (rc = get_vector(l, NAME("post_ffw_norm.weight"), hp->n_embd, !l->m->arch.post_norms, &b->ffn_post_norm)) ||
-	    (rc = get_matrix(l, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, &b->w_gate)) ||
-	    (rc = get_matrix(l, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, &b->w_up)) ||
+	    (rc = get_gate_up(l, i, b)) ||
 	    (rc = get_matrix(l, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, &b->w_down)))
 		return rc;
 #undef NAME

@@ -1,6 +1,6 @@
 /*
  * model.h - a Llama-family model (llama, mistral, qwen2, qwen3, gemma,
- * gemma2, gemma3) loaded from
+ * gemma2, gemma3, phi3) loaded from
  * a GGUF file: hyper-parameters, the architecture as data (struct
  * pg_arch), the weights of every block (pointing into the file's mapping),
  * and the tokenizer.
@@ -31,6 +31,9 @@ enum pg_arch_id {
 	PG_ARCH_GEMMA3,		/* Gemma + post-norms, Q/K RMSNorm, five
 				   windowed blocks (RoPE base 10000) to one
 				   global */
+	PG_ARCH_PHI3,		/* Llama with fused attn_qkv and gate|up
+				   tensors, NEOX RoPE (partial where
+				   rope.dimension_count says) */
 };
 
 /* The feed-forward gate's activation: act(gate) * up. */
@@ -105,6 +108,10 @@ struct pg_hparams {
 /* One transformer block's weights; biases are NULL when absent. */
 struct pg_block_weights {
 	const float *attn_norm;		/* (n_embd) */
+	/*
+	 * The matrices; where the file fuses them (Phi-3's attn_qkv and
+	 * gate|up ffn_up), views of the rows of the fused tensor.
+	 */
 	struct pg_matrix wq;		/* (n_heads * head_dim, n_embd) */
 	struct pg_matrix wk;		/* (n_kv_heads * head_dim, n_embd) */
 	struct pg_matrix wv;		/* (n_kv_heads * head_dim, n_embd) */
@@ -167,7 +174,8 @@ const char *pg_model_default_path(char *buf, size_t len);
  */
 uint64_t pg_model_identity(const struct pg_model *m);
 
-/* pg_arch_name - "llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3". */
+/* pg_arch_name - "llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
+ * "phi3". */
 const char *pg_arch_name(enum pg_arch_id a);
 
 #endif

@@ -28,7 +28,9 @@ static const char usage[] =
 "  --arch A            llama (default), qwen2 (Q/K/V biases on), qwen3\n"
 "                      (per-head Q/K norms, explicit head size), gemma,\n"
 "                      gemma2 or gemma3 (post-norms; these two need\n"
-"                      --sliding-window)\n"
+"                      --sliding-window), phi3 (fused attn_qkv, gate|up)\n"
+"  --rope-dim N        rope.dimension_count: partial rotary (default: the\n"
+"                      head size)\n"
 "  --sliding-window N  write <arch>.attention.sliding_window\n"
 "  --attn-softcap F    write <arch>.attn_logit_softcapping (Gemma 2)\n"
 "  --final-softcap F   write <arch>.final_logit_softcapping (Gemma 2)\n"
@@ -63,7 +65,7 @@ static const char usage[] =
 enum {
 	OPT_OUT = 256, OPT_PRESET, OPT_ARCH, OPT_BLOCKS, OPT_HIDDEN, OPT_HEADS,
 	OPT_HEAD_DIM, OPT_ROPE_FREQS, OPT_SLIDING_WINDOW, OPT_ATTN_SOFTCAP,
-	OPT_FINAL_SOFTCAP,
+	OPT_FINAL_SOFTCAP, OPT_ROPE_DIM,
 	OPT_KV_HEADS, OPT_FFN, OPT_VOCAB, OPT_VOCAB_FROM, OPT_CTX,
 	OPT_ROPE_BASE, OPT_RMS_EPS, OPT_TYPE, OPT_EMBD_TYPE, OPT_UNTIED, OPT_VOCAB_ONLY,
 	OPT_TIED, OPT_BIAS, OPT_NO_BIAS, OPT_SEED, OPT_THREADS, OPT_NAME,
@@ -79,6 +81,7 @@ static const struct option longopts[] = {
 	{ "head-dim", required_argument, NULL, OPT_HEAD_DIM },
 	{ "rope-freqs", no_argument, NULL, OPT_ROPE_FREQS },
 	{ "sliding-window", required_argument, NULL, OPT_SLIDING_WINDOW },
+	{ "rope-dim", required_argument, NULL, OPT_ROPE_DIM },
 	{ "attn-softcap", required_argument, NULL, OPT_ATTN_SOFTCAP },
 	{ "final-softcap", required_argument, NULL, OPT_FINAL_SOFTCAP },
 	{ "heads", required_argument, NULL, OPT_HEADS },
@@ -218,10 +221,13 @@ static void apply(struct cli *c, int opt, const char *arg)
 			c->o.arch = GGUFGEN_GEMMA2;
 		else if (!strcmp(arg, "gemma3"))
 			c->o.arch = GGUFGEN_GEMMA3;
+		else if (!strcmp(arg, "phi3"))
+			c->o.arch = GGUFGEN_PHI3;
 		else
-			die("--arch: '%s' is not llama, qwen2, qwen3, gemma, gemma2 or gemma3", arg);
+			die("--arch: '%s' is not llama, qwen2, qwen3, gemma, gemma2, gemma3 or phi3", arg);
 		break;
 	case OPT_SLIDING_WINDOW: c->o.sliding_window = parse_int(n, arg); break;
+	case OPT_ROPE_DIM: c->o.rope_dim = parse_int(n, arg); break;
 	case OPT_ATTN_SOFTCAP: c->o.attn_softcap = parse_float(n, arg); break;
 	case OPT_FINAL_SOFTCAP: c->o.final_softcap = parse_float(n, arg); break;
 	case OPT_BLOCKS: c->o.n_blocks = parse_int(n, arg); break;

@@ -185,6 +185,10 @@ int ggufgen_check(const struct ggufgen_opts *o, char *err, size_t err_len)
 			    "gemma2 and gemma3 need a sliding window (> 0)");
 	if (o->attn_softcap < 0.0f || o->final_softcap < 0.0f)
 		return fail(err, err_len, -EINVAL, "soft-caps must be >= 0");
+	if (o->rope_dim < 0 || o->rope_dim % 2 || o->rope_dim > gen_head_dim(o))
+		return fail(err, err_len, -EINVAL,
+			    "rope_dim (%d) must be even and at most the head size",
+			    o->rope_dim);
 	if (o->rope_freqs && o->arch != GGUFGEN_LLAMA)
 		return fail(err, err_len, -EINVAL,
 			    "rope_freqs is for the llama architecture only");
@@ -268,9 +272,13 @@ static void plan_block(struct gen_plan *p, const struct ggufgen_opts *o,
 		plan_add(p, n, ne0, ne1, type);				\
 	} while (0)
 	BLK("attn_norm.weight", h, 1, PG_F32);
-	BLK("attn_q.weight", h, q, mat_type(o, h, 0));
-	BLK("attn_k.weight", h, kv, mat_type(o, h, 0));
-	BLK("attn_v.weight", h, kv, mat_type(o, h, 1));
+	if (o->arch == GGUFGEN_PHI3) {
+		BLK("attn_qkv.weight", h, q + 2 * kv, mat_type(o, h, 0));
+	} else {
+		BLK("attn_q.weight", h, q, mat_type(o, h, 0));
+		BLK("attn_k.weight", h, kv, mat_type(o, h, 0));
+		BLK("attn_v.weight", h, kv, mat_type(o, h, 1));
+	}
 	if (o->qkv_bias) {
 		BLK("attn_q.bias", q, 1, PG_F32);
 		BLK("attn_k.bias", kv, 1, PG_F32);
@@ -284,8 +292,12 @@ static void plan_block(struct gen_plan *p, const struct ggufgen_opts *o,
 	if (o->arch == GGUFGEN_GEMMA2 || o->arch == GGUFGEN_GEMMA3)
 		BLK("post_attention_norm.weight", h, 1, PG_F32);
 	BLK("ffn_norm.weight", h, 1, PG_F32);
-	BLK("ffn_gate.weight", h, f, mat_type(o, h, 0));
-	BLK("ffn_up.weight", h, f, mat_type(o, h, 0));
+	if (o->arch == GGUFGEN_PHI3) {
+		BLK("ffn_up.weight", h, 2 * f, mat_type(o, h, 0));
+	} else {
+		BLK("ffn_gate.weight", h, f, mat_type(o, h, 0));
+		BLK("ffn_up.weight", h, f, mat_type(o, h, 0));
+	}
 	BLK("ffn_down.weight", f, h, mat_type(o, f, 1));
 	if (o->arch == GGUFGEN_GEMMA2 || o->arch == GGUFGEN_GEMMA3)
 		BLK("post_ffw_norm.weight", h, 1, PG_F32);
@@ -509,6 +521,7 @@ static void meta_model(struct meta *m, const struct ggufgen_opts *o,
 		[GGUFGEN_LLAMA] = "llama", [GGUFGEN_QWEN2] = "qwen2",
 		[GGUFGEN_QWEN3] = "qwen3", [GGUFGEN_GEMMA] = "gemma",
 		[GGUFGEN_GEMMA2] = "gemma2", [GGUFGEN_GEMMA3] = "gemma3",
+		[GGUFGEN_PHI3] = "phi3",
 	};
 	const char *a = names[o->arch];
 
@@ -522,7 +535,8 @@ static void meta_model(struct meta *m, const struct ggufgen_opts *o,
 	arch_u32(m, a, "embedding_length", (uint32_t)o->hidden);
 	arch_u32(m, a, "block_count", (uint32_t)o->n_blocks);
 	arch_u32(m, a, "feed_forward_length", (uint32_t)o->ffn);
-	arch_u32(m, a, "rope.dimension_count", (uint32_t)gen_head_dim(o));
+	arch_u32(m, a, "rope.dimension_count",
+		 (uint32_t)(o->rope_dim > 0 ? o->rope_dim : gen_head_dim(o)));
 	if (o->head_dim || o->arch == GGUFGEN_QWEN3 || o->arch == GGUFGEN_GEMMA3) {
 		arch_u32(m, a, "attention.key_length", (uint32_t)gen_head_dim(o));
 		arch_u32(m, a, "attention.value_length", (uint32_t)gen_head_dim(o));

@@ -30,6 +30,8 @@ enum ggufgen_arch {
 				   post_ffw_norm, soft-caps, sliding window */
 	GGUFGEN_GEMMA3 = 5,	/* "gemma3": gemma2's tensors + attn_q_norm
 				   and attn_k_norm, sliding window */
+	GGUFGEN_PHI3 = 6,	/* "phi3": fused attn_qkv, and ffn_up of
+				   2 * ffn rows (gate, then up), no ffn_gate */
 };
 
 /* The built-in vocabulary's smallest size: 3 control tokens + 256 bytes. */
@@ -42,6 +44,8 @@ struct ggufgen_opts {
 	int hidden;		/* embedding_length */
 	int head_dim;		/* 0: hidden / n_heads; else written as
 				   attention.key_length and value_length */
+	int rope_dim;		/* > 0: rope.dimension_count (partial
+				   rotary), else head_dim */
 	int rope_freqs;		/* llama: write rope_freqs.weight (head_dim / 2
 				   factors, drawn within [0.27, 3.73]) */
 	int sliding_window;	/* > 0: write <arch>.attention.sliding_window

@@ -71,6 +71,10 @@ ARCH_MODELS = [
                         attn_softcap=3.0, final_softcap=2.5, seed=23)),
     ("gemma-q8_0", dict(arch="gemma", blocks=3, hidden=256, heads=4, kv_heads=4,
                         ffn=512, type="q8_0", embd_type="q8_0", seed=25)),
+    # Phi-3: fused attn_qkv and gate|up ffn_up, partial rotary, untied head
+    ("phi3-q8_0", dict(arch="phi3", blocks=3, hidden=256, heads=4, kv_heads=4,
+                       rope_dim=32, ffn=512, type="q8_0", embd_type="q8_0", untied=1,
+                       seed=27)),
 ]
 
 # every weight type llama.cpp's files carry beyond the first ones, and the
@@ -97,7 +101,7 @@ HEADER = """\
 #                                    (arch blocks hidden heads kv_heads ffn
 #                                    type embd_type seed untied head_dim
 #                                    rope_freqs sliding_window attn_softcap
-#                                    final_softcap)
+#                                    final_softcap rope_dim)
 #   seq <n> <id>...                  a token sequence, evaluated in one call
 #   pos <i> <id>:<logit> ...         ({top_k} pairs) the top-{top_k} logits after
 #                                    token i, highest first, ties by lower id;
