@@ -399,7 +399,10 @@ static int fr_int(struct facts_reader *r, const char *key, int def, int lo,
 
 static int fr_arch(struct facts_reader *r)
 {
-	static const char *const known[] = { "llama", "mistral", "qwen2", "qwen3" };
+	static const char *const known[] = {
+		"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
+		"gemma3", "phi3",
+	};
 	struct gguf_str a;
 
 	if (!gguf_get_str(r->g, "general.architecture", &a))
@@ -408,7 +411,7 @@ static int fr_arch(struct facts_reader *r)
 				r->arch = known[i];
 				return 0;
 			}
-	return fail(r->err, r->err_len, "%s: general.architecture: expected llama, mistral, qwen2 or qwen3",
+	return fail(r->err, r->err_len, "%s: general.architecture: expected llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3 or phi3",
 		    gguf_path(r->g));
 }
 
