@@ -14,7 +14,12 @@
  * Error measure: NMSE = sum (a - b)^2 / sum b^2 over an op's output, b the
  * reference's.  Bounds, CPU SIMD | CUDA, and why:
  *   get_rows            0     | 0      dequantising is exact in float
- *   add                 0     | 0      one rounding either way
+ *                                      (every weight type, K-quants too)
+ *   add, scale,         0     | 0      one rounding either way; sum_parts
+ *   sum_parts                          adds the parts in order, as
+ *                                      add_parts (1, 2, 3 and 9 parts, and
+ *                                      in place on the first)
+ *   gelu_mul, softcap   1e-10 | 1e-9   the device's tanhf
  *   kv_write            0     | 0      (bytes of the store that differ) F16
  *                                      and BF16 round to nearest even
  *   rmsnorm             1e-10 | 1e-10  summation order, rsqrt's last bits
@@ -26,10 +31,11 @@
  *   ... n >= 16 (prefill)             1e-9 | 1e-5   GEMM may round the
  *                                      activations to BF16/F16 for tensor
  *                                      cores (2^-9: ~1.3e-6)
- *   matmul Q8_0/Q4_0/Q4_1, n <= 8     2e-5 | 2e-5  both quantise the
+ *   matmul Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 and the K-quants Q2_K..Q6_K,
+ *     n <= 8                          2e-5 | 2e-5  both quantise the
  *                                      activations to 8 bits like the
- *                                      reference; a tie (x/d at .5) may
- *                                      round the other way
+ *                                      reference (Q8_0, Q8_1, Q8_K); a tie
+ *                                      (x/d at .5) may round the other way
  *   ... n >= 16 (prefill)             2e-5 | 1e-4  the device
  *                                      dequantises W to F16 tiles and
  *                                      multiplies F16 activations:
@@ -43,6 +49,15 @@
  *                                      that rounds Q or P to F16/BF16 for
  *                                      tensor cores would need 1e-5)
  *   attention lse       1e-10 | 1e-9   (finite entries; -inf must match)
+ *   attention window/softcap: as attention.  Sliding windows shorter than
+ *                                      the context, not multiples of a
+ *                                      page, in decode, prefill, mixed,
+ *                                      split-KV and CP batches; positions
+ *                                      before every row's window are never
+ *                                      written (NaN), so a kernel that
+ *                                      reads them fails; softcap small
+ *                                      enough (1.5, 2) to change every
+ *                                      softmax
  *   attn_merge          1e-10 | 1e-9
  * KV pages never written hold NaN, so reading past a context shows.
  * Decode steps (get_rows, rope, kv_write, attention; one new token per
@@ -71,7 +86,7 @@
 #include "tests/check.h"
 
 #define MAX_TARGETS 3
-#define MAX_FAMILIES 96
+#define MAX_FAMILIES 160
 #define MAX_SEQS 8
 
 /* ---- plumbing: targets, families, random data, device memory ---- */
@@ -240,13 +255,22 @@ static struct pg_backend *be_of(int t)
 /* ---- get_rows ---- */
 
 static const enum pg_dtype wtypes[] = {
-	PG_F32, PG_F16, PG_BF16, PG_Q8_0, PG_Q4_0, PG_Q4_1,
+	PG_F32, PG_F16, PG_BF16, PG_Q8_0, PG_Q4_0, PG_Q4_1, PG_Q5_0, PG_Q5_1,
+	PG_Q2_K, PG_Q3_K, PG_Q4_K, PG_Q5_K, PG_Q6_K,
 };
 #define N_WTYPES (sizeof(wtypes) / sizeof(wtypes[0]))
 
 static int is_quant(enum pg_dtype t)
 {
-	return pg_dtype_block_size(t) == PG_QK;
+	return pg_dtype_block_size(t) > 1;
+}
+
+/* cols rounded up to a multiple of t's block (256 for the K-quants). */
+static int64_t fit_cols(enum pg_dtype t, int64_t cols)
+{
+	int64_t bs = pg_dtype_block_size(t);
+
+	return (cols + bs - 1) / bs * bs;
 }
 
 /* rows x cols of random values in type t, in host memory. */
@@ -290,14 +314,16 @@ static void run_get_rows(int t, const struct pg_matrix *hm,
 
 static void check_get_rows(void)
 {
-	static const int64_t shapes[][2] = { { 1000, 4096 }, { 37, 96 } };
+	/* 96 columns: 352 (Q8_0..Q5_1: 11 blocks), 256 (one super-block) */
+	static const int64_t shapes[][2] = { { 1000, 4096 }, { 37, 352 } };
 	static const int ns[] = { 1, 8, 77 };
 	int32_t ids[77];
 
 	for (size_t k = 0; k < N_WTYPES; k++)
 		for (size_t s = 0; s < 2; s++) {
 			struct pg_matrix m = make_matrix(wtypes[k], shapes[s][0],
-							 shapes[s][1]);
+							 fit_cols(wtypes[k],
+								  shapes[s][1]));
 			char fam[64];
 
 			snprintf(fam, sizeof(fam), "get_rows %s",
@@ -416,8 +442,10 @@ static void check_matmul_case(enum pg_dtype type, int64_t rows, int64_t cols,
 
 /*
  * Decode sizes n = 1 .. 8 and prefill sizes 16 .. 512 on shapes whose
- * rows and blocks are not multiples of any tile; 4096-wide shapes (the
- * Llama-3-8B width) only where a GPU makes them worth the reference's time.
+ * rows and blocks are not multiples of any tile (the K-quants' columns
+ * rounded up to 256: 1280 and 256, 1 and 5 super-blocks, not a multiple
+ * of the 4 a warp takes at once); 4096-wide shapes (the Llama-3-8B width)
+ * only where a GPU makes them worth the reference's time.
  */
 static void check_matmul(int large)
 {
@@ -431,10 +459,12 @@ static void check_matmul(int large)
 
 	for (size_t k = 0; k < N_WTYPES; k++) {
 		for (size_t s = 0; s < 4; s++)
-			check_matmul_case(wtypes[k], dshapes[s][0], dshapes[s][1],
+			check_matmul_case(wtypes[k], dshapes[s][0],
+					  fit_cols(wtypes[k], dshapes[s][1]),
 					  dec, 8, (int)s % 2);
 		for (size_t s = 0; s < 2; s++)
-			check_matmul_case(wtypes[k], pshapes[s][0], pshapes[s][1],
+			check_matmul_case(wtypes[k], pshapes[s][0],
+					  fit_cols(wtypes[k], pshapes[s][1]),
 					  pre, 5, (int)s % 2);
 		if (large && wtypes[k] != PG_F32) {
 			check_matmul_case(wtypes[k], 4096, 4096, big_dec, 2, 0);
@@ -486,26 +516,55 @@ static void check_rmsnorm(void)
 	}
 }
 
-/* silu_mul (which = 0) or add (1) of n values, in place on a copy of g. */
-static void run_eltwise(int t, int which, const float *g, const float *u,
-			int64_t n, float *out)
+enum { ELT_SILU_MUL, ELT_ADD, ELT_GELU_MUL, ELT_SCALE, ELT_SOFTCAP, ELT_N };
+
+static const char *const elt_names[ELT_N] = {
+	"silu_mul", "add", "gelu_mul", "scale", "softcap",
+};
+
+/*
+ * Element-wise op `which` of n values, in place on a copy of g (u: the
+ * second operand of silu_mul, gelu_mul and add).  A backend without the
+ * op (an optional one) fails the comparison.
+ */
+static int run_eltwise(int t, int which, const float *g, const float *u,
+		       int64_t n, float *out)
 {
 	struct pg_backend *be = be_of(t);
+	const struct pg_backend_ops *o = be->ops;
 	size_t b = (size_t)n * 4;
 	float *d_g = dput(be, g, b), *d_u = dput(be, u, b);
+	int ok = 1;
 
-	if (which == 0)
-		be->ops->silu_mul(be, d_g, d_u, n);
-	else
-		be->ops->add(be, d_g, d_u, n);
+	switch (which) {
+	case ELT_SILU_MUL: o->silu_mul(be, d_g, d_u, n); break;
+	case ELT_ADD: o->add(be, d_g, d_u, n); break;
+	case ELT_GELU_MUL:
+		if ((ok = o->gelu_mul != NULL))
+			o->gelu_mul(be, d_g, d_u, n);
+		break;
+	case ELT_SCALE:	/* Gemma's sqrt(n_embd) */
+		if ((ok = o->scale != NULL))
+			o->scale(be, d_g, 45.254833995939f, n);
+		break;
+	default:	/* small enough to bend most values */
+		if ((ok = o->softcap != NULL))
+			o->softcap(be, d_g, 3.0f, n);
+		break;
+	}
 	dget(be, out, d_g, b);
 	dfree(be, d_g);
 	dfree(be, d_u);
+	return ok;
 }
 
 static void check_eltwise(void)
 {
 	static const int64_t sizes[] = { 1, 7, 4096, 14336 * 8, 1000003 };
+	static const double bound[ELT_N][2] = {
+		{ 1e-10, 1e-9 }, { 0, 0 }, { 1e-10, 1e-9 }, { 0, 0 },
+		{ 1e-10, 1e-9 },
+	};
 
 	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 		size_t n = (size_t)sizes[s];
@@ -515,17 +574,80 @@ static void check_eltwise(void)
 		fill(g, n, 8.0f);
 		fill(u, n, 1.0f);
 		snprintf(current, sizeof(current), "n=%zu", n);
-		for (int which = 0; which < 2; which++) {
-			run_eltwise(-1, which, g, u, (int64_t)n, want);
-			for (int t = 0; t < n_op_targets; t++) {
-				run_eltwise(t, which, g, u, (int64_t)n, got);
-				record(which ? family("add", 0, 0) :
-				       family("silu_mul", 1e-10, 1e-9), t,
-				       nmse(got, want, n));
-			}
+		for (int which = 0; which < ELT_N; which++) {
+			struct family *f = family(elt_names[which],
+						  bound[which][0],
+						  bound[which][1]);
+
+			if (!run_eltwise(-1, which, g, u, (int64_t)n, want))
+				die("the reference has no %s", elt_names[which]);
+			for (int t = 0; t < n_op_targets; t++)
+				record(f, t, run_eltwise(t, which, g, u,
+							 (int64_t)n, got) ?
+				       nmse(got, want, n) : NAN);
 		}
 		free(g), free(u), free(want), free(got);
 	}
+}
+
+/*
+ * sum_parts of n_parts parts into a fresh array, or (in_place) into part
+ * 0 itself; NULL op: the comparison fails.
+ */
+static int run_sum_parts(int t, const float *parts, int n_parts, int64_t n,
+			 int in_place, float *out)
+{
+	struct pg_backend *be = be_of(t);
+	size_t b = (size_t)n * 4;
+	float *d_p = dput(be, parts, b * (size_t)n_parts);
+	float *d_o = in_place ? d_p : dput(be, NULL, b);
+	const float *ptrs[16];
+
+	for (int p = 0; p < n_parts; p++)
+		ptrs[p] = d_p + (size_t)p * (size_t)n;
+	if (!be->ops->sum_parts) {
+		memset(out, 0, b);
+		dfree(be, d_p);
+		if (!in_place)
+			dfree(be, d_o);
+		return 0;
+	}
+	be->ops->sum_parts(be, d_o, ptrs, n_parts, n);
+	dget(be, out, d_o, b);
+	dfree(be, d_p);
+	if (!in_place)
+		dfree(be, d_o);
+	return 1;
+}
+
+static void check_sum_parts(void)
+{
+	static const int parts[] = { 1, 2, 3, 9 };
+	static const int64_t sizes[] = { 5, 4096, 1000003 };
+
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+		for (size_t k = 0; k < sizeof(parts) / sizeof(parts[0]); k++)
+			for (int ip = 0; ip < 2; ip++) {
+				size_t n = (size_t)sizes[s], np = (size_t)parts[k];
+				float *p = xmalloc(n * np * 4);
+				float *want = xmalloc(n * 4), *got = xmalloc(n * 4);
+
+				/* magnitudes apart, so the order shows */
+				for (size_t j = 0; j < np; j++)
+					fill(p + j * n, n, j % 2 ? 1e-3f : 1e3f);
+				snprintf(current, sizeof(current),
+					 "n=%zu parts=%zu%s", n, np,
+					 ip ? " in place" : "");
+				if (!run_sum_parts(-1, p, (int)np, (int64_t)n, ip,
+						   want))
+					die("the reference has no sum_parts");
+				for (int t = 0; t < n_op_targets; t++)
+					record(family("sum_parts", 0, 0), t,
+					       run_sum_parts(t, p, (int)np,
+							     (int64_t)n, ip, got) ?
+					       nmse(got, want, n) : NAN);
+				free(p), free(want), free(got);
+			}
 }
 
 /* ---- rope ---- */
@@ -600,6 +722,8 @@ struct attn_case {
 	int cp;
 	int n_seqs;
 	int n_ctx[MAX_SEQS], n_rows[MAX_SEQS];
+	int window;		/* pg_attn_heads.window, 0: none */
+	float softcap;		/* pg_attn_heads.softcap, 0: none */
 };
 
 /* The host side of a case: K, V, Q, page tables, slots per CP rank. */
@@ -655,7 +779,12 @@ static void attn_pages(struct attn_data *a)
 	free(pool);
 }
 
-/* Each position's slot in rank r's store (CP: pages hold cp runs). */
+/*
+ * Each position's slot in rank r's store (CP: pages hold cp runs).  With a
+ * window, positions before the first row's window are seen by no row:
+ * they get no slot, so their K and V stay NaN and a kernel that reads
+ * them shows.
+ */
 static void attn_slots(struct attn_data *a)
 {
 	const struct attn_case *c = a->c;
@@ -663,14 +792,19 @@ static void attn_slots(struct attn_data *a)
 
 	for (int r = 0; r < c->cp; r++)
 		a->slots[r] = xmalloc((size_t)a->total_ctx * sizeof(int32_t));
-	for (int s = 0; s < c->n_seqs; s++)
+	for (int s = 0; s < c->n_seqs; s++) {
+		int n_keys0 = c->n_ctx[s] - c->n_rows[s] + 1;
+		int lo = c->window > 0 && n_keys0 > c->window ?
+			 n_keys0 - c->window : 0;
+
 		for (int p = 0; p < c->n_ctx[s]; p++, i++)
 			for (int r = 0; r < c->cp; r++) {
 				int off = p % span;
 
-				a->slots[r][i] = off / pt != r ? -1 :
+				a->slots[r][i] = off / pt != r || p < lo ? -1 :
 					a->pages[s][p / span] * pt + off % pt;
 			}
+	}
 }
 
 static void attn_data_make(const struct attn_case *c, struct attn_data *a)
@@ -748,7 +882,9 @@ static void run_attention(int t, const struct attn_data *a, int with_lse,
 	float *d_parts = dput(be, NULL, part * 4 * (size_t)c->cp);
 	struct pg_attn_heads hs = { .n_heads = a->n_heads, .head0 = a->head0,
 				    .group = c->group,
-				    .kv_head0 = c->kv_head0 };
+				    .kv_head0 = c->kv_head0,
+				    .window = c->window,
+				    .softcap = c->softcap };
 
 	for (int r = 0; r < c->cp; r++) {
 		struct pg_kv_layout kv = a->kv;
@@ -840,10 +976,10 @@ static void check_attn_case(const struct attn_case *c, int with_lse)
 	attn_data_make(c, &a);
 	snprintf(current, sizeof(current),
 		 "%s pt=%d hd=%d kv=%d group=%d heads=%d@%d cp=%d seqs=%d "
-		 "(ctx %d rows %d, ...)", pg_dtype_name(c->type),
-		 c->page_tokens, c->head_dim, c->n_kv_heads, c->group,
-		 a.n_heads, a.head0, c->cp, c->n_seqs, c->n_ctx[0],
-		 c->n_rows[0]);
+		 "(ctx %d rows %d, ...) window=%d softcap=%g",
+		 pg_dtype_name(c->type), c->page_tokens, c->head_dim,
+		 c->n_kv_heads, c->group, a.n_heads, a.head0, c->cp, c->n_seqs,
+		 c->n_ctx[0], c->n_rows[0], c->window, (double)c->softcap);
 	run_attention(-1, &a, with_lse, &want);
 	if (c->cp > 1) {
 		/* the same keys in one store: what the ranks add up to */
@@ -881,41 +1017,70 @@ static void check_attn_case(const struct attn_case *c, int with_lse)
  */
 static const struct attn_case attn_cases[] = {
 	{ "decode", PG_F16, 16, 128, 8, 4, 0, 0, 0, 1, 5,
-	  { 1, 17, 100, 333, 1000 }, { 1, 1, 1, 1, 1 } },
+	  { 1, 17, 100, 333, 1000 }, { 1, 1, 1, 1, 1 }, 0, 0.0f },
 	{ "decode", PG_BF16, 16, 64, 3, 3, 0, 0, 0, 1, 4,
-	  { 5, 64, 65, 200 }, { 1, 1, 1, 1 } },
+	  { 5, 64, 65, 200 }, { 1, 1, 1, 1 }, 0, 0.0f },
 	{ "decode", PG_F32, 16, 128, 4, 1, 0, 0, 0, 1, 2,
-	  { 31, 257 }, { 1, 1 } },
+	  { 31, 257 }, { 1, 1 }, 0, 0.0f },
 	{ "decode", PG_F16, 32, 64, 1, 8, 0, 0, 0, 1, 3,
-	  { 48, 500, 2 }, { 1, 1, 1 } },
+	  { 48, 500, 2 }, { 1, 1, 1 }, 0, 0.0f },
 	{ "TP heads", PG_BF16, 16, 128, 1, 3, 2, 1, 0, 1, 2,
-	  { 90, 7 }, { 1, 7 } },
+	  { 90, 7 }, { 1, 7 }, 0, 0.0f },
 	{ "TP heads", PG_F16, 16, 64, 1, 4, 4, 4, 1, 1, 2,
-	  { 150, 20 }, { 1, 4 } },
+	  { 150, 20 }, { 1, 4 }, 0, 0.0f },
 	{ "mixed", PG_F16, 16, 128, 2, 4, 0, 0, 0, 1, 4,
-	  { 40, 17, 300, 9 }, { 1, 17, 33, 1 } },
+	  { 40, 17, 300, 9 }, { 1, 17, 33, 1 }, 0, 0.0f },
 	{ "mixed", PG_F32, 16, 64, 2, 3, 0, 0, 0, 1, 3,
-	  { 100, 1, 64 }, { 7, 1, 64 } },
+	  { 100, 1, 64 }, { 7, 1, 64 }, 0, 0.0f },
 	{ "mixed", PG_BF16, 16, 128, 1, 8, 0, 0, 0, 1, 3,
-	  { 70, 200, 3 }, { 1, 50, 3 } },
+	  { 70, 200, 3 }, { 1, 50, 3 }, 0, 0.0f },
 	{ "prefill", PG_BF16, 16, 128, 2, 4, 0, 0, 0, 1, 2,
-	  { 256, 100 }, { 256, 100 } },
+	  { 256, 100 }, { 256, 100 }, 0, 0.0f },
 	{ "prefill", PG_F16, 16, 64, 4, 1, 0, 0, 0, 1, 2,
-	  { 200, 130 }, { 200, 64 } },
+	  { 200, 130 }, { 200, 64 }, 0, 0.0f },
 	{ "prefill", PG_F32, 16, 128, 1, 8, 0, 0, 0, 1, 1,
-	  { 129 }, { 129 } },
+	  { 129 }, { 129 }, 0, 0.0f },
 	{ "4k", PG_F16, 16, 128, 2, 4, 0, 0, 0, 1, 4,
-	  { 4096, 4000, 2049, 1 }, { 1, 1, 1, 1 } },
+	  { 4096, 4000, 2049, 1 }, { 1, 1, 1, 1 }, 0, 0.0f },
 	{ "4k", PG_BF16, 16, 64, 1, 8, 0, 0, 0, 1, 2,
-	  { 4096, 3001 }, { 1, 1 } },
+	  { 4096, 3001 }, { 1, 1 }, 0, 0.0f },
 	{ "4k", PG_F16, 16, 128, 1, 4, 0, 0, 0, 1, 1,
-	  { 4096 }, { 16 } },
+	  { 4096 }, { 16 }, 0, 0.0f },
 	{ "4k", PG_F32, 16, 64, 2, 3, 0, 0, 0, 1, 1,
-	  { 4095 }, { 1 } },
+	  { 4095 }, { 1 }, 0, 0.0f },
 	{ "cp2", PG_F16, 16, 128, 2, 4, 0, 0, 0, 2, 5,
-	  { 1, 16, 17, 40, 1000 }, { 1, 1, 1, 8, 1 } },
+	  { 1, 16, 17, 40, 1000 }, { 1, 1, 1, 8, 1 }, 0, 0.0f },
 	{ "cp2", PG_BF16, 16, 64, 1, 8, 0, 0, 0, 2, 2,
-	  { 4096, 300 }, { 1, 33 } },
+	  { 4096, 300 }, { 1, 33 }, 0, 0.0f },
+	/*
+	 * Sliding windows (40, 50, 64, 100, 512: not multiples of a page)
+	 * shorter than most contexts, some contexts inside the window;
+	 * soft caps small enough to reshape every softmax.
+	 */
+	{ "window decode", PG_F16, 16, 128, 2, 4, 0, 0, 0, 1, 5,
+	  { 1, 17, 40, 333, 1000 }, { 1, 1, 1, 1, 1 }, 40, 0.0f },
+	{ "window decode", PG_BF16, 32, 64, 3, 3, 0, 0, 0, 1, 3,
+	  { 65, 200, 41 }, { 1, 1, 1 }, 40, 0.0f },
+	{ "window prefill", PG_F16, 16, 128, 2, 4, 0, 0, 0, 1, 2,
+	  { 256, 100 }, { 256, 100 }, 50, 0.0f },
+	{ "window prefill", PG_F32, 16, 64, 1, 8, 0, 0, 0, 1, 1,
+	  { 300 }, { 200 }, 64, 0.0f },
+	{ "window mixed", PG_BF16, 16, 128, 2, 3, 0, 0, 0, 1, 4,
+	  { 300, 70, 9, 150 }, { 33, 1, 9, 1 }, 64, 0.0f },
+	{ "window 4k", PG_F16, 16, 128, 2, 4, 0, 0, 0, 1, 3,
+	  { 4096, 3001, 200 }, { 1, 1, 1 }, 512, 0.0f },
+	{ "window 4k", PG_BF16, 16, 64, 1, 8, 0, 0, 0, 1, 1,
+	  { 4000 }, { 16 }, 1000, 0.0f },
+	{ "window cp2", PG_F16, 16, 128, 2, 4, 0, 0, 0, 2, 3,
+	  { 1000, 40, 600 }, { 1, 8, 1 }, 100, 0.0f },
+	{ "softcap", PG_F16, 16, 128, 2, 4, 0, 0, 0, 1, 3,
+	  { 300, 17, 1 }, { 1, 1, 1 }, 0, 1.5f },
+	{ "softcap", PG_BF16, 16, 64, 2, 4, 0, 0, 0, 1, 2,
+	  { 200, 64 }, { 200, 33 }, 0, 2.0f },
+	{ "window softcap", PG_F16, 16, 128, 2, 4, 0, 0, 0, 1, 3,
+	  { 500, 128, 3000 }, { 100, 1, 1 }, 33, 2.0f },
+	{ "window softcap", PG_F32, 16, 64, 1, 4, 0, 0, 0, 2, 2,
+	  { 700, 90 }, { 1, 90 }, 77, 1.5f },
 };
 
 static void check_attention(void)
@@ -986,6 +1151,7 @@ static void check_merge(void)
 struct replay {
 	struct pg_kv_layout kv;		/* base: NULL (per backend) */
 	int group, n_heads, kvd;
+	int window;			/* the steps' sliding window, or 0 */
 	size_t store_bytes;
 	uint8_t *blank;			/* NaN store */
 	struct pg_matrix embd;		/* (300, n_heads * head_dim) BF16 */
@@ -1112,7 +1278,8 @@ static void replay_step(struct pg_backend *be, const struct replay *r,
 			struct replay_dev *d, int j, float *out)
 {
 	size_t kb = (size_t)REPLAY_SEQS * r->kvd * 4;
-	struct pg_attn_heads hs = { .n_heads = r->n_heads, .group = r->group };
+	struct pg_attn_heads hs = { .n_heads = r->n_heads, .group = r->group,
+				    .window = r->window };
 	struct pg_attn_seq seqs[REPLAY_SEQS];
 	int bracket = be->ops->step_begin && be->ops->step_end;
 	char err[256];
@@ -1144,7 +1311,8 @@ static void replay_release(struct pg_backend *be, struct replay_dev *d)
 	dfree(be, d->q), dfree(be, d->k), dfree(be, d->v), dfree(be, d->o);
 }
 
-static void check_replay(void)
+/* window > 0: the same steps with a sliding window (its start moves). */
+static void check_replay(int window)
 {
 	struct replay r;
 	struct replay_dev d;
@@ -1152,6 +1320,7 @@ static void check_replay(void)
 	float *got;
 
 	replay_make(&r);
+	r.window = window;
 	nq = replay_q_floats(&r);
 	got = xmalloc(nq * 4);
 	snprintf(current, sizeof(current), "%d decode steps of %d sequences",
@@ -1169,8 +1338,9 @@ static void check_replay(void)
 		for (int j = 0; j < REPLAY_STEPS; j++) {
 			snprintf(current, sizeof(current), "decode step %d", j);
 			replay_step(be, &r, &d, j, got);
-			record(family("decode steps (graph replay)", 1e-8, 1e-7),
-			       t, nmse(got, r.want[j], nq));
+			record(family(window ? "decode steps, window (graph "
+				      "replay)" : "decode steps (graph replay)",
+				      1e-8, 1e-7), t, nmse(got, r.want[j], nq));
 		}
 		replay_release(be, &d);
 	}
@@ -1298,11 +1468,13 @@ int main(void)
 	check_get_rows();
 	check_rmsnorm();
 	check_eltwise();
+	check_sum_parts();
 	check_rope();
 	check_matmul(cuda);
 	check_attention();
 	check_merge();
-	check_replay();
+	check_replay(0);
+	check_replay(20);
 	report();
 	for (int t = 0; t < n_targets; t++)
 		targets[t].be->ops->destroy(targets[t].be);

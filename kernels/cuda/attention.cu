@@ -23,8 +23,16 @@
  * Both size their grids from the record (bucket, max_rows, rows) and read
  * n_ctx, first_row, n_rows and the page tables from the staged copy, with
  * early exits, so a captured graph serves any step of the same shape.
- * Scores are q . k * scale in float; exp and log are the device's expf and
+ * Scores are q . k * scale in float, then (softcap > 0) cap * tanhf(s /
+ * cap) as attention.c caps them; exp and log are the device's expf and
  * logf.  A row without keys gets out = 0 and lse = -inf.
+ *
+ * Sliding windows (window > 0): a row at position p sees positions
+ * p - window + 1 .. p, i.e. local keys pg_cuda_n_held(lo) ..; no kernel
+ * loads a key before the first one any of its queries sees (the decode
+ * kernel's splits start at the sequence's first row's window, the tiled
+ * kernel's tiles at its first query's), so pages before the window are
+ * never read.
  */
 #include "common.cuh"
 
@@ -45,7 +53,9 @@ struct attn_params {
 	const int32_t *pages;		/* (n_seqs, p_cap) device */
 	int block, n_heads, head0, group, kv_head0, g_first, p_cap;
 	int rows, splits, split_len;
+	int window;			/* 0: none */
 	float scale;
+	float softcap;			/* 0: none */
 };
 
 /* How a call is cut; a pure function of the record. */
@@ -89,6 +99,9 @@ static void plan_of(const struct pg_cuda_backend *cb,
 	p->decode = a->max_rows * p->nh_max <= nq;
 	held = pg_cuda_n_held(a->bucket, a->kv.page_tokens, a->kv.cp_size,
 			      a->kv.cp_rank);
+	/* a window: a sequence's rows see at most window + rows - 1 positions */
+	if (a->window > 0 && a->window + a->max_rows < held)
+		held = a->window + a->max_rows;
 	target = 4 * (cb->n_sm > 0 ? cb->n_sm : 1);
 	want = (target + p->n_kvg * a->n_seqs - 1) / (p->n_kvg * a->n_seqs);
 	max_splits = (held + 63) / 64;
@@ -128,6 +141,30 @@ static __device__ __forceinline__ float q_round(float v)
 
 	pg_elem<T>::store(&t, v);
 	return pg_elem<T>::load(&t);
+}
+
+/*
+ * The first local key a row that sees positions 0 .. n_keys - 1 attends
+ * to: that of position n_keys - window with a window shorter than that,
+ * else 0.
+ */
+static __device__ __forceinline__ int first_key(const struct attn_params &p,
+						int n_keys)
+{
+	if (p.window <= 0 || n_keys <= p.window)
+		return 0;
+	return pg_cuda_n_held(n_keys - p.window, p.kv.page_tokens,
+			      p.kv.cp_size, p.kv.cp_rank);
+}
+
+/* A raw score q . k as the softmax takes it: scaled, then capped. */
+static __device__ __forceinline__ float score(const struct attn_params &p,
+					      float s)
+{
+	s = __fmul_rn(s, p.scale);
+	if (p.softcap > 0.0f)
+		s = __fmul_rn(p.softcap, tanhf(__fdiv_rn(s, p.softcap)));
+	return s;
 }
 
 /* Local key k's K (which 0) or V (1) row of store KV head g. */
@@ -198,9 +235,9 @@ attn_decode_kernel(const struct attn_params p)
 	const int hd = p.kv.head_dim, g = p.g_first + blockIdx.y;
 	const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
 	const bool mine = lane * E < hd;
-	int lo, hi, nh, n_q, held_all, k0, k1;
+	int lo, hi, nh, n_q, held_all, kbase, k0, k1;
 	float q[NQ][E], acc[NQ][E], m[NQ], l[NQ];
-	int held[NQ];
+	int held[NQ], klo[NQ];
 
 	heads_of(g, p.n_heads, p.head0, p.group, p.kv_head0, &lo, &hi);
 	nh = hi - lo;
@@ -208,7 +245,9 @@ attn_decode_kernel(const struct attn_params p)
 	n_q = n_q < NQ ? n_q : NQ;	/* the host chose NQ >= n_q */
 	held_all = pg_cuda_n_held(sq.n_ctx, p.kv.page_tokens, p.kv.cp_size,
 				  p.kv.cp_rank);
-	k0 = blockIdx.x * p.split_len;
+	/* the splits start at the first row's window (rows only add keys) */
+	kbase = first_key(p, sq.n_ctx - sq.n_rows + 1);
+	k0 = kbase + blockIdx.x * p.split_len;
 	k1 = k0 + p.split_len < held_all ? k0 + p.split_len : held_all;
 #pragma unroll
 	for (int i = 0; i < NQ; i++) {
@@ -221,6 +260,7 @@ attn_decode_kernel(const struct attn_params p)
 						   p.kv.page_tokens,
 						   p.kv.cp_size,
 						   p.kv.cp_rank) : 0;
+		klo[i] = i < n_q ? first_key(p, sq.n_ctx - sq.n_rows + r + 1) : 0;
 		m[i] = -INFINITY;
 		l[i] = 0.0f;
 #pragma unroll
@@ -248,12 +288,12 @@ attn_decode_kernel(const struct attn_params p)
 
 			if (i >= n_q)
 				break;
-			if (k >= held[i])	/* warp-uniform */
+			if (k >= held[i] || k < klo[i])	/* warp-uniform */
 				continue;
 #pragma unroll
 			for (int e = 0; e < E; e++)
 				s = fmaf(q[i][e], kf[e], s);
-			s = pg_warp_sum(s) * p.scale;
+			s = score(p, pg_warp_sum(s));
 			if (s > m[i]) {
 				float r = expf(m[i] - s);	/* 0 at first */
 
@@ -380,7 +420,7 @@ attn_prefill_kernel(const struct attn_params p)
 	const int qi = threadIdx.x / 4, kq = threadIdx.x % 4;
 	constexpr int epc = 16 / (int)sizeof(T);	/* values per 16 bytes */
 	const int chunks = hd / epc;
-	int lo, hi, nh, n_q, q0, held_me, held_tile, last;
+	int lo, hi, nh, n_q, q0, held_me, held_tile, last, klo_me, klo_tile;
 	float acc[DMAX / 4], m = -INFINITY, l = 0.0f;
 
 	heads_of(g, p.n_heads, p.head0, p.group, p.kv_head0, &lo, &hi);
@@ -397,6 +437,10 @@ attn_prefill_kernel(const struct attn_params p)
 		  pg_cuda_n_held(sq.n_ctx - sq.n_rows + (q0 + qi) / nh + 1,
 				 p.kv.page_tokens, p.kv.cp_size,
 				 p.kv.cp_rank) : 0;
+	/* windows: the tile's first query (smallest row) sees the first key */
+	klo_tile = first_key(p, sq.n_ctx - sq.n_rows + q0 / nh + 1);
+	klo_me = q0 + qi < n_q ?
+		 first_key(p, sq.n_ctx - sq.n_rows + (q0 + qi) / nh + 1) : 0;
 	for (int idx = threadIdx.x; idx < ATT_BQ * hd; idx += ATT_THREADS) {
 		int j = idx / hd, d = idx % hd, qv = q0 + j;
 
@@ -408,7 +452,7 @@ attn_prefill_kernel(const struct attn_params p)
 	for (int c = 0; c < DMAX / 4; c++)
 		acc[c] = 0.0f;
 
-	for (int k0 = 0; k0 < held_tile; k0 += ATT_BK) {
+	for (int k0 = klo_tile; k0 < held_tile; k0 += ATT_BK) {
 		float s[ATT_BK / 4], mx = -INFINITY, sc, ps;
 
 		__syncthreads();	/* Q loaded; last tile's K, V, P used */
@@ -453,7 +497,9 @@ attn_prefill_kernel(const struct attn_params p)
 		}
 #pragma unroll
 		for (int c = 0; c < ATT_BK / 4; c++) {
-			s[c] = k0 + kq + 4 * c < held_me ? s[c] * p.scale :
+			int kk = k0 + kq + 4 * c;
+
+			s[c] = kk < held_me && kk >= klo_me ? score(p, s[c]) :
 			       -INFINITY;
 			mx = fmaxf(mx, s[c]);
 		}
@@ -643,6 +689,8 @@ void pg_cuda_run_attention(struct pg_cuda_backend *cb,
 	p.splits = pl.splits;
 	p.split_len = pl.split_len;
 	p.scale = a->scale;
+	p.window = a->window;
+	p.softcap = a->softcap;
 	if (pl.splits > 1) {
 		n_parts = (size_t)pl.splits * a->rows * a->n_heads;
 		p.part_o = (float *)cb->ws;

@@ -43,7 +43,7 @@
 #define CUDA_GRAPH_CACHE 64		/* graphs kept per backend */
 
 /* Kinds of staged blobs, each with its own "last" for reuse. */
-enum { META_IDS, META_POS, META_SLOTS, META_ATTN };
+enum { META_IDS, META_POS, META_SLOTS, META_ATTN, META_PTRS };
 
 /* Remember p as live, growing the set if need be: 0 or -ENOMEM. */
 static int live_add(struct pg_cuda_backend *cb, void *p)
@@ -395,6 +395,10 @@ static void op_run(struct pg_cuda_backend *cb, const struct pg_cuda_op *op)
 	case PG_CUDA_OP_ATTN_MERGE: pg_cuda_run_attn_merge(cb, op); break;
 	case PG_CUDA_OP_SILU_MUL: pg_cuda_run_silu_mul(cb, op); break;
 	case PG_CUDA_OP_ADD: pg_cuda_run_add(cb, op); break;
+	case PG_CUDA_OP_GELU_MUL: pg_cuda_run_gelu_mul(cb, op); break;
+	case PG_CUDA_OP_SCALE: pg_cuda_run_scale(cb, op); break;
+	case PG_CUDA_OP_SOFTCAP: pg_cuda_run_softcap(cb, op); break;
+	case PG_CUDA_OP_SUM_PARTS: pg_cuda_run_sum_parts(cb, op); break;
 	}
 }
 
@@ -465,8 +469,14 @@ static void kv_of(struct pg_cuda_kv *k, const struct pg_kv_layout *kv)
 
 static int weight_type_ok(enum pg_dtype t)
 {
-	return t == PG_F32 || t == PG_F16 || t == PG_BF16 || t == PG_Q8_0 ||
-	       t == PG_Q4_0 || t == PG_Q4_1;
+	switch (t) {
+	case PG_F32: case PG_F16: case PG_BF16:
+	case PG_Q8_0: case PG_Q4_0: case PG_Q4_1: case PG_Q5_0: case PG_Q5_1:
+	case PG_Q2_K: case PG_Q3_K: case PG_Q4_K: case PG_Q5_K: case PG_Q6_K:
+		return 1;
+	default:
+		return 0;
+	}
 }
 
 static int kv_ok(struct pg_cuda_backend *cb, const struct pg_kv_layout *kv,
@@ -497,8 +507,9 @@ static void cuda_get_rows(struct pg_backend *be, const struct pg_matrix *m,
 
 	if (op_begin(cb, &op, PG_CUDA_OP_GET_ROWS) || n <= 0)
 		return;
-	if (!weight_type_ok(m->type)) {
-		pg_cuda_fail_msg(cb, "get_rows: weight type not supported");
+	if (!weight_type_ok(m->type) ||
+	    m->n_cols % pg_dtype_block_size(m->type)) {
+		pg_cuda_fail_msg(cb, "get_rows: weight type not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K)");
 		return;
 	}
 	mat_of(&op.a.get_rows.m, m);
@@ -540,7 +551,7 @@ static void cuda_matmul(struct pg_backend *be, const struct pg_matrix *w,
 		return;
 	}
 	if (!weight_type_ok(w->type) ||
-	    (pg_dtype_block_size(w->type) > 1 && w->n_cols % PG_QK)) {
+	    w->n_cols % pg_dtype_block_size(w->type)) {
 		say(msg, sizeof(msg), "matmul: %s weights of %lld columns not "
 		    "supported", pg_dtype_name(w->type), (long long)w->n_cols);
 		pg_cuda_fail_msg(cb, msg);
@@ -687,6 +698,8 @@ static void cuda_attention(struct pg_backend *be,
 	a->kv_head0 = heads->kv_head0;
 	a->n_seqs = n_seqs;
 	a->scale = scale;
+	a->window = heads->window > 0 ? heads->window : 0;
+	a->softcap = heads->softcap > 0.0f ? heads->softcap : 0.0f;
 	for (int s = 0; s < n_seqs; s++) {
 		int end = seqs[s].first_row + seqs[s].n_rows;
 
@@ -750,6 +763,65 @@ static void cuda_add(struct pg_backend *be, float *x, const float *y,
 		     int64_t n)
 {
 	cuda_eltwise(be, PG_CUDA_OP_ADD, x, y, n);
+}
+
+static void cuda_gelu_mul(struct pg_backend *be, float *gate, const float *up,
+			  int64_t n)
+{
+	cuda_eltwise(be, PG_CUDA_OP_GELU_MUL, gate, up, n);
+}
+
+/* scale and softcap: x in place with a float parameter. */
+static void cuda_eltwise_s(struct pg_backend *be, int kind, float *x, float s,
+			   int64_t n)
+{
+	struct pg_cuda_backend *cb = pg_cuda(be);
+	struct pg_cuda_op op;
+
+	if (op_begin(cb, &op, kind) || n <= 0)
+		return;
+	op.a.elt.x = x;
+	op.a.elt.n = n;
+	op.a.elt.s = s;
+	submit(cb, &op);
+}
+
+static void cuda_scale(struct pg_backend *be, float *x, float s, int64_t n)
+{
+	cuda_eltwise_s(be, PG_CUDA_OP_SCALE, x, s, n);
+}
+
+static void cuda_softcap(struct pg_backend *be, float *x, float cap,
+			 int64_t n)
+{
+	cuda_eltwise_s(be, PG_CUDA_OP_SOFTCAP, x, cap, n);
+}
+
+/* The parts' pointers (device memory) are staged like index arrays. */
+static void cuda_sum_parts(struct pg_backend *be, float *out,
+			   const float *const *parts, int n_parts, int64_t n)
+{
+	struct pg_cuda_backend *cb = pg_cuda(be);
+	size_t bytes = (size_t)(n_parts > 0 ? n_parts : 1) * sizeof(*parts);
+	struct pg_cuda_op op;
+	uint32_t off;
+	void *p;
+
+	if (op_begin(cb, &op, PG_CUDA_OP_SUM_PARTS) || n <= 0)
+		return;
+	if (n_parts < 1) {
+		pg_cuda_fail_msg(cb, "sum_parts: no parts");
+		return;
+	}
+	op.a.sum_parts.out = out;
+	op.a.sum_parts.n = n;
+	op.a.sum_parts.n_parts = n_parts;
+	p = meta_reserve(cb, bytes, &off);
+	if (!p)
+		return;
+	memcpy(p, parts, bytes);
+	meta_commit(cb, META_PTRS, off, bytes, &op.st);
+	submit(cb, &op);
 }
 
 /* ---- memory ---- */
@@ -1085,6 +1157,12 @@ static const struct pg_backend_ops cuda_ops = {
 	.add = cuda_add,
 	.step_begin = cuda_step_begin,
 	.step_end = cuda_step_end,
+	.gelu_mul = cuda_gelu_mul,
+	.scale = cuda_scale,
+	.softcap = cuda_softcap,
+	.sum_parts = cuda_sum_parts,
+	.attn_window = 1,
+	.attn_softcap = 1,
 };
 
 /* The stream, cuBLAS on it with a fixed workspace, pinned buffers. */

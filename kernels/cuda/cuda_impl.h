@@ -96,6 +96,10 @@ enum pg_cuda_op_kind {
 	PG_CUDA_OP_ATTN_MERGE,
 	PG_CUDA_OP_SILU_MUL,
 	PG_CUDA_OP_ADD,
+	PG_CUDA_OP_GELU_MUL,
+	PG_CUDA_OP_SCALE,
+	PG_CUDA_OP_SOFTCAP,
+	PG_CUDA_OP_SUM_PARTS,
 };
 
 struct pg_cuda_get_rows {
@@ -163,6 +167,8 @@ struct pg_cuda_attention {
 	int32_t bucket;
 	int32_t max_rows;
 	int32_t rows;
+	int32_t window;		/* pg_attn_heads.window, 0: none */
+	float softcap;		/* pg_attn_heads.softcap, 0: none */
 	int32_t pad;
 };
 
@@ -177,9 +183,24 @@ struct pg_cuda_attn_merge {
 };
 
 struct pg_cuda_eltwise {
-	float *x;		/* silu_mul: gate; add: x.  (n) */
-	const float *y;		/* silu_mul: up; add: y.  (n) */
+	float *x;		/* silu_mul, gelu_mul: gate; add, scale,
+				 * softcap: x.  (n) */
+	const float *y;		/* silu_mul, gelu_mul: up; add: y; else
+				 * NULL.  (n) */
 	int64_t n;
+	float s;		/* scale: the factor; softcap: the cap */
+	int32_t pad;
+};
+
+/*
+ * sum_parts: out = ((p_0 + p_1) + ..); the n_parts part pointers are the
+ * op's staged bytes (device pointers, 8 bytes each).
+ */
+struct pg_cuda_sum_parts {
+	float *out;		/* (n) */
+	int64_t n;
+	int32_t n_parts;
+	int32_t pad;
 };
 
 /* One recorded op; zeroed before it is filled (compared with memcmp). */
@@ -196,6 +217,7 @@ struct pg_cuda_op {
 		struct pg_cuda_attention attention;
 		struct pg_cuda_attn_merge attn_merge;
 		struct pg_cuda_eltwise elt;
+		struct pg_cuda_sum_parts sum_parts;
 	} a;
 };
 
@@ -236,7 +258,7 @@ struct pg_cuda_backend {
 	size_t meta_bytes;
 	size_t meta_off;
 	/* the last blob staged per kind, reused while its bytes are equal */
-	struct pg_cuda_staged last[4];
+	struct pg_cuda_staged last[5];
 
 	/* the ops' device scratch (activation tiles, attention partials) */
 	void *ws;
@@ -319,6 +341,15 @@ void pg_cuda_run_attn_merge(struct pg_cuda_backend *cb,
 void pg_cuda_run_silu_mul(struct pg_cuda_backend *cb,
 			  const struct pg_cuda_op *op);
 void pg_cuda_run_add(struct pg_cuda_backend *cb, const struct pg_cuda_op *op);
+/* gelu_mul, scale and softcap (silu_mul.cu), sum_parts (add.cu) */
+void pg_cuda_run_gelu_mul(struct pg_cuda_backend *cb,
+			  const struct pg_cuda_op *op);
+void pg_cuda_run_scale(struct pg_cuda_backend *cb,
+		       const struct pg_cuda_op *op);
+void pg_cuda_run_softcap(struct pg_cuda_backend *cb,
+			 const struct pg_cuda_op *op);
+void pg_cuda_run_sum_parts(struct pg_cuda_backend *cb,
+			   const struct pg_cuda_op *op);
 
 /*
  * pg_cuda_attention_init - read the device's opt-in shared memory limit

@@ -1,15 +1,21 @@
 /*
  * matmul.cu - the matmul op on the GPU: y = W x (+ bias) for a batch of
- * token rows, W in F32, F16, BF16, Q8_0, Q4_0 or Q4_1.
+ * token rows, W in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or a
+ * K-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
  *
  * Decode (n <= PG_CUDA_GEMV_MAX_N tokens): GEMV kernels, one warp per
  * weight row, every token of the batch against the row while it is in
- * registers.  Quantised weights take the activations quantised first
- * (quantize_kernel: Q8_0, or Q8_1 for Q4_1, with quant.c's rounding) and
- * dot them block by block in integers with __dp4a, each block's sum scaled
- * as dot.c does (fma(dw dx, (float)acc, sum), and fma(mw, sx, .) for
- * Q4_1), so the results are the CPU's up to the order of the float sum
- * over blocks.
+ * registers.  Quantised weights take the activations quantised first as
+ * the CPU quantises them (quantize_kernel: Q8_0, or Q8_1 for Q4_1 and
+ * Q5_1; quantize_k_kernel: Q8_K for the K-quants, with quant.c's
+ * rounding) and dot them block by block in integers with __dp4a, each
+ * block's sum scaled as dot.c does (fma(dw dx, (float)acc, sum), and
+ * fma(mw, sx, .) for Q4_1/Q5_1), so the results are the CPU's up to the
+ * order of the float sum over blocks.  The K-quants' GEMV gives a
+ * super-block to 8 lanes, 32 values each; their integer sums (sub-block
+ * sums times integer scales, mins times the activations' sums) are added
+ * across the 8 lanes exactly, and the super-block is then scaled once as
+ * dot.c does: fma(d dx, sumi, .) and fma(-(dmin dx), summ, .).
  * Dense weights dot float activations (fused multiply-adds).
  *
  * Prefill (more tokens): cuBLAS with FP32 accumulation.  F32 weights:
@@ -39,7 +45,9 @@ static size_t align256(size_t b)
 
 static bool is_quant(int t)
 {
-	return t == PG_Q8_0 || t == PG_Q4_0 || t == PG_Q4_1;
+	return t == PG_Q8_0 || t == PG_Q4_0 || t == PG_Q4_1 ||
+	       t == PG_Q5_0 || t == PG_Q5_1 || t == PG_Q2_K || t == PG_Q3_K ||
+	       t == PG_Q4_K || t == PG_Q5_K || t == PG_Q6_K;
 }
 
 /* Tokens per converted-activation chunk and rows per weight tile. */
@@ -61,6 +69,7 @@ size_t pg_cuda_matmul_ws(const struct pg_cuda_matmul *a)
 	if (a->n <= PG_CUDA_GEMV_MAX_N) {
 		if (!is_quant(a->w.type))
 			return 0;
+		/* Q8_K's scales (k / 256 a token) fit Q8_0's room */
 		return align256((size_t)a->n * k) +
 		       2 * align256((size_t)a->n * (k / PG_QK) * 4);
 	}
@@ -104,56 +113,38 @@ quantize_kernel(const float *x, int64_t n_blocks, int8_t *xq, float *xd,
 	}
 }
 
-/* ---- quantised GEMV ---- */
-
-/* Two bytes at p (2-byte aligned) as the low half of an int. */
-static __device__ __forceinline__ uint32_t ld16(const uint8_t *p)
-{
-	return *(const uint16_t *)p;
-}
-
-/* Four bytes at p, p only 2-byte aligned. */
-static __device__ __forceinline__ int ld32_2(const uint8_t *p)
-{
-	return (int)(ld16(p) | (ld16(p + 2) << 16));
-}
-
 /*
- * A block of quantised weights as 8 ints of signed bytes in the order of
- * the activation block's 32 bytes (int i: values 4i .. 4i + 3): Q8_0's
- * bytes, or Q4's nibbles (low: values 0 .. 15, high: 16 .. 31), less 8
- * for Q4_0.  w: the block.
+ * Q8_K (against the K-quants): one warp per 256 values, lane j values 8j
+ * .. 8j + 7: quant.c's pg_quant_q8_k_ref, d = amax / 127 kept as a float
+ * (not F16), q = rint(x * (127 / amax)), ties to even.  The sums of 16 q
+ * (bsums) are not stored: the GEMV takes them from q with __dp4a, the same
+ * integers.  xq: (n, K) int8; xd: (n, K / 256) floats.
  */
-template <int WT>
-static __device__ __forceinline__ void load_wq(const uint8_t *w, int *wq)
+static __global__ void __launch_bounds__(MM_QUANT_WARPS * 32)
+quantize_k_kernel(const float *x, int64_t n_blocks, int8_t *xq, float *xd)
 {
-	if constexpr (WT == PG_Q8_0) {
-#pragma unroll
-		for (int i = 0; i < 8; i++)
-			wq[i] = ld32_2(w + 2 + 4 * i);
-	} else {
-		const int qoff = WT == PG_Q4_0 ? 2 : 4;
+	int64_t b = (int64_t)blockIdx.x * MM_QUANT_WARPS + threadIdx.x / 32;
+	int lane = threadIdx.x & 31;
+	float v[8], amax = 0.0f, id;
 
+	if (b >= n_blocks)
+		return;		/* warp-uniform */
 #pragma unroll
-		for (int i = 0; i < 4; i++) {
-			int v = ld32_2(w + qoff + 4 * i);
-			unsigned lo = (unsigned)v & 0x0f0f0f0fu;
-			unsigned hi = ((unsigned)v >> 4) & 0x0f0f0f0fu;
-
-			if constexpr (WT == PG_Q4_0) {
-				lo = __vsub4(lo, 0x08080808u);
-				hi = __vsub4(hi, 0x08080808u);
-			}
-			wq[i] = (int)lo;
-			wq[4 + i] = (int)hi;
-		}
+	for (int e = 0; e < 8; e++) {	/* x may be any float's address */
+		v[e] = x[b * PG_QK_K + lane * 8 + e];
+		amax = fmaxf(amax, fabsf(v[e]));
 	}
+	amax = pg_warp_max(amax);
+	id = amax != 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+	for (int e = 0; e < 8; e++)
+		xq[b * PG_QK_K + lane * 8 + e] =
+			(int8_t)__float2int_rn(__fmul_rn(v[e], id));
+	if (lane == 0)
+		xd[b] = amax / 127.0f;
 }
 
-template <int WT> struct qtraits;
-template <> struct qtraits<PG_Q8_0> { enum { bytes = 34 }; };
-template <> struct qtraits<PG_Q4_0> { enum { bytes = 18 }; };
-template <> struct qtraits<PG_Q4_1> { enum { bytes = 20 }; };
+/* ---- quantised GEMV ---- */
 
 /*
  * The end of a GEMV warp: each token's partial sums over the warp, plus
@@ -199,12 +190,11 @@ gemv_q_kernel(const uint8_t *wd, uint64_t row_bytes, int64_t n_rows,
 	const uint8_t *row = wd + (uint64_t)r * row_bytes;
 
 	for (int64_t b = lane; b < nb; b += 32) {
-		const uint8_t *w = row + b * qtraits<WT>::bytes;
-		float dw = pg_h2f((uint16_t)ld16(w));
-		float mw = WT == PG_Q4_1 ? pg_h2f((uint16_t)ld16(w + 2)) : 0.0f;
+		const uint8_t *w = row + b * pg_qt<WT>::bytes;
+		float dw, mw;
 		int wq[8];
 
-		load_wq<WT>(w, wq);
+		pg_q32_load<WT>(w, wq, &dw, &mw);
 
 #pragma unroll
 		for (int t = 0; t < NT; t++) {
@@ -222,8 +212,107 @@ gemv_q_kernel(const uint8_t *wd, uint64_t row_bytes, int64_t n_rows,
 			float dx = xd[t * nb + b];
 
 			sum[t] = __fmaf_rn(__fmul_rn(dw, dx), (float)acc, sum[t]);
-			if (WT == PG_Q4_1)
+			if (WT == PG_Q4_1 || WT == PG_Q5_1)
 				sum[t] = __fmaf_rn(mw, xs[t * nb + b], sum[t]);
+		}
+	}
+	store_row<NT>(sum, n, lane, r, n_rows, bias, y);
+}
+
+/* Sum of v over each aligned group of 8 lanes (exact: integers). */
+static __device__ __forceinline__ int sum8(int v)
+{
+	v += __shfl_xor_sync(PG_FULL_MASK, v, 4);
+	v += __shfl_xor_sync(PG_FULL_MASK, v, 2);
+	v += __shfl_xor_sync(PG_FULL_MASK, v, 1);
+	return v;
+}
+
+/*
+ * y (n, N) = W xq for the K-quants: one warp per row of W; lanes 8g ..
+ * 8g + 7 take super-blocks g, g + 4, ..., lane 8g + c its values 32c ..
+ * 32c + 31.  Each lane's integer share of dot.c's sumi (sub-block sums
+ * times their scales) and summ (mins times the activations' sums of 16),
+ * added over the 8 lanes, then scaled once by lane 8g.  xq, xd as
+ * quantize_k_kernel wrote them; bias (N) or NULL.
+ */
+template <int WT, int NT>
+static __global__ void __launch_bounds__(MM_WARPS * 32)
+gemv_k_kernel(const uint8_t *wd, uint64_t row_bytes, int64_t n_rows,
+	      int64_t k, int n, const int8_t *xq, const float *xd,
+	      const float *bias, float *y)
+{
+	int64_t r = (int64_t)blockIdx.x * MM_WARPS + threadIdx.x / 32;
+	int lane = threadIdx.x & 31, g = lane / 8, c = lane % 8;
+	int64_t nb = k / PG_QK_K;
+	float sum[NT];
+
+	if (r >= n_rows)
+		return;		/* warp-uniform */
+#pragma unroll
+	for (int t = 0; t < NT; t++)
+		sum[t] = 0.0f;
+	const uint8_t *row = wd + (uint64_t)r * row_bytes;
+
+	/* every lane runs every step: the sums shuffle across the warp */
+	for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+		int64_t b = b0 + g;
+		bool on = b < nb;
+		int wq[8], sc[2], m[2];
+		float dw = 0.0f, dmin = 0.0f;
+
+		if (on) {
+			pg_kq_load<WT>(row + b * pg_qt<WT>::bytes, c, wq, sc, m,
+				       &dw, &dmin);
+		} else {
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				wq[i] = 0;
+			sc[0] = sc[1] = m[0] = m[1] = 0;
+		}
+#pragma unroll
+		for (int t = 0; t < NT; t++) {
+			if (t >= n)
+				break;	/* warp-uniform */
+			int xa[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+
+			if (on) {
+				const int4 *xp = (const int4 *)(xq + t * k +
+								b * PG_QK_K +
+								32 * c);
+				int4 x0 = xp[0], x1 = xp[1];
+
+				xa[0] = x0.x; xa[1] = x0.y; xa[2] = x0.z;
+				xa[3] = x0.w; xa[4] = x1.x; xa[5] = x1.y;
+				xa[6] = x1.z; xa[7] = x1.w;
+			}
+			int s0 = 0, s1 = 0, sumi, summ = 0;
+
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				s0 = __dp4a(wq[i], xa[i], s0);
+				s1 = __dp4a(wq[4 + i], xa[4 + i], s1);
+			}
+			sumi = sum8(sc[0] * s0 + sc[1] * s1);
+			if constexpr (pg_kq_has_min(WT)) {
+				int x0 = 0, x1 = 0;
+
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					x0 = __dp4a(xa[i], 0x01010101, x0);
+					x1 = __dp4a(xa[4 + i], 0x01010101, x1);
+				}
+				summ = sum8(m[0] * x0 + m[1] * x1);
+			}
+			if (on && c == 0) {
+				float dx = xd[t * nb + b];
+
+				sum[t] = __fmaf_rn(__fmul_rn(dw, dx), (float)sumi,
+						   sum[t]);
+				if constexpr (pg_kq_has_min(WT))
+					sum[t] = __fmaf_rn(-__fmul_rn(dmin, dx),
+							   (float)summ, sum[t]);
+			}
 		}
 	}
 	store_row<NT>(sum, n, lane, r, n_rows, bias, y);
@@ -302,7 +391,11 @@ convert_kernel(const float *x, int64_t n, T *out)
 	}
 }
 
-/* out (rows, k) F16 = rows r0 .. of quantised W, as quant.c's floats. */
+/*
+ * out (rows, k) F16 = rows r0 .. of quantised W, as quant.c's floats
+ * rounded to F16.  One thread per 32 values (a block, or an eighth of a
+ * K-quant super-block): read once, write 32 halves.
+ */
 template <int WT>
 static __global__ void __launch_bounds__(256)
 dequant_kernel(const uint8_t *wd, uint64_t row_bytes, int64_t k,
@@ -310,35 +403,19 @@ dequant_kernel(const uint8_t *wd, uint64_t row_bytes, int64_t k,
 {
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	int64_t step = (int64_t)gridDim.x * blockDim.x;
+	constexpr int per = pg_qt<WT>::qk / 32;	/* chunks per block */
 
-	/* one thread per 32-value block: read once, write 32 halves */
-	for (; i < n / PG_QK; i += step) {
-		int64_t r = i / (k / PG_QK), b = i % (k / PG_QK);
+	for (; i < n / 32; i += step) {
+		int64_t r = i / (k / 32), ch = i % (k / 32);
 		const uint8_t *w = wd + (uint64_t)r * row_bytes +
-				   b * qtraits<WT>::bytes;
-		__half *o = out + r * k + b * PG_QK;
-		float d = pg_h2f((uint16_t)ld16(w));
+				   (ch / per) * pg_qt<WT>::bytes;
+		__half *o = out + r * k + ch * 32;
+		float v[32];
 
-		if constexpr (WT == PG_Q8_0) {
-			for (int j = 0; j < 32; j++)
-				o[j] = __float2half_rn(
-					__fmul_rn(d, (float)(int8_t)w[2 + j]));
-		} else {
-			const int qo = WT == PG_Q4_0 ? 2 : 4;
-			float m = WT == PG_Q4_1 ? pg_h2f((uint16_t)ld16(w + 2)) :
-				  0.0f;
-			int off = WT == PG_Q4_0 ? -8 : 0;
-
-			for (int j = 0; j < 16; j++) {
-				int lo = (w[qo + j] & 0x0f) + off;
-				int hi = (w[qo + j] >> 4) + off;
-
-				o[j] = __float2half_rn(__fadd_rn(
-					__fmul_rn(d, (float)lo), m));
-				o[j + 16] = __float2half_rn(__fadd_rn(
-					__fmul_rn(d, (float)hi), m));
-			}
-		}
+		pg_dequant32<WT>(w, (int)(ch % per), v);
+#pragma unroll
+		for (int j = 0; j < 32; j++)
+			o[j] = __float2half_rn(v[j]);
 	}
 }
 
@@ -380,7 +457,7 @@ static void mm_decode_q(struct pg_cuda_backend *cb,
 	quantize_kernel<<<(unsigned int)((nb + MM_QUANT_WARPS - 1) /
 					 MM_QUANT_WARPS),
 			  MM_QUANT_WARPS * 32, 0, cb->stream>>>(
-		a->x, nb, xq, xd, WT == PG_Q4_1 ? xs : NULL);
+		a->x, nb, xq, xd, WT == PG_Q4_1 || WT == PG_Q5_1 ? xs : NULL);
 	if (pg_cuda_launched(cb, "quantize"))
 		return;
 	if (a->n == 1)
@@ -392,6 +469,45 @@ static void mm_decode_q(struct pg_cuda_backend *cb,
 	else
 		gemv_q<WT, 8>(cb, a, xq, xd, xs);
 	pg_cuda_launched(cb, "gemv_q");
+}
+
+template <int WT, int NT>
+static void gemv_k(struct pg_cuda_backend *cb, const struct pg_cuda_matmul *a,
+		   const int8_t *xq, const float *xd)
+{
+	unsigned int grid = (unsigned int)((a->w.n_rows + MM_WARPS - 1) /
+					   MM_WARPS);
+
+	gemv_k_kernel<WT, NT><<<grid, MM_WARPS * 32, 0, cb->stream>>>(
+		(const uint8_t *)a->w.data, a->w.row_bytes, a->w.n_rows,
+		a->w.n_cols, a->n, xq, xd, a->bias, a->y);
+}
+
+/* The K-quants: Q8_K activations, then the super-block GEMV. */
+template <int WT>
+static void mm_decode_k(struct pg_cuda_backend *cb,
+			const struct pg_cuda_matmul *a)
+{
+	int64_t k = a->w.n_cols, nb = (int64_t)a->n * (k / PG_QK_K);
+	int8_t *xq = (int8_t *)cb->ws;
+	float *xd = (float *)((uint8_t *)cb->ws +
+			      align256((size_t)a->n * k));
+
+	quantize_k_kernel<<<(unsigned int)((nb + MM_QUANT_WARPS - 1) /
+					   MM_QUANT_WARPS),
+			    MM_QUANT_WARPS * 32, 0, cb->stream>>>(a->x, nb, xq,
+								  xd);
+	if (pg_cuda_launched(cb, "quantize_k"))
+		return;
+	if (a->n == 1)
+		gemv_k<WT, 1>(cb, a, xq, xd);
+	else if (a->n == 2)
+		gemv_k<WT, 2>(cb, a, xq, xd);
+	else if (a->n <= 4)
+		gemv_k<WT, 4>(cb, a, xq, xd);
+	else
+		gemv_k<WT, 8>(cb, a, xq, xd);
+	pg_cuda_launched(cb, "gemv_k");
 }
 
 template <typename T, int NT>
@@ -495,7 +611,7 @@ static void mm_prefill_q(struct pg_cuda_backend *cb,
 		for (int64_t r0 = 0; r0 < nr; r0 += rc) {
 			int64_t rr = nr - r0 < rc ? nr - r0 : rc;
 
-			dequant_kernel<WT><<<pg_grid(rr * k / PG_QK, 256), 256,
+			dequant_kernel<WT><<<pg_grid(rr * k / 32, 256), 256,
 					     0, cb->stream>>>(
 				(const uint8_t *)a->w.data +
 				(uint64_t)r0 * a->w.row_bytes, a->w.row_bytes,
@@ -537,6 +653,13 @@ void pg_cuda_run_matmul(struct pg_cuda_backend *cb,
 		case PG_Q8_0: mm_decode_q<PG_Q8_0>(cb, a); break;
 		case PG_Q4_0: mm_decode_q<PG_Q4_0>(cb, a); break;
 		case PG_Q4_1: mm_decode_q<PG_Q4_1>(cb, a); break;
+		case PG_Q5_0: mm_decode_q<PG_Q5_0>(cb, a); break;
+		case PG_Q5_1: mm_decode_q<PG_Q5_1>(cb, a); break;
+		case PG_Q2_K: mm_decode_k<PG_Q2_K>(cb, a); break;
+		case PG_Q3_K: mm_decode_k<PG_Q3_K>(cb, a); break;
+		case PG_Q4_K: mm_decode_k<PG_Q4_K>(cb, a); break;
+		case PG_Q5_K: mm_decode_k<PG_Q5_K>(cb, a); break;
+		case PG_Q6_K: mm_decode_k<PG_Q6_K>(cb, a); break;
 		}
 		return;		/* the GEMV kernels add the bias */
 	}
@@ -549,6 +672,13 @@ void pg_cuda_run_matmul(struct pg_cuda_backend *cb,
 	case PG_Q8_0: mm_prefill_q<PG_Q8_0>(cb, a); break;
 	case PG_Q4_0: mm_prefill_q<PG_Q4_0>(cb, a); break;
 	case PG_Q4_1: mm_prefill_q<PG_Q4_1>(cb, a); break;
+	case PG_Q5_0: mm_prefill_q<PG_Q5_0>(cb, a); break;
+	case PG_Q5_1: mm_prefill_q<PG_Q5_1>(cb, a); break;
+	case PG_Q2_K: mm_prefill_q<PG_Q2_K>(cb, a); break;
+	case PG_Q3_K: mm_prefill_q<PG_Q3_K>(cb, a); break;
+	case PG_Q4_K: mm_prefill_q<PG_Q4_K>(cb, a); break;
+	case PG_Q5_K: mm_prefill_q<PG_Q5_K>(cb, a); break;
+	case PG_Q6_K: mm_prefill_q<PG_Q6_K>(cb, a); break;
 	}
 	if (a->bias && !cb->failed) {
 		bias_kernel<<<pg_grid(total, 256), 256, 0, cb->stream>>>(

@@ -1,10 +1,15 @@
 /*
- * silu_mul.cu - the silu_mul op on the GPU: gate = silu(gate) * up, the
- * SwiGLU of the feed-forward block.
+ * silu_mul.cu - the element-wise activation ops on the GPU: silu_mul
+ * (gate = silu(gate) * up, the SwiGLU of the feed-forward block), and
+ * Gemma's gelu_mul (GeGLU), scale and softcap.
  *
  * silu(g) = g / (1 + expf(-g)) as the CPU's reference loop writes it; the
  * device expf is within 2 ulp of the host's, so results may differ from
- * the CPU's in the last bits.
+ * the CPU's in the last bits.  gelu_mul and softcap are gelu.c's float
+ * expressions in its order of operations, each product and sum rounded
+ * alone (no FMA), with the device tanhf (within 2 ulp of the host's);
+ * scale is one rounded product, the CPU's bits.  gelu_mul follows the
+ * CPU's pagoda numerics, not its llama.cpp-numerics table.
  */
 #include "common.cuh"
 
@@ -32,4 +37,65 @@ void pg_cuda_run_silu_mul(struct pg_cuda_backend *cb,
 	silu_mul_kernel<<<pg_grid(a->n, SILU_THREADS), SILU_THREADS, 0,
 			  cb->stream>>>(a->x, a->y, a->n);
 	pg_cuda_launched(cb, "silu_mul");
+}
+
+#define GELU_SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+#define GELU_COEF_A 0.044715f
+
+enum { ELT_GELU_MUL, ELT_SCALE, ELT_SOFTCAP };
+
+/* x, y: (n); s: scale's factor or softcap's cap. */
+template <int OP>
+static __global__ void __launch_bounds__(SILU_THREADS)
+elt_kernel(float *x, const float *y, float s, int64_t n)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	int64_t step = (int64_t)gridDim.x * blockDim.x;
+
+	for (; i < n; i += step) {
+		float v = x[i];
+
+		if constexpr (OP == ELT_GELU_MUL) {
+			/* 0.5 v (1 + tanh(c v (1 + a v v))), gelu.c's order */
+			float in = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(
+				GELU_COEF_A, v), v));
+			float t = tanhf(__fmul_rn(__fmul_rn(GELU_SQRT_2_OVER_PI,
+							    v), in));
+
+			x[i] = __fmul_rn(__fmul_rn(__fmul_rn(0.5f, v),
+						   __fadd_rn(1.0f, t)), y[i]);
+		} else if constexpr (OP == ELT_SCALE) {
+			x[i] = __fmul_rn(v, s);
+		} else {
+			x[i] = __fmul_rn(s, tanhf(__fdiv_rn(v, s)));
+		}
+	}
+}
+
+template <int OP>
+static void elt_run(struct pg_cuda_backend *cb, const struct pg_cuda_op *op,
+		    const char *name)
+{
+	const struct pg_cuda_eltwise *a = &op->a.elt;
+
+	elt_kernel<OP><<<pg_grid(a->n, SILU_THREADS), SILU_THREADS, 0,
+			 cb->stream>>>(a->x, a->y, a->s, a->n);
+	pg_cuda_launched(cb, name);
+}
+
+void pg_cuda_run_gelu_mul(struct pg_cuda_backend *cb,
+			  const struct pg_cuda_op *op)
+{
+	elt_run<ELT_GELU_MUL>(cb, op, "gelu_mul");
+}
+
+void pg_cuda_run_scale(struct pg_cuda_backend *cb, const struct pg_cuda_op *op)
+{
+	elt_run<ELT_SCALE>(cb, op, "scale");
+}
+
+void pg_cuda_run_softcap(struct pg_cuda_backend *cb,
+			 const struct pg_cuda_op *op)
+{
+	elt_run<ELT_SOFTCAP>(cb, op, "softcap");
 }
