@@ -9,7 +9,8 @@
  * best ISA level.  "cold" rotates through copies spanning 256 MiB so
  * that weights come from memory, as in a forward pass; "hot" reuses one
  * copy.  The same decode rows for Q4_K, Q5_0 and Q6_K matrices of that
- * shape (the types of a Q4_K_M file).  Then the Q4_1 matrix against 64
+ * shape (the types of a Q4_K_M file), and each against 64 tokens (hot,
+ * GMAC/s).  Then the Q4_1 matrix against 64
  * and 16 tokens at once (prompts,
  * batches; 16 packed too), hot, in GMAC/s.  Results are validated against the scalar
  * backend before timing.
@@ -312,12 +313,15 @@ int main(void)
 	g80 = bench_one("Q8_0 49152x576", &q80, ref);
 	make_set(&q4k, PG_Q4_K, 576, 1536);
 	g4k = bench_one("Q4_K 576x1536", &q4k, ref);
+	bench_tokens("Q4_K 576x1536", &q4k, 64, ref);
 	free(q4k.data), free(q4k.x);
 	make_set(&q50, PG_Q5_0, 576, 1536);
 	g50 = bench_one("Q5_0 576x1536", &q50, ref);
+	bench_tokens("Q5_0 576x1536", &q50, 64, ref);
 	free(q50.data), free(q50.x);
 	make_set(&q6k, PG_Q6_K, 576, 1536);
 	g6k = bench_one("Q6_K 576x1536", &q6k, ref);
+	bench_tokens("Q6_K 576x1536", &q6k, 64, ref);
 	free(q6k.data), free(q6k.x);
 	bench_tokens("Q4_1 576x1536", &q41, 64, ref);
 	bench_tokens("Q4_1 576x1536", &q41, 16, ref);

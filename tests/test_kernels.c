@@ -194,6 +194,8 @@ static void quant_act(enum pg_dtype vt, const float *x, void *dst, int64_t n)
 		pg_quant_q8_0_ref(x, dst, n);
 	else if (vt == PG_Q8_1)
 		pg_quant_q8_1_ref(x, dst, n);
+	else if (vt == PG_Q8_K)
+		pg_quant_q8_k_ref(x, dst, n);
 	else
 		memcpy(dst, x, (size_t)n * sizeof(float));
 }
@@ -883,6 +885,19 @@ static void check_table_quant(const struct pg_cpu_kernels *k)
 	CHECK(!memcmp(a, b, pg_dtype_row_bytes(PG_Q8_1, N)),
 	      "%s quant_q8_1 differs from the reference",
 	      pg_cpu_isa_name(k->isa));
+	/* Q8_K: 4 super-blocks, the first with the ties and zeros */
+	pg_quant_q8_k_ref(x, a, 1024);
+	k->quant_q8_k(x, b, 1024);
+	CHECK(!memcmp(a, b, pg_dtype_row_bytes(PG_Q8_K, 1024)),
+	      "%s quant_q8_k differs from the reference",
+	      pg_cpu_isa_name(k->isa));
+	for (int j = 0; j < 256; j++)
+		x[j] = 0.0f;			/* d = 0 */
+	pg_quant_q8_k_ref(x, a, 256);
+	k->quant_q8_k(x, b, 256);
+	CHECK(!memcmp(a, b, pg_dtype_row_bytes(PG_Q8_K, 256)),
+	      "%s quant_q8_k (zeros) differs from the reference",
+	      pg_cpu_isa_name(k->isa));
 }
 
 /*
@@ -905,15 +920,20 @@ static struct qloops loops_for(const struct pg_cpu_kernels *k,
 {
 	enum pg_dtype vt, ref_vt;
 	pg_dot_fn dot = pg_cpu_dot_for(k, t, &vt);
-	struct qloops l = {
+	struct pg_mm_loops mm;
+	struct qloops l;
+
+	pg_cpu_mm_loops(k, t, &mm);	/* what matmul runs */
+	l = (struct qloops){
 		.vt = vt,
 		.dot = dot,
 		.ref = pg_cpu_dot_for(&pg_cpu_kernels_scalar, t, &ref_vt),
-		.dot4 = pg_cpu_dot4_for(k, t),
-		.dot4x2 = pg_cpu_dot4x2_for(k, t),
-		.gemm8 = t == PG_Q4_0 ? k->gemm8_q4_0 :
-			 t == PG_Q4_1 ? k->gemm8_q4_1 : NULL,
-		.exact = t == PG_Q4_0 || t == PG_Q4_1,
+		.dot4 = mm.dot4,
+		.dot4x2 = mm.dot4x2,
+		.gemm8 = mm.gemm8,
+		/* pagoda's numerics: all but the float types and Q8_0 */
+		.exact = t != PG_F32 && t != PG_F16 && t != PG_BF16 &&
+			 t != PG_Q8_0,
 		.name = pg_dtype_name(t),
 	};
 
@@ -1011,6 +1031,10 @@ static void check_table_dots(const struct pg_cpu_kernels *k, enum pg_dtype t,
 static void check_tables(void)
 {
 	static const int64_t cols[] = { 32, 64, 96, 576, 1056, 2048 };
+	static const int64_t kcols[] = { 256, 512, 768, 2048 };
+	static const enum pg_dtype qtypes[] = {	/* Q5 and the K-quants */
+		PG_Q5_0, PG_Q5_1, PG_Q2_K, PG_Q3_K, PG_Q4_K, PG_Q5_K, PG_Q6_K,
+	};
 
 	for (int isa = PG_ISA_SCALAR; isa <= (int)top; isa++) {
 		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
@@ -1020,11 +1044,25 @@ static void check_tables(void)
 			for (size_t t = 0; t < N_WTYPES; t++)
 				check_table_dots(k, wtypes[t], 0, cols[c]);
 			check_table_dots(k, PG_Q4_1, 1, cols[c]);
+			check_table_dots(k, PG_Q5_0, 0, cols[c]);
+			check_table_dots(k, PG_Q5_1, 0, cols[c]);
+		}
+		for (size_t c = 0; c < sizeof(kcols) / sizeof(kcols[0]); c++)
+			for (size_t t = 2; t < sizeof(qtypes) / sizeof(qtypes[0]); t++)
+				check_table_dots(k, qtypes[t], 0, kcols[c]);
+		/* the multi-row loops where the types' files run them */
+		for (size_t t = 0; isa > PG_ISA_SCALAR &&
+		     t < sizeof(qtypes) / sizeof(qtypes[0]); t++) {
+			struct pg_mm_loops mm;
+
+			pg_cpu_mm_loops(k, qtypes[t], &mm);
+			CHECK(mm.dot4 && mm.dot4x2, "%s has no 4-row loops for %s",
+			      pg_cpu_isa_name(k->isa), pg_dtype_name(qtypes[t]));
 		}
 	}
 	printf("tables: quantisers bit-identical, dots within bounds "
-	       "(Q4_0, Q4_1: the reference's bits; Q4_1 in llama.cpp's "
-	       "order too)\n");
+	       "(Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K: 1, 4 and 4x2 rows, the "
+	       "reference's bits; Q4_1 in llama.cpp's order too)\n");
 }
 
 /* ---- llama.cpp numerics (llamacpp.c): tables against the references ---- */
@@ -1195,7 +1233,8 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 			     const struct qloops *l, int64_t rows,
 			     int64_t cols, int n)
 {
-	enum pg_dtype vt = t == PG_Q4_1 ? PG_Q8_1 : PG_Q8_0;
+	enum pg_dtype vt = l->vt;	/* Q8_K: xp is the rows, no prep */
+	int kq = vt == PG_Q8_K;
 	pg_dot4_fn dot4 = l->dot4;
 	pg_gemm8_fn gemm8 = l->gemm8;
 	size_t xs = pg_dtype_row_bytes(vt, (uint64_t)cols);
@@ -1204,7 +1243,9 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	float *want = xmalloc(ny * sizeof(float)), *got = xmalloc(ny * sizeof(float));
 	uint8_t *xp = xmalloc((size_t)n * (size_t)(cols / 32) *
 			      PG_GEMM_XP_BYTES(vt));
-	void *work = aligned_alloc(32, (size_t)(cols / 32) * PG_GEMM8_WORK);
+	void *work = aligned_alloc(32, vt == PG_Q8_K ?
+				   (size_t)(cols / 256) * PG_GEMM8_KWORK :
+				   (size_t)(cols / 32) * PG_GEMM8_WORK);
 	double *mag = xmalloc(ny * sizeof(double));
 	uint8_t *xq = xmalloc((size_t)n * xs);
 	struct pg_matrix m;
@@ -1219,10 +1260,12 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	gemm_ref(vt, l->ref, &m, wf, xq, xs, n, want, mag);
 	for (size_t i = 0; i < ny; i++)
 		got[i] = NAN;			/* every output must be written */
-	pg_gemm_prep(vt, xq, (int64_t)n * (cols / 32), xp);
+	if (!kq)
+		pg_gemm_prep(vt, xq, (int64_t)n * (cols / 32), xp);
 	for (int64_t r = 0; r + 8 <= rows; r += 8)
 		gemm8(cols, (const uint8_t *)m.data + r * m.row_bytes,
-		      m.row_bytes, xp, n, got + r, (size_t)rows, work, NULL);
+		      m.row_bytes, kq ? (const void *)xq : xp, n, got + r,
+		      (size_t)rows, work, NULL);
 	for (int j = 0; j < n; j++)
 		for (int64_t r = 0; r < rows / 8 * 8; r += 4) {
 			size_t i = (size_t)j * (size_t)rows + (size_t)r;
@@ -1254,14 +1297,18 @@ static void check_gemm8(void)
 {
 	static const int64_t cols[] = { 32, 96, 544, 1536, 2080 };
 	static const int ns[] = { 1, 2, 3, 8, 37 };
-	/* Q4_0, Q4_1, and Q4_1 in llama.cpp's order */
-	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1, PG_Q4_1 };
+	static const int64_t kcols[] = { 256, 768, 2048 };
+	/* Q4_0, Q4_1, Q4_1 in llama.cpp's order, Q5_0, the K-quants */
+	static const enum pg_dtype types[] = {
+		PG_Q4_0, PG_Q4_1, PG_Q4_1, PG_Q5_0, PG_Q2_K, PG_Q3_K, PG_Q4_K,
+		PG_Q5_K, PG_Q6_K,
+	};
 	int tested = 0;
 
 	for (int isa = PG_ISA_SCALAR; isa <= (int)top; isa++) {
 		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
 
-		for (size_t t = 0; t < 3; t++) {
+		for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
 			struct qloops l = loops_for(k, types[t], t == 2);
 
 			CHECK(isa == PG_ISA_SCALAR || l.gemm8,
@@ -1270,14 +1317,21 @@ static void check_gemm8(void)
 			if (!l.gemm8)
 				continue;
 			for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
-				for (size_t j = 0; j < sizeof(ns) / sizeof(ns[0]); j++)
+				for (size_t j = 0; l.vt != PG_Q8_K &&
+				     j < sizeof(ns) / sizeof(ns[0]); j++)
 					check_gemm8_case(k, types[t], &l, 16,
 							 cols[c], ns[j]);
+			for (size_t c = 0; c < sizeof(kcols) / sizeof(kcols[0]); c++)
+				for (size_t j = 0; l.vt == PG_Q8_K &&
+				     j < sizeof(ns) / sizeof(ns[0]); j++)
+					check_gemm8_case(k, types[t], &l, 16,
+							 kcols[c], ns[j]);
 			tested++;
 		}
 	}
-	printf("gemm8: %d tables x types, 16 rows x 32..2080 columns x n = "
-	       "1..37: bit-identical to dot4, within 1e-5 of sum |wx|\n",
+	printf("gemm8: %d tables x types (Q4_0, Q4_1 both orders, Q5_0, "
+	       "Q2_K..Q6_K), 16 rows x 32..2080 columns x n = 1..37: "
+	       "bit-identical to dot4, within 1e-5 of sum |wx|\n",
 	       tested);
 }
 
@@ -1831,7 +1885,10 @@ static void check_kquant_dequant(void)
  */
 static void check_kquant_matmul(void)
 {
-	enum { ROWS = 21, MAXC = 800, NT = 9 };
+	/* 21 rows: two 8-row groups, a 4-row one and a single row; every
+	 * n from 1 to 5 (the 4x2 tiles' odd token, gemm8 from 4) and more
+	 * (Q4_K's repacked gemm8 from 16) */
+	enum { ROWS = 21, MAXC = 800, NT = 17 };
 
 	for (size_t k = 0; k < N_KTYPES; k++) {
 		enum pg_dtype t = ktypes[k];
@@ -1846,7 +1903,7 @@ static void check_kquant_matmul(void)
 		uint8_t *xq = xmalloc(pg_dtype_row_bytes(vt, nc));
 		struct pg_matrix m;
 		int64_t cols[4] = { 0, 256, 512, nc };
-		const int ns[] = { 1, 2, 5, NT };
+		const int ns[] = { 1, 2, 3, 4, 5, 9, 16, NT };
 
 		reseed("kmatmul", t, 0, 0);
 		m = make_matrix(t, ROWS, nc, &wf);

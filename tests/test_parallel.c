@@ -499,6 +499,7 @@ static void check_stats(const struct pg_model *m, int32_t prompts[][64], int n)
 enum {
 	V_HEAD_DIM = 1,		/* head size 64, not hidden / heads (32) */
 	V_ROPE_FREQS = 2,	/* rope_freqs.weight (Llama 3.1+) */
+	V_Q4_K_M = 4,		/* llama.cpp's Q4_K_M mix on 256-wide rows */
 };
 
 static struct pg_model *gen_model(enum ggufgen_arch arch, enum pg_dtype type,
@@ -524,6 +525,20 @@ static struct pg_model *gen_model(enum ggufgen_arch arch, enum pg_dtype type,
 	o.untied = 1;
 	o.head_dim = flags & V_HEAD_DIM ? 64 : 0;
 	o.rope_freqs = !!(flags & V_ROPE_FREQS);
+	if (flags & V_Q4_K_M) {
+		/*
+		 * K-quant rows are 256 wide: heads of 256 (so that Wo's
+		 * columns split at any head), 5 blocks of FFN for uneven TP
+		 */
+		o.type = PG_Q4_K;
+		o.mix_q4_k_m = 1;
+		o.embd_type = PG_Q8_0;
+		o.hidden = 256;
+		o.n_heads = 4;
+		o.n_kv_heads = 2;
+		o.head_dim = 256;
+		o.ffn = 1280;
+	}
 	/*
 	 * The Gemma family: windows of 12 over prompts of 40 (cut inside
 	 * pages and CP shares), 7 blocks so that Gemma 3's block 5 is global,
@@ -560,7 +575,8 @@ static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
 		return;
 	snprintf(what, sizeof(what), "%s%s%s %s", pg_arch_name(m->hp.arch),
 		 flags & V_HEAD_DIM ? "+hd64" : "",
-		 flags & V_ROPE_FREQS ? "+rope_freqs" : "", pg_dtype_name(type));
+		 flags & V_ROPE_FREQS ? "+rope_freqs" : "",
+		 flags & V_Q4_K_M ? "Q4_K_M" : pg_dtype_name(type));
 	for (int k = 0; k < 3; k++)
 		for (int i = 0; i < 64; i++)
 			prompts[k][i] = (int32_t)((i * 37 + k * 101 + 11) % m->hp.n_vocab);
@@ -673,6 +689,7 @@ int main(void)
 	run_generated(GGUFGEN_GEMMA2, PG_F32, 0, 1e-3, 1e-3);
 	run_generated(GGUFGEN_GEMMA3, PG_Q8_0, V_HEAD_DIM, 0.5, 0.25);
 	run_generated(GGUFGEN_PHI3, PG_Q8_0, 0, 0.5, 0.25);
+	run_generated(GGUFGEN_QWEN2, PG_Q4_K, V_Q4_K_M, 0.5, 0.25);
 	run_default_model();
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);

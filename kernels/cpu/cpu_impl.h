@@ -88,6 +88,7 @@ typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
 			    const struct pg_cuts *cuts);
 #define PG_GEMM8_WORK 320
 #define PG_GEMM_XP_BYTES(vt) 40	/* for either activation type */
+#define PG_GEMM8_KWORK 2848	/* the K-quants': per 256 columns */
 
 /* Quantise n floats (a multiple of 32) to the activation type at dst. */
 typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
@@ -119,6 +120,17 @@ struct pg_cpu_kernels {
 	pg_dot4x2_fn dot4x2_q4_1;	/* optional */
 	pg_gemm8_fn gemm8_q4_0;		/* optional: 8 rows x many tokens */
 	pg_gemm8_fn gemm8_q4_1;		/* optional */
+	/* optional, as above, for Q5_0, Q5_1 and the K-quants (their cuts'
+	 * ends still count 32-value blocks); pg_cpu_mm_loops finds them */
+	pg_dot4_fn dot4_q5_0, dot4_q5_1, dot4_q2_k, dot4_q3_k, dot4_q4_k,
+		   dot4_q5_k, dot4_q6_k;
+	pg_dot4x2_fn dot4x2_q5_0, dot4x2_q5_1, dot4x2_q2_k, dot4x2_q3_k,
+		     dot4x2_q4_k, dot4x2_q5_k, dot4x2_q6_k;
+	pg_gemm8_fn gemm8_q5_0;		/* Q5_0 . Q8_0 (pg_gemm_prep's) */
+	/* K-quants . Q8_K: xp the tokens' Q8_K rows as quantised (no
+	 * pg_gemm_prep); work n / 256 * PG_GEMM8_KWORK bytes (32-byte
+	 * aligned), or NULL (each loop then runs without) */
+	pg_gemm8_fn gemm8_q2_k, gemm8_q3_k, gemm8_q4_k, gemm8_q5_k, gemm8_q6_k;
 	/* Q4_1 in llama.cpp's order (llama.cpp numerics); the dot is
 	 * required, the others optional as above */
 	pg_dot_fn dot_q4_1_llama;
@@ -219,6 +231,21 @@ pg_dot4x2_fn pg_cpu_dot4x2_for(const struct pg_cpu_kernels *k,
 			       enum pg_dtype t);
 
 /*
+ * The multi-row loops matmul runs for weights of type t in pagoda's
+ * numerics (llama.cpp's Q4_1 order aside): pg_cpu_dot4_for and
+ * pg_cpu_dot4x2_for's, and the Q5 and K-quant ones; *gemm8 the 8-row
+ * loop (only with a dot4).  NULL where the table has none.
+ */
+struct pg_mm_loops {
+	pg_dot4_fn dot4;
+	pg_dot4x2_fn dot4x2;
+	pg_gemm8_fn gemm8;
+};
+
+void pg_cpu_mm_loops(const struct pg_cpu_kernels *k, enum pg_dtype t,
+		     struct pg_mm_loops *l);
+
+/*
  * n_blocks activation blocks of type vt (Q8_0 or Q8_1) at xq, one after
  * another, laid out for the gemm8 loops at xp (PG_GEMM_XP_BYTES(vt) bytes
  * a block): the 32 quants reordered, 16-bit pairs of the block's two
@@ -306,6 +333,66 @@ void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
 			const void *xp, int n_tok, float *out,
 			size_t out_stride, void *work,
 			const struct pg_cuts *cuts);
+void pg_dot4_q5_0_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out, const struct pg_cuts *cuts);
+void pg_dot4x2_q5_0_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride, const struct pg_cuts *cuts);
+void pg_dot4_q5_1_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out, const struct pg_cuts *cuts);
+void pg_dot4x2_q5_1_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride, const struct pg_cuts *cuts);
+void pg_dot4_q2_k_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out, const struct pg_cuts *cuts);
+void pg_dot4x2_q2_k_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride, const struct pg_cuts *cuts);
+void pg_dot4_q3_k_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out, const struct pg_cuts *cuts);
+void pg_dot4x2_q3_k_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride, const struct pg_cuts *cuts);
+void pg_dot4_q4_k_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out, const struct pg_cuts *cuts);
+void pg_dot4x2_q4_k_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride, const struct pg_cuts *cuts);
+void pg_dot4_q5_k_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out, const struct pg_cuts *cuts);
+void pg_dot4x2_q5_k_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride, const struct pg_cuts *cuts);
+void pg_dot4_q6_k_avx2(int64_t n, const void *w, size_t w_stride,
+		       const void *x, float *out, const struct pg_cuts *cuts);
+void pg_dot4x2_q6_k_avx2(int64_t n, const void *w, size_t w_stride,
+			 const void *x, size_t x_stride, float *out,
+			 size_t out_stride, const struct pg_cuts *cuts);
+void pg_gemm8_q5_0_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
+void pg_gemm8_q2_k_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
+void pg_gemm8_q3_k_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
+void pg_gemm8_q4_k_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
+void pg_gemm8_q5_k_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
+void pg_gemm8_q6_k_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
+void pg_quant_q8_k_avx2(const float *x, void *dst, int64_t n);
 void pg_gemm8_q4x8_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
 			     const void *xp, int n_tok, float *out,
 			     size_t out_stride, void *work,

@@ -35,6 +35,12 @@
  * rounds the very product the 4-row dot rounds.  The 8 chunk accumulators
  * have rows in their lanes, so the final hsum is 7 vertical adds.
  *
+ * Q5_0 (pagoda's numerics) repacks its 5-bit quants (nibble | fifth bit
+ * << 4, in [0, 31]) the same way; a chunk pair's int16 lanes then hold up
+ * to 8 products of 31 x 128 (31744: no wrap), so the two halves are
+ * widened by madd before they are added, and -16 x the block's sum of x
+ * is twice pg_gemm_prep's Q4_0 offset.
+ *
  * Why: on Zen 1 maddubs and madd issue on one FP pipe only, and a 4-row
  * dot spends 2 maddubs uops and 2 madd uops per 32 products there, besides
  * unpacking each block's nibbles once per row and token pair; these loops
@@ -47,8 +53,9 @@
 #include "cpu_impl.h"
 #include "simd_avx2.h"
 
-/* G_LLAMA: Q4_1 weights in llama.cpp's numerics */
-enum gemm_kind { G_Q4_0, G_Q4_1, G_LLAMA };
+/* G_LLAMA: Q4_1 weights in llama.cpp's numerics; G_Q5_0: Q5_0 weights
+ * in pagoda's (below) */
+enum gemm_kind { G_Q4_0, G_Q4_1, G_LLAMA, G_Q5_0 };
 
 /* One repacked block of 8 rows; PG_GEMM8_WORK bytes. */
 struct gemm_block {
@@ -84,6 +91,30 @@ static inline void row_lanes(const uint8_t *qs, __m128i *lo, __m128i *hi)
 	*hi = _mm_unpackhi_epi16(l, h);
 }
 
+/* The same for a Q5 block (qh: its 32 fifth bits, bit j for w[j]). */
+static inline void row_lanes5(const uint8_t *qs, const uint8_t *qh,
+			      __m128i *lo, __m128i *hi)
+{
+	__m128i b = _mm_loadu_si128((const void *)qs), m = _mm_set1_epi8(0x0f);
+	__m128i l = _mm_and_si128(b, m);			/* w[0 .. 15] */
+	__m128i h = _mm_and_si128(_mm_srli_epi16(b, 4), m);	/* w[16 .. 31] */
+	uint32_t bits;
+	__m256i v, sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+
+	/* byte j: 0x10 where bit j of qh is set */
+	__builtin_memcpy(&bits, qh, 4);
+	v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), _mm256_setr_epi8(
+		0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+		2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+	v = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel),
+			     _mm256_set1_epi8(0x10));
+	l = _mm_or_si128(l, _mm256_castsi256_si128(v));
+	h = _mm_or_si128(h, _mm256_extracti128_si256(v, 1));
+
+	*lo = _mm_unpacklo_epi16(l, h);
+	*hi = _mm_unpackhi_epi16(l, h);
+}
+
 /*
  * Block i of the 8 rows at w (stride ws) into *b: rows r and r + 4 share
  * a vector (r in the low half), then a 4 x 4 transpose of 32-bit lanes in
@@ -93,15 +124,21 @@ static inline void repack(enum gemm_kind k, const uint8_t *w, size_t ws,
 			  int64_t i, struct gemm_block *b)
 {
 	size_t bb = k == G_Q4_0 ? sizeof(struct pg_block_q4_0) :
+		    k == G_Q5_0 ? sizeof(struct pg_block_q5_0) :
 		    sizeof(struct pg_block_q4_1);
-	size_t qo = k == G_Q4_0 ? 2 : 4;
+	size_t qo = k == G_Q4_0 ? 2 : k == G_Q5_0 ? 6 : 4;
 	const uint8_t *wb = w + (size_t)i * bb;
 	__m128i lo[8], hi[8];
 	__m256i v[2][4], out[8];
 
 #pragma GCC unroll 8
-	for (int r = 0; r < 8; r++)
-		row_lanes(wb + (size_t)r * ws + qo, &lo[r], &hi[r]);
+	for (int r = 0; r < 8; r++) {
+		if (k == G_Q5_0)
+			row_lanes5(wb + (size_t)r * ws + qo,
+				   wb + (size_t)r * ws + 2, &lo[r], &hi[r]);
+		else
+			row_lanes(wb + (size_t)r * ws + qo, &lo[r], &hi[r]);
+	}
 #pragma GCC unroll 4
 	for (int r = 0; r < 4; r++) {
 		v[0][r] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo[r]),
@@ -129,7 +166,8 @@ static inline void repack(enum gemm_kind k, const uint8_t *w, size_t ws,
 	b->d = gather_f16(wb, ws);
 	if (k == G_LLAMA)
 		b->d = _mm256_mul_ps(b->d, _mm256_set1_ps(1.0f / 65536));
-	b->m = k == G_Q4_0 ? _mm256_setzero_ps() : gather_f16(wb + 2, ws);
+	b->m = k == G_Q4_0 || k == G_Q5_0 ? _mm256_setzero_ps() :
+	       gather_f16(wb + 2, ws);
 }
 
 /*
@@ -192,7 +230,7 @@ static inline __attribute__((always_inline)) __m256
 part_q4(enum gemm_kind k, const struct gemm_block *buf, int packed,
 	const uint8_t *pk, int64_t i0, int64_t i1, const uint8_t *xb)
 {
-	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_0 ? PG_Q8_0 : PG_Q8_1);
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
 	__m256i ones = _mm256_set1_epi16(1);
 	__m256 acc = _mm256_setzero_ps(), ms = acc;
 
@@ -219,7 +257,15 @@ part_q4(enum gemm_kind k, const struct gemm_block *buf, int packed,
 					_mm256_maddubs_epi16(b->wa[c + 1], bcast4(xb + 8 * c + 8)),
 					_mm256_maddubs_epi16(b->wb[c + 1], bcast4(xb + 8 * c + 12))));
 		}
-		is = _mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones);
+		if (k == G_Q5_0) {	/* 8 products of up to 31 x 128 each */
+			is = _mm256_add_epi32(_mm256_madd_epi16(s[0], ones),
+					      _mm256_madd_epi16(s[1], ones));
+			/* - 16 x the block's sum of x: twice Q4_0's */
+			is = _mm256_add_epi32(is, _mm256_slli_epi32(
+				bcast4(xb + 36), 1));
+		} else {
+			is = _mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones);
+		}
 		if (k == G_Q4_0)	/* - 8 x the block's sum of x */
 			is = _mm256_add_epi32(is, bcast4(xb + 36));
 		acc = _mm256_fmadd_ps(_mm256_mul_ps(b->d, _mm256_broadcast_ss(xf)),
@@ -285,7 +331,8 @@ sweep(enum gemm_kind k, const struct gemm_block *buf, int packed,
       size_t os, const struct pg_cuts *cuts)
 {
 	int np = cuts ? cuts->n : 1;
-	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_0 ? PG_Q8_0 : PG_Q8_1);
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 || k == G_LLAMA ? PG_Q8_1 :
+				     PG_Q8_0);
 
 	for (int t = 0; t < n_tok; t++) {
 		const uint8_t *xt = (const uint8_t *)xp + (size_t)t * (size_t)nb * pb;
@@ -350,6 +397,14 @@ void pg_gemm8_q4_1_avx2(int64_t n, const void *w, size_t ws, const void *xp,
 			const struct pg_cuts *cuts)
 {
 	gemm8(G_Q4_1, n, w, ws, xp, n_tok, out, os, work, cuts);
+}
+
+/* Q5_0 . Q8_0: the nibbles and fifth bits as one 5-bit quant. */
+void pg_gemm8_q5_0_avx2(int64_t n, const void *w, size_t ws, const void *xp,
+			int n_tok, float *out, size_t os, void *work,
+			const struct pg_cuts *cuts)
+{
+	gemm8(G_Q5_0, n, w, ws, xp, n_tok, out, os, work, cuts);
 }
 
 void pg_gemm8_q4_1_llama_avx2(int64_t n, const void *w, size_t ws,

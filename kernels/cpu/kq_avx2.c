@@ -1,7 +1,10 @@
 /*
  * kq_avx2.c - AVX2 dots of Q5_0, Q5_1 and the K-quants (Q2_K .. Q6_K)
- * with 8-bit activations (Q8_0, Q8_1, Q8_K), one row at a time, in
- * pagoda's numerics: bit for bit what the references in dot.c give.
+ * with 8-bit activations (Q8_0, Q8_1, Q8_K) in pagoda's numerics: one
+ * row, 4 rows (decode), tiles of 4 rows x 2 tokens, and for the K-quants
+ * 8 rows x many tokens, 4 tokens a pass (prompts; Q5_0's is in
+ * gemm_avx2.c), each bit for bit what the references in dot.c give.
+ * Also the Q8_K activation quantiser, bit for bit pg_quant_q8_k_ref.
  *
  * The references sum every block's (super-block's) products of quants
  * exactly in int32, so any order of the integer adds gives the same
@@ -11,15 +14,78 @@
  * sub-block scales into int32, and subtract the offsets of the signed
  * types (Q5_0's 16, Q3_K's 4, Q6_K's 32) as offset x the activations'
  * sums (maddubs of the offset for Q5_0; Q8_K's bsums for the K-quants).
+ * Q5_0 / Q5_1 keep a block's 16 pair sums in int16 and add 4 rows' side
+ * by side up to 8 products (|.| <= 8 x 31 x 128 = 31744) before widening.
  * The floats then go exactly as in the reference, one block after
- * another: acc = fma(d_w d_x, (float)sum, acc), the mins' ms likewise.
+ * another: acc = fma(d_w d_x, (float)sum, acc), the mins' ms likewise,
+ * 4 rows in the 4 lanes of one vector (a lane's fma is the scalar fmaf).
+ * Scales are converted with F16C (exact, as pg_fp16_to_fp32).
+ *
+ * One loop (kq_loop) serves every row count and token count, so a row's
+ * bits do not depend on which of them reached it.
  *
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
-#include <math.h>
+#include <stddef.h>
 
 #include "cpu_impl.h"
 #include "simd_avx2.h"
+
+enum kq { KQ_Q5_0, KQ_Q5_1, KQ_Q2_K, KQ_Q3_K, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
+
+static inline float h2f(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+/* Whether the type's blocks are 256-value super-blocks (Q8_K). */
+static inline int kq_super(enum kq k)
+{
+	return k >= KQ_Q2_K;
+}
+
+static inline size_t kq_wbytes(enum kq k)
+{
+	switch (k) {
+	case KQ_Q5_0: return sizeof(struct pg_block_q5_0);
+	case KQ_Q5_1: return sizeof(struct pg_block_q5_1);
+	case KQ_Q2_K: return sizeof(struct pg_block_q2_k);
+	case KQ_Q3_K: return sizeof(struct pg_block_q3_k);
+	case KQ_Q4_K: return sizeof(struct pg_block_q4_k);
+	case KQ_Q5_K: return sizeof(struct pg_block_q5_k);
+	default: return sizeof(struct pg_block_q6_k);
+	}
+}
+
+static inline size_t kq_xbytes(enum kq k)
+{
+	return k == KQ_Q5_0 ? sizeof(struct pg_block_q8_0) :
+	       k == KQ_Q5_1 ? sizeof(struct pg_block_q8_1) :
+	       sizeof(struct pg_block_q8_k);
+}
+
+/* Where a weight block's F16 d is, and its F16 min (dmin, m). */
+static inline size_t kq_doff(enum kq k)
+{
+	switch (k) {
+	case KQ_Q2_K: return offsetof(struct pg_block_q2_k, d);
+	case KQ_Q3_K: return offsetof(struct pg_block_q3_k, d);
+	case KQ_Q6_K: return offsetof(struct pg_block_q6_k, d);
+	default: return 0;	/* Q5_0, Q5_1, Q4_K, Q5_K */
+	}
+}
+
+static inline size_t kq_moff(enum kq k)
+{
+	return k == KQ_Q2_K ? offsetof(struct pg_block_q2_k, dmin) : 2;
+}
+
+/* Whether the row has a second running sum: Q5_1 (added), Q2_K, Q4_K,
+ * Q5_K (subtracted). */
+static inline int kq_mins(enum kq k)
+{
+	return k == KQ_Q5_1 || k == KQ_Q2_K || k == KQ_Q4_K || k == KQ_Q5_K;
+}
 
 /* The 32 bits of qh as 32 bytes: 0x10 where the bit is set, else 0. */
 static inline __m256i q5_high(const uint8_t *qh8)
@@ -40,95 +106,13 @@ static inline __m256i q5_high(const uint8_t *qh8)
 /* A Q5 block's 32 unsigned quants in value order. */
 static inline __m256i q5_quants(const uint8_t *qs, const uint8_t *qh)
 {
-	__m128i q = _mm_loadu_si128((const __m128i *)qs);
-	__m128i m = _mm_set1_epi8(0x0f);
-	__m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m),
-				     _mm_and_si128(q, m));
+	/* the 16 bytes in both halves, the high half shifted by 4: one
+	 * variable shift instead of a shift and an insert */
+	__m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+	__m256i v = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(
+		0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
 
 	return _mm256_or_si256(v, q5_high(qh));
-}
-
-/* The int32 sum of the 16 int16 at p. */
-static inline int hsum_i16(__m256i p)
-{
-	return hsum256_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-
-/* The 8 int32 sums of 8 vectors of 8 int32: lane b = the sum of v[b]. */
-static inline __m256i hsum8_i32(const __m256i v[8])
-{
-	__m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
-	__m256i h23 = _mm256_hadd_epi32(v[2], v[3]);
-	__m256i h45 = _mm256_hadd_epi32(v[4], v[5]);
-	__m256i h67 = _mm256_hadd_epi32(v[6], v[7]);
-	__m256i h03 = _mm256_hadd_epi32(h01, h23);	/* per 128-bit half */
-	__m256i h47 = _mm256_hadd_epi32(h45, h67);
-
-	return _mm256_add_epi32(_mm256_permute2x128_si256(h03, h47, 0x20),
-				_mm256_permute2x128_si256(h03, h47, 0x31));
-}
-
-/*
- * Q5_0: 8 blocks' integer sums at once (one horizontal reduction for all
- * eight), then their 8 fused multiply-adds in block order, as the
- * reference does them one by one.
- */
-float pg_dot_q5_0_avx2(int64_t n, const void *w, const void *x)
-{
-	const struct pg_block_q5_0 *a = w;
-	const struct pg_block_q8_0 *b = x;
-	const __m256i sixteen = _mm256_set1_epi8(16);
-	const __m256i ones = _mm256_set1_epi16(1);
-	int64_t nb = n / PG_QK, i = 0;
-	float acc = 0.0f;
-
-	for (; i + 8 <= nb; i += 8) {
-		__m256i v[8];
-		float sum[8], d[8];
-
-		for (int k = 0; k < 8; k++) {
-			__m256i q = q5_quants(a[i + k].qs, a[i + k].qh);
-			__m256i xq = _mm256_loadu_si256((const __m256i *)
-							b[i + k].qs);
-			__m256i p = _mm256_sub_epi16(
-				_mm256_maddubs_epi16(q, xq),
-				_mm256_maddubs_epi16(sixteen, xq));
-
-			v[k] = _mm256_madd_epi16(p, ones);
-			d[k] = pg_fp16_to_fp32(a[i + k].d) *
-			       pg_fp16_to_fp32(b[i + k].d);
-		}
-		_mm256_storeu_ps(sum, _mm256_cvtepi32_ps(hsum8_i32(v)));
-		for (int k = 0; k < 8; k++)
-			acc = fmaf(d[k], sum[k], acc);
-	}
-	for (; i < nb; i++) {
-		__m256i q = q5_quants(a[i].qs, a[i].qh);
-		__m256i xq = _mm256_loadu_si256((const __m256i *)b[i].qs);
-		__m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq),
-					     _mm256_maddubs_epi16(sixteen, xq));
-
-		acc = fmaf(pg_fp16_to_fp32(a[i].d) * pg_fp16_to_fp32(b[i].d),
-			   (float)hsum_i16(p), acc);
-	}
-	return acc;
-}
-
-float pg_dot_q5_1_avx2(int64_t n, const void *w, const void *x)
-{
-	const struct pg_block_q5_1 *a = w;
-	const struct pg_block_q8_1 *b = x;
-	float acc = 0.0f, ms = 0.0f;
-
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		__m256i q = q5_quants(a[i].qs, a[i].qh);
-		__m256i xq = _mm256_loadu_si256((const __m256i *)b[i].qs);
-
-		acc = fmaf(pg_fp16_to_fp32(a[i].d) * pg_fp16_to_fp32(b[i].d),
-			   (float)hsum_i16(_mm256_maddubs_epi16(q, xq)), acc);
-		ms = fmaf(pg_fp16_to_fp32(a[i].m), pg_fp16_to_fp32(b[i].s), ms);
-	}
-	return acc + ms;
 }
 
 /* 32 bytes of v >> shift, masked to the low `mask` bits (bytes). */
@@ -138,14 +122,22 @@ static inline __m256i bits_at(__m256i v, int shift, int mask)
 				_mm256_set1_epi8((char)mask));
 }
 
-/* Two sub-blocks of 16 (int16 pairs 0..7 and 8..15 of p) times their
- * scales s0 and s1, in int32. */
-static inline __m256i scale2(__m256i p, int s0, int s1)
+/*
+ * From 16 int8 scales broadcast to both halves of scb: int16 sc[j] in
+ * the low half, sc[j + 1] in the high half (sub-blocks j and j + 1 of 16
+ * values under one maddubs), sign-extended (signed) or not.
+ */
+static inline __m256i scale_pair(__m256i scb, int j, int is_signed)
 {
-	__m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)s1),
-				      _mm_set1_epi16((short)s0));
+	if (is_signed) {	/* the byte into the high half, then >> 8 */
+		__m256i m = _mm256_set_m128i(_mm_set1_epi16((short)((j + 1) << 8 | 0x80)),
+					     _mm_set1_epi16((short)(j << 8 | 0x80)));
 
-	return _mm256_madd_epi16(p, sc);
+		return _mm256_srai_epi16(_mm256_shuffle_epi8(scb, m), 8);
+	}
+	return _mm256_shuffle_epi8(scb, _mm256_set_m128i(
+		_mm_set1_epi16((short)(0x8000 | (j + 1))),
+		_mm_set1_epi16((short)(0x8000 | j))));
 }
 
 /*
@@ -165,196 +157,787 @@ static inline void scale_min_k4x8(const uint8_t *q, uint64_t *sc,
 	*m = (uint64_t)(u[1] & 0x3f3f3f3fu) | (uint64_t)m_hi << 32;
 }
 
-/* Q4_K and Q5_K: the super-block's integer sums (qh NULL for Q4_K). */
-static inline void q45_k_sums(const uint8_t *sc8, const uint8_t *qs,
-			      const uint8_t *qh,
-			      const struct pg_block_q8_k *b, int *sumi,
-			      int *summ)
+/* Q3_K's 16 scales (pg_scale_q3_k, in [-32, 31]) as 16 int8. */
+static inline __m128i scales_q3_k(const uint8_t *s)
 {
-	__m256i s = _mm256_setzero_si256();
-	__m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) :
-		    _mm256_setzero_si256();
-	uint64_t sc, m;
-	__m256i scv, mv;
+	uint32_t a[3], v[4];
 
-	scale_min_k4x8(sc8, &sc, &m);
-	/* the 8 scales as int16, in both halves; the mins as int16 pairs
-	 * (m_j twice) against the bsums: m_j (bsum_2j + bsum_2j+1) */
-	scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(
-		_mm_cvtsi64_si128((long long)sc)));
-	mv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
-		_mm_cvtsi64_si128((long long)m),
-		_mm_cvtsi64_si128((long long)m)));
-	*summ = hsum256_i32(_mm256_madd_epi16(mv, _mm256_loadu_si256(
-		(const __m256i *)b->bsums)));
-	for (int k = 0; k < 4; k++) {
-		__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
-		__m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
-		__m256i hi = bits_at(q, 4, 0x0f);
-		__m256i x0 = _mm256_loadu_si256((const __m256i *)(b->qs + 64 * k));
-		__m256i x1 = _mm256_loadu_si256((const __m256i *)(b->qs + 64 * k +
-								 32));
-		/* int16 j of scv everywhere: bytes 2j, 2j + 1 repeated */
-		__m256i s0 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16(
-			(short)(0x0100 + 0x0202 * (2 * k))));
-		__m256i s1 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16(
-			(short)(0x0100 + 0x0202 * (2 * k + 1))));
+	memcpy(a, s, sizeof(a));
+	v[0] = (a[0] & 0x0f0f0f0fu) | (a[2] & 0x03030303u) << 4;
+	v[1] = (a[1] & 0x0f0f0f0fu) | ((a[2] >> 2) & 0x03030303u) << 4;
+	v[2] = ((a[0] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 4) & 0x03030303u) << 4;
+	v[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 6) & 0x03030303u) << 4;
+	return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)v),
+			    _mm_set1_epi8(32));
+}
 
-		if (qh) {	/* bits 2k and 2k + 1 of qh[l], as 16 */
-			lo = _mm256_or_si256(lo, _mm256_slli_epi16(
-				bits_at(h, 2 * k, 1), 4));
-			hi = _mm256_or_si256(hi, _mm256_slli_epi16(
-				bits_at(h, 2 * k + 1, 1), 4));
+/*
+ * A K-quant super-block of one row against nt (1, 2 or 4) tokens' Q8_K
+ * blocks xb[t]: s[t] = 8 int32 whose sum is the reference's sumi, m[t]
+ * the same for summ (the types with mins).
+ */
+static inline __attribute__((always_inline)) void
+k_row(enum kq k, const uint8_t *wb, const struct pg_block_q8_k *const xb[4],
+      int nt, __m256i s[4], __m256i m[4])
+{
+	if (k == KQ_Q4_K || k == KQ_Q5_K) {
+		int five = k == KQ_Q5_K;
+		const uint8_t *qs = wb + (five ? offsetof(struct pg_block_q5_k, qs) :
+					  offsetof(struct pg_block_q4_k, qs));
+		__m256i h = five ? _mm256_loadu_si256((const __m256i *)
+			(wb + offsetof(struct pg_block_q5_k, qh))) :
+			_mm256_setzero_si256();
+		uint64_t sc, mn;
+		__m256i scv, mv;
+
+		scale_min_k4x8(wb + 4, &sc, &mn);
+		/* the 8 scales as int16, in both halves; the mins as int16
+		 * pairs (m_j twice) against the bsums */
+		scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(
+			_mm_cvtsi64_si128((long long)sc)));
+		mv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
+			_mm_cvtsi64_si128((long long)mn),
+			_mm_cvtsi64_si128((long long)mn)));
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++)
+			s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+			__m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+			__m256i hi = bits_at(q, 4, 0x0f);
+			/* int16 j of scv everywhere: bytes 2j, 2j + 1 */
+			__m256i s0 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16(
+				(short)(0x0100 + 0x0202 * (2 * c))));
+			__m256i s1 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16(
+				(short)(0x0100 + 0x0202 * (2 * c + 1))));
+
+			if (five) {	/* bits 2c and 2c + 1 of qh[l], as 16 */
+				lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+					bits_at(h, 2 * c, 1), 4));
+				hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+					bits_at(h, 2 * c + 1, 1), 4));
+			}
+#pragma GCC unroll 4
+			for (int t = 0; t < nt; t++) {
+				const int8_t *xq = xb[t]->qs + 64 * c;
+
+				s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(
+					_mm256_madd_epi16(_mm256_maddubs_epi16(lo,
+						_mm256_loadu_si256((const __m256i *)xq)), s0),
+					_mm256_madd_epi16(_mm256_maddubs_epi16(hi,
+						_mm256_loadu_si256((const __m256i *)(xq + 32))),
+						s1)));
+			}
 		}
-		s = _mm256_add_epi32(s, _mm256_madd_epi16(
-			_mm256_maddubs_epi16(lo, x0), s0));
-		s = _mm256_add_epi32(s, _mm256_madd_epi16(
-			_mm256_maddubs_epi16(hi, x1), s1));
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++)	/* last: fewer live registers */
+			m[t] = _mm256_madd_epi16(mv, _mm256_loadu_si256(
+				(const __m256i *)xb[t]->bsums));
+		return;
 	}
-	*sumi = hsum256_i32(s);
-}
+	if (k == KQ_Q6_K) {
+		const struct pg_block_q6_k *a = (const void *)wb;
+		__m128i sc = _mm_loadu_si128((const __m128i *)a->scales);
+		__m256i scb = _mm256_broadcastsi128_si256(sc);
+		__m256i sc16 = _mm256_cvtepi8_epi16(sc);
 
-float pg_dot_q4_k_avx2(int64_t n, const void *w, const void *x)
-{
-	const struct pg_block_q4_k *a = w;
-	const struct pg_block_q8_k *b = x;
-	float acc = 0.0f, ms = 0.0f;
-
-	for (int64_t i = 0; i < n / PG_QK_K; i++) {
-		int sumi, summ;
-
-		q45_k_sums(a[i].scales, a[i].qs, NULL, &b[i], &sumi, &summ);
-		acc = fmaf(pg_fp16_to_fp32(a[i].d) * b[i].d, (float)sumi, acc);
-		ms = fmaf(pg_fp16_to_fp32(a[i].dmin) * b[i].d, (float)summ, ms);
-	}
-	return acc - ms;
-}
-
-float pg_dot_q5_k_avx2(int64_t n, const void *w, const void *x)
-{
-	const struct pg_block_q5_k *a = w;
-	const struct pg_block_q8_k *b = x;
-	float acc = 0.0f, ms = 0.0f;
-
-	for (int64_t i = 0; i < n / PG_QK_K; i++) {
-		int sumi, summ;
-
-		q45_k_sums(a[i].scales, a[i].qs, a[i].qh, &b[i], &sumi, &summ);
-		acc = fmaf(pg_fp16_to_fp32(a[i].d) * b[i].d, (float)sumi, acc);
-		ms = fmaf(pg_fp16_to_fp32(a[i].dmin) * b[i].d, (float)summ, ms);
-	}
-	return acc - ms;
-}
-
-float pg_dot_q6_k_avx2(int64_t n, const void *w, const void *x)
-{
-	const struct pg_block_q6_k *a = w;
-	const struct pg_block_q8_k *b = x;
-	float acc = 0.0f;
-
-	for (int64_t i = 0; i < n / PG_QK_K; i++) {
-		__m256i s = _mm256_setzero_si256();
-		int off = 0;
-
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++)	/* the -32 of every quant */
+			s[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+				_mm256_slli_epi32(_mm256_madd_epi16(sc16,
+					_mm256_loadu_si256((const __m256i *)
+							   xb[t]->bsums)), 5));
+#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
-			const uint8_t *ql = a[i].ql + 64 * h;
+			const uint8_t *ql = a->ql + 64 * h;
 			__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
 			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
 			__m256i qh = _mm256_loadu_si256((const __m256i *)
-							(a[i].qh + 32 * h));
+							(a->qh + 32 * h));
 
-			for (int k = 0; k < 4; k++) {
-				int j = 8 * h + 2 * k;	/* its sub-blocks */
-				__m256i lq = bits_at(k & 1 ? l1 : l0, 4 * (k >> 1),
+#pragma GCC unroll 4
+			for (int c = 0; c < 4; c++) {
+				__m256i lq = bits_at(c & 1 ? l1 : l0, 4 * (c >> 1),
 						     0x0f);
 				__m256i u = _mm256_or_si256(lq, _mm256_slli_epi16(
-					bits_at(qh, 2 * k, 3), 4));
-				__m256i xq = _mm256_loadu_si256((const __m256i *)
-					(b[i].qs + 128 * h + 32 * k));
+					bits_at(qh, 2 * c, 3), 4));
+				__m256i sp = scale_pair(scb, 8 * h + 2 * c, 1);
 
-				s = _mm256_add_epi32(s, scale2(
-					_mm256_maddubs_epi16(u, xq),
-					a[i].scales[j], a[i].scales[j + 1]));
+#pragma GCC unroll 4
+				for (int t = 0; t < nt; t++)
+					s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(
+						_mm256_maddubs_epi16(u, _mm256_loadu_si256(
+							(const __m256i *)(xb[t]->qs +
+									  128 * h + 32 * c))),
+						sp));
 			}
 		}
-		for (int j = 0; j < 16; j++)	/* the -32 of every quant */
-			off += a[i].scales[j] * b[i].bsums[j];
-		acc = fmaf(pg_fp16_to_fp32(a[i].d) * b[i].d,
-			   (float)(hsum256_i32(s) - 32 * off), acc);
+		return;
 	}
-	return acc;
-}
+	if (k == KQ_Q2_K) {
+		const struct pg_block_q2_k *a = (const void *)wb;
+		__m128i sc = _mm_loadu_si128((const __m128i *)a->scales);
+		__m256i scb = _mm256_broadcastsi128_si256(
+			_mm_and_si128(sc, _mm_set1_epi8(15)));
+		__m256i mv = _mm256_cvtepu8_epi16(_mm_and_si128(
+			_mm_srli_epi16(sc, 4), _mm_set1_epi8(15)));
 
-float pg_dot_q2_k_avx2(int64_t n, const void *w, const void *x)
-{
-	const struct pg_block_q2_k *a = w;
-	const struct pg_block_q8_k *b = x;
-	float acc = 0.0f, ms = 0.0f;
-
-	for (int64_t i = 0; i < n / PG_QK_K; i++) {
-		__m256i s = _mm256_setzero_si256();
-		int summ = 0;
-
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++) {
+			m[t] = _mm256_madd_epi16(mv, _mm256_loadu_si256(
+				(const __m256i *)xb[t]->bsums));
+			s[t] = _mm256_setzero_si256();
+		}
+#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
 			__m256i q = _mm256_loadu_si256((const __m256i *)
-						       (a[i].qs + 32 * h));
+						       (a->qs + 32 * h));
 
-			for (int k = 0; k < 4; k++) {
-				int j = 8 * h + 2 * k;
-				__m256i xq = _mm256_loadu_si256((const __m256i *)
-					(b[i].qs + 128 * h + 32 * k));
+#pragma GCC unroll 4
+			for (int c = 0; c < 4; c++) {
+				__m256i u = bits_at(q, 2 * c, 3);
+				__m256i sp = scale_pair(scb, 8 * h + 2 * c, 0);
 
-				s = _mm256_add_epi32(s, scale2(
-					_mm256_maddubs_epi16(bits_at(q, 2 * k, 3),
-							     xq),
-					a[i].scales[j] & 15,
-					a[i].scales[j + 1] & 15));
+#pragma GCC unroll 4
+				for (int t = 0; t < nt; t++)
+					s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(
+						_mm256_maddubs_epi16(u, _mm256_loadu_si256(
+							(const __m256i *)(xb[t]->qs +
+									  128 * h + 32 * c))),
+						sp));
 			}
 		}
-		for (int j = 0; j < 16; j++)
-			summ += (a[i].scales[j] >> 4) * b[i].bsums[j];
-		acc = fmaf(pg_fp16_to_fp32(a[i].d) * b[i].d,
-			   (float)hsum256_i32(s), acc);
-		ms = fmaf(pg_fp16_to_fp32(a[i].dmin) * b[i].d, (float)summ, ms);
+		return;
 	}
-	return acc - ms;
+	/* Q3_K */
+	const struct pg_block_q3_k *a = (const void *)wb;
+	__m128i sc = scales_q3_k(a->scales);
+	__m256i scb = _mm256_broadcastsi128_si256(sc);
+	__m256i sc16 = _mm256_cvtepi8_epi16(sc);
+	__m256i hm = _mm256_loadu_si256((const __m256i *)a->hmask);
+
+#pragma GCC unroll 4
+	for (int t = 0; t < nt; t++)	/* the -4 of every quant */
+		s[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+			_mm256_slli_epi32(_mm256_madd_epi16(sc16,
+				_mm256_loadu_si256((const __m256i *)xb[t]->bsums)),
+				2));
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		__m256i q = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * h));
+
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			/* u in [0, 7]: 4 where the high bit is set */
+			__m256i u = _mm256_or_si256(bits_at(q, 2 * c, 3),
+				_mm256_slli_epi16(bits_at(hm, 4 * h + c, 1), 2));
+			__m256i sp = scale_pair(scb, 8 * h + 2 * c, 1);
+
+#pragma GCC unroll 4
+			for (int t = 0; t < nt; t++)
+				s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(
+					_mm256_maddubs_epi16(u, _mm256_loadu_si256(
+						(const __m256i *)(xb[t]->qs + 128 * h +
+								  32 * c))),
+					sp));
+		}
+	}
 }
 
-float pg_dot_q3_k_avx2(int64_t n, const void *w, const void *x)
+/* Lane r = the sum of the 8 int32 of v[r], r < 4. */
+static inline __m128i red4_i32(const __m256i v[4])
 {
-	const struct pg_block_q3_k *a = w;
-	const struct pg_block_q8_k *b = x;
-	float acc = 0.0f;
+	__m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),
+				      _mm256_hadd_epi32(v[2], v[3]));
 
-	for (int64_t i = 0; i < n / PG_QK_K; i++) {
-		__m256i s = _mm256_setzero_si256();
-		__m256i hm = _mm256_loadu_si256((const __m256i *)a[i].hmask);
-		int sc[16], off = 0;
+	return _mm_add_epi32(_mm256_castsi256_si128(h),
+			     _mm256_extracti128_si256(h, 1));
+}
 
-		for (int j = 0; j < 16; j++)
-			sc[j] = pg_scale_q3_k(j, a[i].scales);
-		for (int h = 0; h < 2; h++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)
-						       (a[i].qs + 32 * h));
+/* Lane r = the sum of the 16 int16 of p[r] (pair sums of a Q5 block, 8
+ * products added in int16 at most), r < 4. */
+static inline __m128i red4_i16(const __m256i p[4])
+{
+	__m256i u01 = _mm256_add_epi16(_mm256_unpacklo_epi16(p[0], p[1]),
+				       _mm256_unpackhi_epi16(p[0], p[1]));
+	__m256i u23 = _mm256_add_epi16(_mm256_unpacklo_epi16(p[2], p[3]),
+				       _mm256_unpackhi_epi16(p[2], p[3]));
+	/* per half: (row 0, 1, 2, 3) twice, 8 products each */
+	__m256i v = _mm256_add_epi16(_mm256_unpacklo_epi32(u01, u23),
+				     _mm256_unpackhi_epi32(u01, u23));
+	__m256i w = _mm256_add_epi32(
+		_mm256_cvtepi16_epi32(_mm256_castsi256_si128(v)),
+		_mm256_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)));
+	return _mm_add_epi32(_mm256_castsi256_si128(w),
+			     _mm256_extracti128_si256(w, 1));
+}
 
-			for (int k = 0; k < 4; k++) {
-				int j = 8 * h + 2 * k;
-				/* u in [0, 7]: 4 where the high bit is set */
-				__m256i u = _mm256_or_si256(bits_at(q, 2 * k, 3),
-					_mm256_slli_epi16(bits_at(hm, 4 * h + k,
-								  1), 2));
-				__m256i xq = _mm256_loadu_si256((const __m256i *)
-					(b[i].qs + 128 * h + 32 * k));
+/* The F16 at p + r * stride for r < nr (nr <= 4) as floats in lane r. */
+static inline uint16_t load16(const uint8_t *p)
+{
+	uint16_t h;
 
-				s = _mm256_add_epi32(s, scale2(
-					_mm256_maddubs_epi16(u, xq), sc[j],
-					sc[j + 1]));
+	memcpy(&h, p, sizeof(h));
+	return h;
+}
+
+/* (inserted lane by lane: 2-byte stores read back as one 8-byte load
+ * would miss store forwarding, once a block) */
+static inline __m128 f16_rows(const uint8_t *p, size_t stride, int nr)
+{
+	__m128i v = _mm_cvtsi32_si128(load16(p));
+
+	if (nr == 4) {
+		v = _mm_insert_epi16(v, load16(p + stride), 1);
+		v = _mm_insert_epi16(v, load16(p + 2 * stride), 2);
+		v = _mm_insert_epi16(v, load16(p + 3 * stride), 3);
+	}
+	return _mm_cvtph_ps(v);
+}
+
+/*
+ * Rows w + r * ws (r < nr: 1 or 4) against nt tokens (1 or 2; 4 for the
+ * K-quants) at x, x + xs, ...: out[t * os + r], part by part (struct pg_cuts: its ends count
+ * 32-value blocks).  Per block: the rows' exact integer sums, then in
+ * lane r the reference's fma of that row.
+ */
+static inline __attribute__((always_inline)) void
+kq_loop(enum kq k, int nr, int nt, int64_t n, const uint8_t *w, size_t ws,
+	const uint8_t *x, size_t xs, float *out, size_t os,
+	const struct pg_cuts *cuts)
+{
+	size_t wb = kq_wbytes(k), xb = kq_xbytes(k);
+	int per = kq_super(k) ? PG_QK_K / PG_QK : 1;
+	int64_t i = 0;
+	__m128 run[4] = { _mm_setzero_ps(), _mm_setzero_ps(),
+			  _mm_setzero_ps(), _mm_setzero_ps() };
+
+	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+		__m128 acc[4] = { _mm_setzero_ps(), _mm_setzero_ps(),
+				  _mm_setzero_ps(), _mm_setzero_ps() };
+		__m128 ms[4] = { _mm_setzero_ps(), _mm_setzero_ps(),
+				 _mm_setzero_ps(), _mm_setzero_ps() };
+		int64_t end = cuts ? cuts->end[p] / per : n / (PG_QK * per);
+
+		for (; i < end; i++) {
+			const uint8_t *wr = w + (size_t)i * wb;
+			const uint8_t *xr = x + (size_t)i * xb;
+			__m128i si[4], mi[4];
+			__m128 dx[4], sx[4];
+
+			if (nr == 4)
+				prefetch_group(w, ws, i, wb);
+			if (!kq_super(k)) {
+				size_t xo = k == KQ_Q5_0 ? 2 : 4;
+				size_t qho = k == KQ_Q5_0 ? 2 : 4;
+				__m256i xq[2], off[2], pr[2][4];
+
+#pragma GCC unroll 4
+				for (int t = 0; t < nt; t++) {
+					const uint8_t *xt = xr + (size_t)t * xs;
+
+					xq[t] = _mm256_loadu_si256((const __m256i *)(xt + xo));
+					off[t] = k == KQ_Q5_0 ? _mm256_maddubs_epi16(
+						_mm256_set1_epi8(16), xq[t]) :
+						_mm256_setzero_si256();
+					sx[t] = _mm_setzero_ps();
+					if (k == KQ_Q5_0) {
+						dx[t] = _mm_set1_ps(h2f(((const struct pg_block_q8_0 *)
+									 xt)->d));
+					} else {
+						__m128 ds = load_f16x2((const uint16_t *)xt);
+
+						dx[t] = _mm_shuffle_ps(ds, ds, 0x00);
+						sx[t] = _mm_shuffle_ps(ds, ds, 0x55);
+					}
+				}
+#pragma GCC unroll 4
+				for (int r = 0; r < nr; r++) {
+					const uint8_t *b = wr + (size_t)r * ws;
+					__m256i q = q5_quants(b + qho + 4, b + qho);
+
+#pragma GCC unroll 4
+					for (int t = 0; t < nt; t++) {
+						pr[t][r] = _mm256_maddubs_epi16(q, xq[t]);
+						if (k == KQ_Q5_0)	/* (q - 16) x */
+							pr[t][r] = _mm256_sub_epi16(
+								pr[t][r], off[t]);
+					}
+				}
+#pragma GCC unroll 4
+				for (int t = 0; t < nt; t++)
+					si[t] = nr == 4 ? red4_i16(pr[t]) :
+						_mm_cvtsi32_si128(hsum256_i32(
+							_mm256_madd_epi16(pr[t][0],
+								_mm256_set1_epi16(1))));
+			} else {
+				const struct pg_block_q8_k *xk[4] = {
+					(const void *)xr, (const void *)(xr + xs),
+					(const void *)(xr + 2 * xs),
+					(const void *)(xr + 3 * xs),
+				};
+				__m256i s[4][4], m[4][4], sr[4], mr[4] = {
+					_mm256_setzero_si256(), _mm256_setzero_si256(),
+					_mm256_setzero_si256(), _mm256_setzero_si256(),
+				};
+
+#pragma GCC unroll 4
+				for (int r = 0; r < nr; r++) {
+					k_row(k, wr + (size_t)r * ws, xk, nt, sr, mr);
+#pragma GCC unroll 4
+					for (int t = 0; t < nt; t++) {
+						s[t][r] = sr[t];
+						m[t][r] = mr[t];
+					}
+				}
+#pragma GCC unroll 4
+				for (int t = 0; t < nt; t++) {
+					dx[t] = _mm_set1_ps(xk[t]->d);
+					if (nr == 4) {
+						si[t] = red4_i32(s[t]);
+						if (kq_mins(k))
+							mi[t] = red4_i32(m[t]);
+					} else {
+						si[t] = _mm_cvtsi32_si128(hsum256_i32(s[t][0]));
+						if (kq_mins(k))
+							mi[t] = _mm_cvtsi32_si128(
+								hsum256_i32(m[t][0]));
+					}
+				}
+			}
+			__m128 d = f16_rows(wr + kq_doff(k), ws, nr);
+			__m128 mw = kq_mins(k) ? f16_rows(wr + kq_moff(k), ws, nr) :
+				    _mm_setzero_ps();
+
+#pragma GCC unroll 4
+			for (int t = 0; t < nt; t++) {
+				acc[t] = _mm_fmadd_ps(_mm_mul_ps(d, dx[t]),
+						      _mm_cvtepi32_ps(si[t]), acc[t]);
+				if (k == KQ_Q5_1)
+					ms[t] = _mm_fmadd_ps(mw, sx[t], ms[t]);
+				else if (kq_mins(k))
+					ms[t] = _mm_fmadd_ps(_mm_mul_ps(mw, dx[t]),
+							     _mm_cvtepi32_ps(mi[t]),
+							     ms[t]);
 			}
 		}
-		for (int j = 0; j < 16; j++)	/* the -4 of every quant */
-			off += sc[j] * b[i].bsums[j];
-		acc = fmaf(pg_fp16_to_fp32(a[i].d) * b[i].d,
-			   (float)(hsum256_i32(s) - 4 * off), acc);
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++) {
+			__m128 v = k == KQ_Q5_1 ? _mm_add_ps(acc[t], ms[t]) :
+				   kq_mins(k) ? _mm_sub_ps(acc[t], ms[t]) : acc[t];
+			float *o = pg_cuts_out(cuts, p, out) + (size_t)t * os;
+
+			if (pg_cuts_summed(cuts))	/* the earlier parts, then this */
+				run[t] = p ? _mm_add_ps(run[t], v) : v;
+			else if (nr == 4)
+				_mm_storeu_ps(o, v);
+			else
+				*o = _mm_cvtss_f32(v);
+		}
 	}
-	return acc;
+	if (pg_cuts_summed(cuts))
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++) {
+			if (nr == 4)
+				_mm_storeu_ps(out + (size_t)t * os, run[t]);
+			else
+				out[(size_t)t * os] = _mm_cvtss_f32(run[t]);
+		}
+}
+
+#define KQ_LOOPS(name, kind)						\
+float pg_dot_##name##_avx2(int64_t n, const void *w, const void *x)	\
+{									\
+	float v;							\
+									\
+	kq_loop(kind, 1, 1, n, w, 0, x, 0, &v, 0, NULL);		\
+	return v;							\
+}									\
+									\
+void pg_dot4_##name##_avx2(int64_t n, const void *w, size_t ws,		\
+			   const void *x, float *out,			\
+			   const struct pg_cuts *cuts)			\
+{									\
+	kq_loop(kind, 4, 1, n, w, ws, x, 0, out, 0, cuts);		\
+}									\
+									\
+void pg_dot4x2_##name##_avx2(int64_t n, const void *w, size_t ws,	\
+			     const void *x, size_t xs, float *out,	\
+			     size_t os, const struct pg_cuts *cuts)	\
+{									\
+	kq_loop(kind, 4, 2, n, w, ws, x, xs, out, os, cuts);		\
+}
+
+/*
+ * 8 K-quant rows x n_tok tokens (gemm8's shape): xp the tokens' Q8_K rows
+ * as quantised, one after another; work unused.  Each half of the rows
+ * sweeps the tokens 4 at a time (the 4-row loop's very lanes), the
+ * weights unpacked once per 4 tokens and kept in L1.
+ */
+static inline __attribute__((always_inline)) void
+kq_gemm(enum kq k, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x,
+	int n_tok, float *out, size_t os, const struct pg_cuts *cuts)
+{
+	size_t xs = (size_t)(n / PG_QK_K) * sizeof(struct pg_block_q8_k);
+
+	for (int h = 0; h < 2; h++) {
+		const uint8_t *wh = w + (size_t)(4 * h) * ws;
+		float *oh = out + 4 * h;
+		int t = 0;
+
+		for (; t + 4 <= n_tok; t += 4)
+			kq_loop(k, 4, 4, n, wh, ws, x + (size_t)t * xs, xs,
+				oh + (size_t)t * os, os, cuts);
+		for (; t + 2 <= n_tok; t += 2)
+			kq_loop(k, 4, 2, n, wh, ws, x + (size_t)t * xs, xs,
+				oh + (size_t)t * os, os, cuts);
+		for (; t < n_tok; t++)
+			kq_loop(k, 4, 1, n, wh, ws, x + (size_t)t * xs, 0,
+				oh + (size_t)t * os, os, cuts);
+	}
+}
+
+/*
+ * Q4_K, many tokens: 8 rows' super-block repacked once into work (struct
+ * kg8_block) so that one broadcast of 4 activations meets 4 quants of
+ * each of the 8 rows (row r in 32-bit lane r), as gemm_avx2.c does for
+ * Q4_0.  A sub-block's 8 chunk products summed in int16 (lane 2r, 2r + 1:
+ * 16 products of up to 15 x 128 each, 30720: no wrap), then madd by the
+ * rows' scales (both lanes of a row) gives each row's exact scale x sum
+ * in int32 lane r; the mins likewise against the pairs of bsums.  The
+ * floats are kq_loop's, lane by lane: the 4-row loop's bits.
+ */
+struct kg8_block {
+	__m256i q[64];		/* chunk c: values 4c .. 4c + 3, row r in lane r */
+	__m256i sc[8];		/* sub-block j's scales: int16 2r, 2r + 1 = row r's */
+	__m256i mn[8];		/* its mins, the same way */
+	__m256 d, dmin;		/* the rows' */
+};
+
+/* Q6_K's: 16 sub-blocks of 16; the -32 offsets against the bsums' pairs */
+struct kg6_block {
+	__m256i q[64];		/* as kg8_block's, u in [0, 63] */
+	__m256i sc[16];		/* sub-block j's scales, both lanes of a row */
+	__m256i off[8];		/* lanes 2r, 2r + 1: row r's sc[2j], sc[2j + 1] */
+	__m256 d;
+};
+
+_Static_assert(sizeof(struct kg8_block) <= PG_GEMM8_KWORK &&
+	       sizeof(struct kg6_block) <= PG_GEMM8_KWORK,
+	       "PG_GEMM8_KWORK holds a repacked Q4_K or Q6_K block");
+
+#define KG8_MIN 16	/* tokens from which the repacking pays */
+
+static void kg8_repack(const uint8_t *w, size_t ws, int64_t i,
+		       struct kg8_block *b)
+{
+	uint8_t u[8][PG_QK_K];
+	int16_t sc[8][16], mn[8][16];
+	float d[8], dm[8];
+
+	for (int r = 0; r < 8; r++) {
+		const struct pg_block_q4_k *a = (const struct pg_block_q4_k *)
+			(w + (size_t)r * ws) + i;
+		uint64_t s8, m8;
+
+		for (int k = 0; k < 4; k++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k));
+
+			_mm256_storeu_si256((__m256i *)(u[r] + 64 * k),
+					    _mm256_and_si256(q, _mm256_set1_epi8(0x0f)));
+			_mm256_storeu_si256((__m256i *)(u[r] + 64 * k + 32),
+					    bits_at(q, 4, 0x0f));
+		}
+		scale_min_k4x8(a->scales, &s8, &m8);
+		for (int j = 0; j < 8; j++) {
+			sc[j][2 * r] = sc[j][2 * r + 1] = (int16_t)((s8 >> (8 * j)) & 0xff);
+			mn[j][2 * r] = mn[j][2 * r + 1] = (int16_t)((m8 >> (8 * j)) & 0xff);
+		}
+		d[r] = h2f(a->d);
+		dm[r] = h2f(a->dmin);
+	}
+	for (int c = 0; c < 64; c++) {
+		uint32_t v[8];
+
+		for (int r = 0; r < 8; r++)
+			memcpy(&v[r], u[r] + 4 * c, 4);
+		b->q[c] = _mm256_loadu_si256((const __m256i *)v);
+	}
+	for (int j = 0; j < 8; j++) {
+		b->sc[j] = _mm256_loadu_si256((const __m256i *)sc[j]);
+		b->mn[j] = _mm256_loadu_si256((const __m256i *)mn[j]);
+	}
+	b->d = _mm256_loadu_ps(d);
+	b->dmin = _mm256_loadu_ps(dm);
+}
+
+/* 4 bytes at p in all 8 lanes. */
+static inline __m256i bcast4(const void *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+static void kg8_sweep(const struct kg8_block *buf, int64_t nb, const uint8_t *x,
+		      int n_tok, float *out, size_t os,
+		      const struct pg_cuts *cuts)
+{
+	size_t xs = (size_t)nb * sizeof(struct pg_block_q8_k);
+
+	for (int t = 0; t < n_tok; t++) {
+		const struct pg_block_q8_k *xb = (const void *)(x + (size_t)t * xs);
+		__m256 run = _mm256_setzero_ps();
+		int64_t i = 0;
+
+		for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+			int64_t end = cuts ? cuts->end[p] / (PG_QK_K / PG_QK) : nb;
+			__m256 acc = _mm256_setzero_ps(), ms = acc, v;
+
+			for (; i < end; i++) {
+				const struct kg8_block *b = &buf[i];
+				const int8_t *xq = xb[i].qs;
+				__m256i s = _mm256_setzero_si256();
+				__m256i m = _mm256_setzero_si256();
+				__m256 dx = _mm256_set1_ps(xb[i].d);
+
+#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++) {
+					__m256i a = _mm256_setzero_si256();
+
+#pragma GCC unroll 8
+					for (int c = 8 * j; c < 8 * j + 8; c++)
+						a = _mm256_add_epi16(a, _mm256_maddubs_epi16(
+							b->q[c], bcast4(xq + 4 * c)));
+					s = _mm256_add_epi32(s, _mm256_madd_epi16(a, b->sc[j]));
+					m = _mm256_add_epi32(m, _mm256_madd_epi16(
+						b->mn[j], bcast4(&xb[i].bsums[2 * j])));
+				}
+				acc = _mm256_fmadd_ps(_mm256_mul_ps(b->d, dx),
+						      _mm256_cvtepi32_ps(s), acc);
+				ms = _mm256_fmadd_ps(_mm256_mul_ps(b->dmin, dx),
+						     _mm256_cvtepi32_ps(m), ms);
+			}
+			v = _mm256_sub_ps(acc, ms);
+			if (!pg_cuts_summed(cuts))
+				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
+						 (size_t)t * os, v);
+			else	/* the earlier parts, then this */
+				run = p ? _mm256_add_ps(run, v) : v;
+		}
+		if (pg_cuts_summed(cuts))
+			_mm256_storeu_ps(out + (size_t)t * os, run);
+	}
+}
+
+static void kg6_repack(const uint8_t *w, size_t ws, int64_t i,
+		       struct kg6_block *b)
+{
+	uint8_t u[8][PG_QK_K];
+	int16_t sc[16][16], off[8][16];
+	float d[8];
+
+	for (int r = 0; r < 8; r++) {
+		const struct pg_block_q6_k *a = (const struct pg_block_q6_k *)
+			(w + (size_t)r * ws) + i;
+
+		for (int h = 0; h < 2; h++) {	/* k_row's quants */
+			const uint8_t *ql = a->ql + 64 * h;
+			__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+			__m256i qh = _mm256_loadu_si256((const __m256i *)
+							(a->qh + 32 * h));
+
+			for (int c = 0; c < 4; c++)
+				_mm256_storeu_si256((__m256i *)(u[r] + 128 * h + 32 * c),
+					_mm256_or_si256(bits_at(c & 1 ? l1 : l0,
+								4 * (c >> 1), 0x0f),
+						_mm256_slli_epi16(bits_at(qh, 2 * c, 3), 4)));
+		}
+		for (int j = 0; j < 16; j++) {
+			sc[j][2 * r] = sc[j][2 * r + 1] = a->scales[j];
+			off[j / 2][2 * r + (j & 1)] = a->scales[j];
+		}
+		d[r] = h2f(a->d);
+	}
+	for (int c = 0; c < 64; c++) {
+		uint32_t v[8];
+
+		for (int r = 0; r < 8; r++)
+			memcpy(&v[r], u[r] + 4 * c, 4);
+		b->q[c] = _mm256_loadu_si256((const __m256i *)v);
+	}
+	for (int j = 0; j < 16; j++)
+		b->sc[j] = _mm256_loadu_si256((const __m256i *)sc[j]);
+	for (int j = 0; j < 8; j++)
+		b->off[j] = _mm256_loadu_si256((const __m256i *)off[j]);
+	b->d = _mm256_loadu_ps(d);
+}
+
+/* Pairs of chunks (4 products of up to 63 x 128: 32256) before madd. */
+static void kg6_sweep(const struct kg6_block *buf, int64_t nb, const uint8_t *x,
+		      int n_tok, float *out, size_t os,
+		      const struct pg_cuts *cuts)
+{
+	size_t xs = (size_t)nb * sizeof(struct pg_block_q8_k);
+
+	for (int t = 0; t < n_tok; t++) {
+		const struct pg_block_q8_k *xb = (const void *)(x + (size_t)t * xs);
+		__m256 run = _mm256_setzero_ps();
+		int64_t i = 0;
+
+		for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+			int64_t end = cuts ? cuts->end[p] / (PG_QK_K / PG_QK) : nb;
+			__m256 acc = _mm256_setzero_ps();
+
+			for (; i < end; i++) {
+				const struct kg6_block *b = &buf[i];
+				const int8_t *xq = xb[i].qs;
+				__m256i s = _mm256_setzero_si256();
+				__m256i o = _mm256_setzero_si256();
+
+#pragma GCC unroll 16
+				for (int j = 0; j < 16; j++) {
+					int c = 4 * j;
+					__m256i a0 = _mm256_add_epi16(
+						_mm256_maddubs_epi16(b->q[c], bcast4(xq + 4 * c)),
+						_mm256_maddubs_epi16(b->q[c + 1],
+								     bcast4(xq + 4 * c + 4)));
+					__m256i a1 = _mm256_add_epi16(
+						_mm256_maddubs_epi16(b->q[c + 2],
+								     bcast4(xq + 4 * c + 8)),
+						_mm256_maddubs_epi16(b->q[c + 3],
+								     bcast4(xq + 4 * c + 12)));
+
+					s = _mm256_add_epi32(s, _mm256_add_epi32(
+						_mm256_madd_epi16(a0, b->sc[j]),
+						_mm256_madd_epi16(a1, b->sc[j])));
+				}
+#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++)	/* the -32 of every quant */
+					o = _mm256_add_epi32(o, _mm256_madd_epi16(
+						b->off[j], bcast4(&xb[i].bsums[2 * j])));
+				s = _mm256_sub_epi32(s, _mm256_slli_epi32(o, 5));
+				acc = _mm256_fmadd_ps(_mm256_mul_ps(b->d,
+						_mm256_set1_ps(xb[i].d)),
+					_mm256_cvtepi32_ps(s), acc);
+			}
+			if (!pg_cuts_summed(cuts))
+				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
+						 (size_t)t * os, acc);
+			else	/* the earlier parts, then this */
+				run = p ? _mm256_add_ps(run, acc) : acc;
+		}
+		if (pg_cuts_summed(cuts))
+			_mm256_storeu_ps(out + (size_t)t * os, run);
+	}
+}
+
+/* Q6_K: repacked from KG8_MIN tokens on (with work), else kq_gemm. */
+void pg_gemm8_q6_k_avx2(int64_t n, const void *w, size_t ws, const void *xp,
+			int n_tok, float *out, size_t os, void *work,
+			const struct pg_cuts *cuts)
+{
+	struct kg6_block *buf = work;
+
+	if (!work || n_tok < KG8_MIN) {
+		kq_gemm(KQ_Q6_K, n, w, ws, xp, n_tok, out, os, cuts);
+		return;
+	}
+	for (int64_t i = 0; i < n / PG_QK_K; i++)
+		kg6_repack(w, ws, i, &buf[i]);
+	kg6_sweep(buf, n / PG_QK_K, xp, n_tok, out, os, cuts);
+}
+
+/* Q4_K: repacked from KG8_MIN tokens on (with work), else kq_gemm. */
+void pg_gemm8_q4_k_avx2(int64_t n, const void *w, size_t ws, const void *xp,
+			int n_tok, float *out, size_t os, void *work,
+			const struct pg_cuts *cuts)
+{
+	struct kg8_block *buf = work;
+
+	if (!work || n_tok < KG8_MIN) {
+		kq_gemm(KQ_Q4_K, n, w, ws, xp, n_tok, out, os, cuts);
+		return;
+	}
+	for (int64_t i = 0; i < n / PG_QK_K; i++)
+		kg8_repack(w, ws, i, &buf[i]);
+	kg8_sweep(buf, n / PG_QK_K, xp, n_tok, out, os, cuts);
+}
+
+#define KQ_GEMM(name, kind)						\
+void pg_gemm8_##name##_avx2(int64_t n, const void *w, size_t ws,		\
+			    const void *xp, int n_tok, float *out,	\
+			    size_t os, void *work,			\
+			    const struct pg_cuts *cuts)			\
+{									\
+	(void)work;							\
+	kq_gemm(kind, n, w, ws, xp, n_tok, out, os, cuts);		\
+}
+
+KQ_GEMM(q2_k, KQ_Q2_K)
+KQ_GEMM(q3_k, KQ_Q3_K)
+KQ_GEMM(q5_k, KQ_Q5_K)
+
+KQ_LOOPS(q5_0, KQ_Q5_0)
+KQ_LOOPS(q5_1, KQ_Q5_1)
+KQ_LOOPS(q2_k, KQ_Q2_K)
+KQ_LOOPS(q3_k, KQ_Q3_K)
+KQ_LOOPS(q4_k, KQ_Q4_K)
+KQ_LOOPS(q5_k, KQ_Q5_K)
+KQ_LOOPS(q6_k, KQ_Q6_K)
+
+/*
+ * Q8_K activations as pg_quant_q8_k_ref makes them: d = amax / 127, q =
+ * x * (127 / amax) rounded half to even (the default rounding of
+ * cvtps_epi32), the sums of each 16 q.
+ */
+void pg_quant_q8_k_avx2(const float *x, void *dst, int64_t n)
+{
+	struct pg_block_q8_k *b = dst;
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+
+	for (int64_t i = 0; i < n / PG_QK_K; i++, x += PG_QK_K) {
+		__m256 amax = _mm256_setzero_ps();
+		__m128 m;
+		float a, id;
+
+		for (int j = 0; j < PG_QK_K; j += 8)
+			amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign,
+				_mm256_loadu_ps(x + j)));
+		m = _mm_max_ps(_mm256_castps256_ps128(amax),
+			       _mm256_extractf128_ps(amax, 1));
+		m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+		m = _mm_max_ss(m, _mm_movehdup_ps(m));
+		a = _mm_cvtss_f32(m);
+		id = a != 0.0f ? 127.0f / a : 0.0f;
+		b[i].d = a / 127.0f;
+		for (int j = 0; j < PG_QK_K; j += 32) {
+			__m256 idv = _mm256_set1_ps(id);
+			__m256i q[4], p;
+
+			for (int k = 0; k < 4; k++)
+				q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(
+					_mm256_loadu_ps(x + j + 8 * k), idv));
+			p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+					       _mm256_packs_epi32(q[2], q[3]));
+			p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(
+				0, 4, 1, 5, 2, 6, 3, 7));
+			_mm256_storeu_si256((__m256i *)(b[i].qs + j), p);
+			/* the two 16s: int16 pairs summed, then halves */
+			__m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), p);
+			__m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+			__m128i h = _mm_add_epi32(_mm256_castsi256_si128(s32),
+				_mm_shuffle_epi32(_mm256_castsi256_si128(s32), 0x4e));
+			__m128i g = _mm_add_epi32(_mm256_extracti128_si256(s32, 1),
+				_mm_shuffle_epi32(_mm256_extracti128_si256(s32, 1), 0x4e));
+
+			h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+			g = _mm_add_epi32(g, _mm_shuffle_epi32(g, 0xb1));
+			b[i].bsums[j / 16] = (int16_t)_mm_cvtsi128_si32(h);
+			b[i].bsums[j / 16 + 1] = (int16_t)_mm_cvtsi128_si32(g);
+		}
+	}
 }

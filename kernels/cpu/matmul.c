@@ -1,13 +1,15 @@
 /*
  * matmul.c - the matmul op: y = W x (+ bias) for a batch of token rows,
- * W in F32, F16, BF16, Q4_0, Q4_1 or Q8_0.
+ * W in F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 or a K-quant.
  *
  * Quantised weights take activations quantised once per call (Q8_0, Q8_1
  * for Q4_1) by all threads into the backend's scratch.  Rows of W are then
  * dealt in chunks from an atomic counter, and inside a chunk blocks of
  * PG_MM_ROWS rows are swept over all tokens (4 rows x 2 tokens a tile
  * where the table has one) so that they stay in L1 while used.  From
- * PG_MM_GEMM_MIN tokens on, where the table has a gemm8 loop for the type,
+ * PG_MM_GEMM_MIN tokens on, where the table has a gemm8 loop for the type
+ * (Q4_0, Q4_1, Q5_0, the K-quants; pg_cpu_mm_loops says which loops a
+ * type has),
  * groups of 8 rows are repacked once and swept over all the tokens by it
  * instead (rows left over take the tiles).  The dot loops come from the
  * ISA table; this file holds no intrinsics.
@@ -57,7 +59,8 @@ struct mm_ctx {
 	pg_dot_fn dot;
 	pg_dot4_fn dot4;	/* or NULL */
 	pg_dot4x2_fn dot4x2;	/* or NULL */
-	pg_gemm8_fn gemm8;	/* or NULL; used for n >= PG_MM_GEMM_MIN */
+	pg_gemm8_fn gemm8;	/* or NULL; used for n >= PG_MM_GEMM_MIN (the
+				 * K-quants' take xq itself, not xp) */
 	pg_gemm8_fn packed;	/* PG_LAYOUT_Q4X8: the loop for every n */
 	enum pg_dtype vt;	/* the activations' type */
 	uint8_t *xp;		/* gemm8's activations, in the scratch */
@@ -148,12 +151,13 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 				  work : NULL, c->cuts);
 		goto bias;
 	}
-	if (c->xp)
-		for (; r + 8 <= r1; r += 8)
+	if (c->xp || (c->gemm8 && c->vt == PG_Q8_K && c->n >= PG_MM_GEMM_MIN))
+		for (; r + 8 <= r1; r += 8)	/* Q8_K: the rows as they are */
 			c->gemm8(c->w->n_cols, (const uint8_t *)c->w->data +
 				 (size_t)r * c->w->row_bytes, c->w->row_bytes,
-				 c->xp, c->n, c->y + r, (size_t)nr, work,
-				 c->cuts);
+				 c->xp ? (const void *)c->xp : c->xq, c->n,
+				 c->y + r, (size_t)nr,
+				 c->work_bytes ? work : NULL, c->cuts);
 	if (c->dot4x2)
 		for (; t + 2 <= c->n; t += 2)
 			mm_pair(c, r, r1, t);
@@ -274,8 +278,12 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 	int per;
 
 	if (c->packed || (c->gemm8 && n >= PG_MM_GEMM_MIN)) {
-		pb = (size_t)(nc / PG_QK) * PG_GEMM_XP_BYTES(c->vt);
-		c->work_bytes = (size_t)(nc / PG_QK) * PG_GEMM8_WORK;
+		/* Q8_K: the rows as they are (no xp) */
+		pb = c->vt == PG_Q8_K ? 0 :
+		     (size_t)(nc / PG_QK) * PG_GEMM_XP_BYTES(c->vt);
+		c->work_bytes = c->vt == PG_Q8_K ?
+				(size_t)(nc / PG_QK_K) * PG_GEMM8_KWORK :
+				(size_t)(nc / PG_QK) * PG_GEMM8_WORK;
 		fixed = n >= PG_MM_GEMM_MIN ?
 			32 + (size_t)cpu->n_threads * c->work_bytes : 0;
 		if (mm_scratch(cpu, (rb + pb) * (size_t)n + fixed) <
@@ -310,16 +318,30 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 	}
 }
 
-/* The gemm8 loop for weights of type t, or NULL when the table has none. */
-static pg_gemm8_fn mm_gemm8_for(const struct pg_cpu_backend *cpu,
-				enum pg_dtype t)
+void pg_cpu_mm_loops(const struct pg_cpu_kernels *k, enum pg_dtype t,
+		     struct pg_mm_loops *l)
 {
+	l->dot4 = pg_cpu_dot4_for(k, t);
+	l->dot4x2 = pg_cpu_dot4x2_for(k, t);
+	l->gemm8 = t == PG_Q4_0 ? k->gemm8_q4_0 : t == PG_Q4_1 ? k->gemm8_q4_1 :
+		   t == PG_Q5_0 ? k->gemm8_q5_0 : NULL;
 	switch (t) {
-	case PG_Q4_0: return cpu->k->gemm8_q4_0;
-	case PG_Q4_1: return cpu->llama ? cpu->k->gemm8_q4_1_llama :
-			     cpu->k->gemm8_q4_1;
-	default: return NULL;
+	case PG_Q5_0: l->dot4 = k->dot4_q5_0, l->dot4x2 = k->dot4x2_q5_0; break;
+	case PG_Q5_1: l->dot4 = k->dot4_q5_1, l->dot4x2 = k->dot4x2_q5_1; break;
+	case PG_Q2_K: l->dot4 = k->dot4_q2_k, l->dot4x2 = k->dot4x2_q2_k;
+		l->gemm8 = k->gemm8_q2_k; break;
+	case PG_Q3_K: l->dot4 = k->dot4_q3_k, l->dot4x2 = k->dot4x2_q3_k;
+		l->gemm8 = k->gemm8_q3_k; break;
+	case PG_Q4_K: l->dot4 = k->dot4_q4_k, l->dot4x2 = k->dot4x2_q4_k;
+		l->gemm8 = k->gemm8_q4_k; break;
+	case PG_Q5_K: l->dot4 = k->dot4_q5_k, l->dot4x2 = k->dot4x2_q5_k;
+		l->gemm8 = k->gemm8_q5_k; break;
+	case PG_Q6_K: l->dot4 = k->dot4_q6_k, l->dot4x2 = k->dot4x2_q6_k;
+		l->gemm8 = k->gemm8_q6_k; break;
+	default: break;
 	}
+	if (!l->dot4)
+		l->gemm8 = NULL;
 }
 
 /* y = W x (+ bias) in n_parts runs of columns (see mm_ctx). */
@@ -329,6 +351,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	enum pg_dtype vt;
+	struct pg_mm_loops loops;
 	int64_t end[PG_MM_MAX_PARTS];
 	struct pg_cuts cuts = {
 		.n = n_parts, .end = end,
@@ -352,12 +375,14 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	for (int p = 0; p < n_parts && p < PG_MM_MAX_PARTS; p++)
 		end[p] = cols[p + 1] / PG_QK;
 	c.dot = pg_cpu_dot_for(cpu->k, w->type, &vt);
-	c.dot4 = pg_cpu_dot4_for(cpu->k, w->type);
-	c.dot4x2 = pg_cpu_dot4x2_for(cpu->k, w->type);
+	pg_cpu_mm_loops(cpu->k, w->type, &loops);
+	c.dot4 = loops.dot4;
+	c.dot4x2 = loops.dot4x2;
 	if (cpu->llama && w->type == PG_Q4_1) {	/* llama.cpp's order */
 		c.dot = cpu->k->dot_q4_1_llama;
 		c.dot4 = cpu->k->dot4_q4_1_llama;
 		c.dot4x2 = cpu->k->dot4x2_q4_1_llama;
+		loops.gemm8 = cpu->k->gemm8_q4_1_llama;
 	}
 	if (n_parts > PG_MM_MAX_PARTS || vt == PG_F32)
 		c.cuts = NULL;	/* no multi-row loops: dot part by part */
@@ -374,7 +399,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	}
 	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 :
 		  vt == PG_Q8_K ? cpu->k->quant_q8_k : cpu->k->quant_q8_0;
-	c.gemm8 = c.dot4 ? mm_gemm8_for(cpu, w->type) : NULL;
+	c.gemm8 = c.dot4 ? loops.gemm8 : NULL;
 	if (w->layout == PG_LAYOUT_Q4X8) {	/* pg_cpu_q4x8_pack made it */
 		c.packed = w->type == PG_Q4_0 ? cpu->k->gemm8_q4x8_q4_0 :
 			   cpu->k->gemm8_q4x8_q4_1;
