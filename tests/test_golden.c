@@ -36,9 +36,23 @@
  *    within LOGIT_MAX with a mean difference below LOGIT_MEAN (a wrong
  *    RoPE, norm, mask or page table moves logits by whole units at most
  *    positions), and a greedy completion may diverge only at a near-tie.
+ *    (On other models llama.cpp disagrees with itself: a record's spread,
+ *    its batched against its one-token logits, is 0 on the default model
+ *    but up to ~1.9 on its requantised copies and 1.4 on Gemma 3; so their
+ *    data are made with gen-model-ref.py --teacher one-token, their pos
+ *    lines the greedy run's own logits, and have no pos line after an
+ *    end-of-generation token: pos lines P-1 .. P+G-2 are required, P+G-1
+ *    is optional.  The messages name the spread.)
  *
  * Exits 77 when the default model has not been fetched, or when the CPU
  * has no AVX2 (the llama.cpp numerics need it).
+ *
+ * Other models: `tests/test_golden MODEL DATA` runs the same checks with
+ * pagoda's numerics only (llama.cpp's numerics cover the default model's
+ * types only) against DATA, gen-model-ref.py's output for MODEL, with issue
+ * 17's agreement bound MODEL_MIN_AGREE; tests/test-golden-gemma3.sh and
+ * tests/test-golden-requant.sh run it, after checking that MODEL's SHA-256
+ * is the one DATA's header names.  Exits 77 when MODEL cannot be loaded.
  */
 #include <errno.h>
 #include <math.h>
@@ -55,12 +69,15 @@
 #define LOGIT_MAX 2.0
 #define LOGIT_MEAN 0.25
 #define MIN_AGREE 0.965
+#define MODEL_MIN_AGREE 0.97	/* issue 17's bound, for MODEL DATA runs */
 #define LLAMA_TOL 6e-5		/* 4 decimals stored: 5e-5, and strtof's error */
 #define LLAMA_AGREE 0.99
 #define NEAR_TIE 0.5
 #define MAX_RECORDS 64
 #define SERVE_BATCH 64	/* tokens per engine step: prompts go in chunks */
 #define TOP_K 16
+#define STR_(x) #x
+#define STR(x) STR_(x)
 #define MAX_TOK 1024
 
 struct record {
@@ -70,6 +87,7 @@ struct record {
 	int32_t tokens[MAX_TOK];
 	int n_greedy;
 	int32_t greedy[MAX_TOK];
+	double spread;		/* llama.cpp's batched against one-token, for messages */
 	int n_pos;
 	int pos[MAX_TOK];
 	int32_t top_id[MAX_TOK][TOP_K];
@@ -81,6 +99,8 @@ struct totals {
 	long positions, argmax_agree, logit_pairs, logit_bad;
 	long greedy_positions, greedy_agree, argmax_far;
 	double max_logit_err, sum_logit_err;
+	int max_err_record, max_err_pos, max_err_rank;	/* where the max is */
+	long logit_over_1;			/* pairs more than 1 apart */
 	int greedy_full, greedy_near_tie, greedy_bad;
 	long greedy_tokens_matched, greedy_tokens;
 };
@@ -139,6 +159,23 @@ static int parse_pos(char *s, struct record *r)
 	return 0;
 }
 
+/*
+ * Whether r's pos lines are the ones check_teacher can use: consecutive
+ * from P-1 (the last prompt token), one for every generated token's
+ * position P-1 .. P+G-2, and then at most one more, P+G-1: data made with
+ * gen-model-ref.py --teacher one-token have none after a completion that
+ * ended on an end-of-generation token (nothing is generated after it).
+ */
+static int pos_lines_ok(const struct record *r)
+{
+	if (r->n_tokens < 1 || r->n_pos < r->n_greedy || r->n_pos > r->n_greedy + 1)
+		return 0;
+	for (int i = 0; i < r->n_pos; i++)
+		if (r->pos[i] != r->n_tokens - 1 + i)
+			return 0;
+	return 1;
+}
+
 /* Read the next record; 1 when one was read, 0 at the end, -1 on error. */
 static int read_record(FILE *f, struct record *r)
 {
@@ -156,6 +193,8 @@ static int read_record(FILE *f, struct record *r)
 			rc = parse_ids(line + 7, r->tokens, &r->n_tokens) ? -1 : rc;
 		else if (!strncmp(line, "greedy ", 7))
 			rc = parse_ids(line + 7, r->greedy, &r->n_greedy) ? -1 : rc;
+		else if (!strncmp(line, "spread ", 7))
+			r->spread = strtod(line + 7, NULL);
 		else if (!strncmp(line, "pos ", 4))
 			rc = parse_pos(line + 4, r) ? -1 : rc;
 		else if (!strncmp(line, "end", 3))
@@ -164,6 +203,11 @@ static int read_record(FILE *f, struct record *r)
 			break;
 	}
 	free(line);
+	if (rc == 1 && !pos_lines_ok(r)) {
+		fprintf(stderr, "test_golden: a record's pos lines are not P-1 .. P+G-2 (and P+G-1 at most) for its %d prompt and %d greedy tokens: regenerate the data with tests/ref/gen-model-ref.py\n",
+			r->n_tokens, r->n_greedy);
+		rc = -1;
+	}
 	return rc;
 }
 
@@ -237,11 +281,22 @@ static void check_teacher(struct engine *e, const struct pg_model *m,
 		}
 		for (int k = 0; k < TOP_K; k++) {
 			double d = fabs(row[r->top_id[i][k]] - r->top_logit[i][k]);
+			double bound = e->llama ? LLAMA_TOL : LOGIT_MAX;
 
 			t->logit_pairs++;
 			t->sum_logit_err += d;
-			t->max_logit_err = d > t->max_logit_err ? d : t->max_logit_err;
-			t->logit_bad += d > (e->llama ? LLAMA_TOL : LOGIT_MAX);
+			t->logit_over_1 += d > 1;
+			if (d > t->max_logit_err) {
+				t->max_logit_err = d;
+				t->max_err_record = t->records;
+				t->max_err_pos = r->pos[i];
+				t->max_err_rank = k;
+			}
+			if (d > bound && t->logit_bad++ < 10)
+				printf("%s, record %d position %d: logit of %d (rank %d) %.4f, llama.cpp's %.4f: |diff| above %g (llama.cpp's own spread on this record %.4f)\n",
+				       e->name, t->records, r->pos[i],
+				       r->top_id[i][k], k, row[r->top_id[i][k]],
+				       r->top_logit[i][k], bound, r->spread);
 		}
 	}
 out:
@@ -403,7 +458,7 @@ static int check_served(const struct pg_model *m)
 	return ok;
 }
 
-static int report(const struct engine *e, int tok_equal)
+static int report(const struct engine *e, int tok_equal, double min_agree)
 {
 	const struct totals *t = &e->t;
 	double agree = t->positions ? (double)t->argmax_agree / t->positions : 0;
@@ -416,9 +471,13 @@ static int report(const struct engine *e, int tok_equal)
 	printf("golden, %s: teacher forcing: argmax = llama.cpp's greedy next token at %ld of %ld positions (%.2f%%)\n",
 	       e->name, t->greedy_agree, t->greedy_positions,
 	       t->greedy_positions ? 100.0 * t->greedy_agree / t->greedy_positions : 0.0);
-	printf("golden, %s: logits of llama.cpp's top-%d: max |diff| %.5f (bound %g), mean %.5f\n",
+	printf("golden, %s: logits of llama.cpp's top-%d: max |diff| %.5f (bound %g; record %d, position %d, rank %d), mean %.5f%s, %ld of %ld more than 1 apart\n",
 	       e->name, TOP_K, t->max_logit_err,
-	       e->llama ? LLAMA_TOL : LOGIT_MAX, mean_err);
+	       e->llama ? LLAMA_TOL : LOGIT_MAX,
+	       t->max_err_record,
+	       t->max_err_pos, t->max_err_rank, mean_err,
+	       e->llama ? "" : " (bound " STR(LOGIT_MEAN) ")",
+	       t->logit_over_1, t->logit_pairs);
 	printf("golden, %s: greedy 64-token completions identical on %d of %d prompts (%ld of %ld tokens); %d diverge at near-ties, %d otherwise\n",
 	       e->name, t->greedy_full, t->records, t->greedy_tokens_matched,
 	       t->greedy_tokens, t->greedy_near_tie, t->greedy_bad);
@@ -427,15 +486,16 @@ static int report(const struct engine *e, int tok_equal)
 	if (e->llama)
 		ok &= agree >= LLAMA_AGREE && t->greedy_full == t->records;
 	else
-		ok &= agree >= MIN_AGREE && t->argmax_far == 0 &&
+		ok &= agree >= min_agree && t->argmax_far == 0 &&
 		      mean_err < LOGIT_MEAN;
 	return ok;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	struct pg_forward_params fp = pg_forward_params_default();
 	const char *srcdir = getenv("top_srcdir") ? getenv("top_srcdir") : ".";
+	const char *model_path;
 	char path[4096], data[4096], err[1024];
 	struct engine eng[2] = {
 		{ .name = "llama.cpp numerics", .llama = 1 },
@@ -443,20 +503,34 @@ int main(void)
 	};
 	struct pg_model *m;
 	struct record *r = malloc(sizeof(*r));
-	int rc, tok_equal = 0, ok = 1;
+	int rc, tok_equal = 0, ok = 1, first = 0;	/* eng[first..1] run */
 	FILE *f;
 
-	if (pg_model_load(pg_model_default_path(path, sizeof(path)), 0, &m, err,
-			  sizeof(err))) {
-		fprintf(stderr, "test_golden: skipped: %s (run scripts/fetch-model)\n", err);
+	if (argc != 1 && argc != 3) {
+		fprintf(stderr, "usage: tests/test_golden [MODEL DATA]\n"
+			"  without arguments: the default model against tests/data/golden-smollm2.txt;\n"
+			"  with them: MODEL against DATA (tests/ref/gen-model-ref.py's output for it),\n"
+			"  pagoda's numerics only\n");
+		return 1;
+	}
+	if (argc == 3) {
+		first = 1;
+		model_path = argv[1];
+		snprintf(data, sizeof(data), "%s", argv[2]);
+	} else {
+		model_path = pg_model_default_path(path, sizeof(path));
+		snprintf(data, sizeof(data), "%s/tests/data/golden-smollm2.txt", srcdir);
+	}
+	if (pg_model_load(model_path, 0, &m, err, sizeof(err))) {
+		fprintf(stderr, "test_golden: skipped: %s (%s)\n", err,
+			first ? "give a model that loads" : "run scripts/fetch-model");
 		return 77;
 	}
-	if (pg_cpu_isa_best() < PG_ISA_AVX2) {
+	if (!first && pg_cpu_isa_best() < PG_ISA_AVX2) {
 		fprintf(stderr, "test_golden: skipped: no AVX2 here, and llama.cpp's numerics (and its reference data) are its AVX2 build's\n");
 		pg_model_free(m);
 		return 77;
 	}
-	snprintf(data, sizeof(data), "%s/tests/data/golden-smollm2.txt", srcdir);
 	f = fopen(data, "r");
 	if (!f || !r) {
 		fprintf(stderr, "test_golden: cannot open %s\n", data);
@@ -464,7 +538,7 @@ int main(void)
 	}
 	fp.max_batch_tokens = 2 * MAX_TOK;
 	fp.n_pages = 256;
-	for (int k = 0; k < 2; k++) {
+	for (int k = first; k < 2; k++) {
 		fp.numerics = eng[k].llama ? PG_NUMERICS_LLAMA_CPP :
 					     PG_NUMERICS_PAGODA;
 		if (pg_forward_create(m, &fp, &eng[k].fw, err, sizeof(err)) ||
@@ -478,7 +552,7 @@ int main(void)
 	if (!served)
 		return 1;
 	while ((rc = read_record(f, r)) == 1) {
-		check_tokens(m, r, &tok_equal, eng[0].t.records);
+		check_tokens(m, r, &tok_equal, eng[first].t.records);
 		if (n_served < MAX_RECORDS) {
 			struct served *sv = &served[n_served++];
 
@@ -487,7 +561,7 @@ int main(void)
 			sv->n_prompt = r->n_tokens;
 			sv->n_want = r->n_greedy;
 		}
-		for (int k = 0; k < 2; k++) {
+		for (int k = first; k < 2; k++) {
 			check_teacher(&eng[k], m, r);
 			check_greedy(&eng[k], m, r);
 			eng[k].t.records++;
@@ -497,17 +571,21 @@ int main(void)
 	fclose(f);
 	if (rc < 0) {
 		fprintf(stderr, "test_golden: %s: malformed record %d\n", data,
-			eng[0].t.records);
+			eng[first].t.records);
 		ok = 0;
 	}
+	if (first)
+		printf("golden: model %s, data %s\n", model_path, data);
 	printf("golden: %d prompts; tokenisation identical on %d\n",
-	       eng[0].t.records, tok_equal);
-	for (int k = 0; k < 2; k++) {
-		ok &= report(&eng[k], tok_equal);
+	       eng[first].t.records, tok_equal);
+	for (int k = first; k < 2; k++) {
+		ok &= report(&eng[k], tok_equal,
+			     first ? MODEL_MIN_AGREE : MIN_AGREE);
 		pg_kvc_destroy(eng[k].kvc);
 		pg_forward_destroy(eng[k].fw);
 	}
-	ok &= check_served(m);
+	if (!first)
+		ok &= check_served(m);
 	free(served);
 	pg_model_free(m);
 	free(r);
