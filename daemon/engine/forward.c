@@ -761,8 +761,8 @@ static int arch_ops_ok(const struct device *d, char *err, size_t err_len)
 		missing = "RoPE with frequency factors (rope_freqs.weight, Llama 3.1 and later)";
 	else if (a->act == PG_ACT_GELU && !o->gelu_mul)
 		missing = "the GELU feed-forward gate (GeGLU)";
-	else if (a->emb_scale > 0.0f && !o->scale)
-		missing = "scaled token embeddings";
+	else if ((a->emb_scale > 0.0f || a->scale_q) && !o->scale)
+		missing = "scaled token embeddings and queries";
 	else if (a->final_softcap > 0.0f && !o->softcap)
 		missing = "soft-capped logits";
 	else if (a->attn_softcap > 0.0f && !o->attn_softcap)
