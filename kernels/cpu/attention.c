@@ -154,8 +154,9 @@ static void attn_llama(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 
 /*
  * out = softmax(q K^T * scale) V over the positions lo .. n_keys - 1 that
- * this store holds (lo > 0: a sliding window): page table entry j covers page_tokens * cp_size
- * positions, of which this store holds the run starting cp_rank *
+ * this store holds (lo > 0: a sliding window): page table entry j covers
+ * page_tokens * cp_size positions, of which this store holds the run
+ * starting cp_rank *
  * page_tokens (all of them without CP).  *lse = log sum exp(scores), or
  * -inf (and out = 0) when no position is held.
  *
