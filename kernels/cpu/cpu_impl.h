@@ -176,8 +176,6 @@ struct pg_cpu_kernels {
 			 uint16_t *acc);
 	/* gate[i] = silu(gate[i]) * up[i] */
 	void (*silu_mul)(int64_t n, float *gate, const float *up);
-	/* gate[i] = gelu(gate[i]) * up[i], GELU's tanh form (gelu.c) */
-	void (*gelu_mul)(int64_t n, float *gate, const float *up);
 	/* the same as llama.cpp's AVX2 build computes it (llamacpp.c) */
 	void (*silu_mul_llama)(int64_t n, float *gate, const float *up);
 	/* x[i] += y[i] */
@@ -284,7 +282,6 @@ float pg_sumsq_ref(int64_t n, const float *x);
 void pg_scale_mul_ref(int64_t n, const float *x, float s, const float *w,
 		      float *out);
 void pg_silu_mul_ref(int64_t n, float *gate, const float *up);
-void pg_gelu_mul_ref(int64_t n, float *gate, const float *up);
 void pg_attn_scores_ref(enum pg_dtype t, int n, int hd, const void *k,
 			const float *q, float *s);
 void pg_attn_values_ref(enum pg_dtype t, int n, int hd, const float *p,
@@ -425,7 +422,6 @@ float pg_sumsq_avx2(int64_t n, const float *x);
 void pg_scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
 		       float *out);
 void pg_silu_mul_avx2(int64_t n, float *gate, const float *up);
-void pg_gelu_mul_avx2(int64_t n, float *gate, const float *up);
 void pg_add_avx2(int64_t n, float *x, const float *y);
 void pg_attn_scores_avx2(enum pg_dtype t, int n, int hd, const void *k,
 			 const float *q, float *s);

@@ -4,8 +4,7 @@
  * (logit soft-capping).
  *
  * GELU is its tanh form, 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))),
- * in float, through the ISA table's loop (the AVX2 one as x sigmoid(2u)
- * with its own exp).  With llama.cpp numerics it is what ggml's CPU build computes:
+ * in float.  With llama.cpp numerics it is what ggml's CPU build computes:
  * x rounded to F16, GELU of that, rounded to F16 again (ggml reads a table
  * of F16 values indexed by the F16 input), 0 below -10 and x above 10.
  * Long vectors (prompts) are split among threads; one token's vector is
@@ -41,7 +40,6 @@ enum { OP_GELU_MUL, OP_GELU_MUL_LLAMA, OP_SCALE, OP_SOFTCAP };
 
 struct elt_ctx {
 	int op;
-	const struct pg_cpu_kernels *k;
 	float *x;		/* (n): gate, or the values scaled / capped */
 	const float *up;	/* (n) gelu_mul */
 	float s;		/* scale's factor, softcap's cap */
@@ -54,7 +52,8 @@ static void elt_range(const struct elt_ctx *c, int64_t lo, int64_t hi)
 
 	switch (c->op) {
 	case OP_GELU_MUL:
-		c->k->gelu_mul(hi - lo, x + lo, c->up + lo);
+		for (int64_t i = lo; i < hi; i++)
+			x[i] = gelu(x[i]) * c->up[i];
 		break;
 	case OP_GELU_MUL_LLAMA:
 		for (int64_t i = lo; i < hi; i++)
@@ -98,7 +97,7 @@ void pg_cpu_gelu_mul(struct pg_backend *be, float *gate, const float *up,
 {
 	struct elt_ctx c = {
 		.op = pg_cpu(be)->llama ? OP_GELU_MUL_LLAMA : OP_GELU_MUL,
-		.k = pg_cpu(be)->k, .x = gate, .up = up, .n = n,
+		.x = gate, .up = up, .n = n,
 	};
 
 	elt_run(be, &c);

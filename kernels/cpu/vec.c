@@ -63,18 +63,6 @@ void pg_silu_mul_ref(int64_t n, float *gate, const float *up)
 		gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), libm's tanhf */
-void pg_gelu_mul_ref(int64_t n, float *gate, const float *up)
-{
-	for (int64_t i = 0; i < n; i++) {
-		float x = gate[i];
-
-		gate[i] = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x *
-					       (1.0f + 0.044715f * x * x))) *
-			  up[i];
-	}
-}
-
 /* k: (n, hd) of type t; q: (hd); s: (n) */
 void pg_attn_scores_ref(enum pg_dtype t, int n, int hd, const void *k,
 			const float *q, float *s)
@@ -154,7 +142,6 @@ const struct pg_cpu_kernels pg_cpu_kernels_scalar = {
 	.round_kv = pg_round_kv_ref,
 	.fa16_run = pg_fa16_run_ref,
 	.silu_mul = pg_silu_mul_ref,
-	.gelu_mul = pg_gelu_mul_ref,
 	.silu_mul_llama = pg_silu_mul_llama_ref,
 	.add = pg_add_ref,
 };

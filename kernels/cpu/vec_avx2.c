@@ -111,29 +111,6 @@ void pg_silu_mul_avx2(int64_t n, float *gate, const float *up)
 	silu_mul_with(n, gate, up, exp256);
 }
 
-/*
- * GELU's tanh form as x sigmoid(2u), u = sqrt(2/pi) x (1 + 0.044715 x^2):
- * 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)), with exp256 (its clamp keeps
- * very negative x at -0, large x at x); the tail by the reference.
- */
-void pg_gelu_mul_avx2(int64_t n, float *gate, const float *up)
-{
-	const __m256 one = _mm256_set1_ps(1.0f);
-	const __m256 m2c = _mm256_set1_ps(-2.0f * 0.79788456080286535588f);
-	const __m256 a = _mm256_set1_ps(0.044715f);
-	int64_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		__m256 x = _mm256_loadu_ps(gate + i);
-		__m256 t = _mm256_fmadd_ps(_mm256_mul_ps(a, x), x, one);
-		__m256 e = exp256(_mm256_mul_ps(_mm256_mul_ps(m2c, x), t));
-		__m256 g = _mm256_div_ps(x, _mm256_add_ps(one, e));
-
-		_mm256_storeu_ps(gate + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
-	}
-	pg_gelu_mul_ref(n - i, gate + i, up + i);
-}
-
 void pg_add_avx2(int64_t n, float *x, const float *y)
 {
 	int64_t i = 0;
@@ -208,7 +185,6 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx2 = {
 	.round_kv = pg_round_kv_avx2,
 	.fa16_run = pg_fa16_run_avx2,
 	.silu_mul = pg_silu_mul_avx2,
-	.gelu_mul = pg_gelu_mul_avx2,
 	.silu_mul_llama = pg_silu_mul_llama_avx2,
 	.add = pg_add_avx2,
 };

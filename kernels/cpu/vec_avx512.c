@@ -161,7 +161,6 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx512 = {
 	.round_kv = pg_round_kv_avx2,
 	.fa16_run = pg_fa16_run_avx2,
 	.silu_mul = pg_silu_mul_avx2,
-	.gelu_mul = pg_gelu_mul_avx2,
 	.silu_mul_llama = pg_silu_mul_llama_avx2,
 	.add = pg_add_avx2,
 };
