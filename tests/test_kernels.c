@@ -536,6 +536,19 @@ static void check_silu_add(void)
 			memcpy(y, g, n * 4);
 			bes[i]->ops->silu_mul(bes[i], y, u, (int64_t)n);
 			compare("silu_mul", i, y, want, 1e-10, first, n);
+		}
+		for (size_t i = 0; i < n; i++) {
+			double x = g[i];
+
+			want[i] = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) *
+						       (x + 0.044715 * x * x * x))) * u[i];
+		}
+		for (int i = 0; i < n_bes; i++) {
+			memcpy(y, g, n * 4);
+			bes[i]->ops->gelu_mul(bes[i], y, u, (int64_t)n);
+			compare("gelu_mul", i, y, want, 1e-10, first, n);
+		}
+		for (int i = 0; i < n_bes; i++) {
 			memcpy(y, g, n * 4);
 			bes[i]->ops->add(bes[i], y, u, (int64_t)n);
 			compare("add", i, y, want2, 1e-12, first2, n);
@@ -543,7 +556,7 @@ static void check_silu_add(void)
 		free(g), free(u), free(y), free(first), free(want);
 		free(want2), free(first2);
 	}
-	printf("silu_mul, add: ok\n");
+	printf("silu_mul, gelu_mul, add: ok\n");
 }
 
 /* ---- rope ---- */
