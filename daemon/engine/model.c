@@ -351,11 +351,11 @@ static int get_matrix(struct loader *l, const char *name, int64_t n_cols,
 
 	if (rc)
 		return rc;
-	m->type = t->type;
-	m->n_rows = n_rows;
-	m->n_cols = n_cols;
-	m->row_bytes = pg_dtype_row_bytes(t->type, (uint64_t)n_cols);
-	m->data = t->data;
+	*m = (struct pg_matrix){	/* every field: layout 0, the file's rows */
+		.type = t->type, .n_rows = n_rows, .n_cols = n_cols,
+		.row_bytes = pg_dtype_row_bytes(t->type, (uint64_t)n_cols),
+		.data = t->data,
+	};
 	l->m->weight_bytes += t->n_bytes;
 	return 0;
 }
