@@ -19,7 +19,10 @@
  *   sum_parts                          adds the parts in order, as
  *                                      add_parts (1, 2, 3 and 9 parts, and
  *                                      in place on the first)
- *   gelu_mul, softcap   1e-10 | 1e-9   the device's tanhf
+ *   gelu_mul            0     | 1e-8   gelu.c's F16 table on the CPU;
+ *                                      the device's tanhf can move its
+ *                                      last F16 rounding by a step
+ *   softcap             1e-10 | 1e-9   the device's tanhf
  *   kv_write            0     | 0      (bytes of the store that differ) F16
  *                                      and BF16 round to nearest even
  *   rmsnorm             1e-10 | 1e-10  summation order, rsqrt's last bits
@@ -562,7 +565,7 @@ static void check_eltwise(void)
 {
 	static const int64_t sizes[] = { 1, 7, 4096, 14336 * 8, 1000003 };
 	static const double bound[ELT_N][2] = {
-		{ 1e-10, 1e-9 }, { 0, 0 }, { 1e-10, 1e-9 }, { 0, 0 },
+		{ 1e-10, 1e-9 }, { 0, 0 }, { 0, 1e-8 }, { 0, 0 },
 		{ 1e-10, 1e-9 },
 	};
 

@@ -180,6 +180,13 @@ struct pg_cpu_kernels {
 	void (*silu_mul_llama)(int64_t n, float *gate, const float *up);
 	/* x[i] += y[i] */
 	void (*add)(int64_t n, float *x, const float *y);
+	/*
+	 * gate[i] = GELU(gate[i]) * up[i], GELU as gelu.c defines it: 0 at
+	 * or below -10, x at or above 10, else tab[F16 bits of x] (tab is
+	 * pg_gelu_table()); every table gives the reference's bits.
+	 */
+	void (*gelu_mul)(int64_t n, float *gate, const float *up,
+			 const float *tab);
 };
 
 extern const struct pg_cpu_kernels pg_cpu_kernels_scalar;
@@ -295,6 +302,11 @@ void pg_fa16_run_ref(int n, int hd, const uint16_t *k, const uint16_t *v,
 		     const uint16_t *q16, float scale, float *m, float *l,
 		     uint16_t *acc);
 void pg_add_ref(int64_t n, float *x, const float *y);
+void pg_gelu_mul_ref(int64_t n, float *gate, const float *up,
+		     const float *tab);
+/* GELU of every F16 value, rounded to F16, as floats (gelu.c; made once,
+ * thread-safe) */
+const float *pg_gelu_table(void);
 
 /* The AVX2 loops the AVX-512 table reuses where 512 bits give nothing. */
 float pg_dot_f32_avx2(int64_t n, const void *w, const void *x);
@@ -423,6 +435,8 @@ void pg_scale_mul_avx2(int64_t n, const float *x, float s, const float *w,
 		       float *out);
 void pg_silu_mul_avx2(int64_t n, float *gate, const float *up);
 void pg_add_avx2(int64_t n, float *x, const float *y);
+void pg_gelu_mul_avx2(int64_t n, float *gate, const float *up,
+		      const float *tab);
 void pg_attn_scores_avx2(enum pg_dtype t, int n, int hd, const void *k,
 			 const float *q, float *s);
 void pg_attn_values_avx2(enum pg_dtype t, int n, int hd, const float *p,

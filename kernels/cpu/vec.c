@@ -144,4 +144,5 @@ const struct pg_cpu_kernels pg_cpu_kernels_scalar = {
 	.silu_mul = pg_silu_mul_ref,
 	.silu_mul_llama = pg_silu_mul_llama_ref,
 	.add = pg_add_ref,
+	.gelu_mul = pg_gelu_mul_ref,
 };

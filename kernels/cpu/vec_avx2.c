@@ -121,6 +121,31 @@ void pg_add_avx2(int64_t n, float *x, const float *y)
 	pg_add_ref(n - i, x + i, y + i);
 }
 
+/*
+ * pg_gelu_mul_ref 8 at a time: F16C's round to nearest even (as
+ * pg_fp32_to_fp16 rounds) gives the table index, a gather the GELU; lanes
+ * at or below -10 take 0, at or above 10 their x.  The tail by the
+ * reference.
+ */
+void pg_gelu_mul_avx2(int64_t n, float *gate, const float *up,
+		      const float *tab)
+{
+	const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(gate + i);
+		__m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(
+			x, _MM_FROUND_TO_NEAREST_INT));
+		__m256 g = _mm256_i32gather_ps(tab, h, 4);
+
+		g = _mm256_blendv_ps(g, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+		g = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LE_OQ), g);
+		_mm256_storeu_ps(gate + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
+	}
+	pg_gelu_mul_ref(n - i, gate + i, up + i, tab);
+}
+
 const struct pg_cpu_kernels pg_cpu_kernels_avx2 = {
 	.isa = PG_ISA_AVX2,
 	.dot_f32 = pg_dot_f32_avx2,
@@ -187,6 +212,7 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx2 = {
 	.silu_mul = pg_silu_mul_avx2,
 	.silu_mul_llama = pg_silu_mul_llama_avx2,
 	.add = pg_add_avx2,
+	.gelu_mul = pg_gelu_mul_avx2,
 };
 
 /* pg_expf_llama for 8 lanes, the same operations lane by lane. */

@@ -163,4 +163,5 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx512 = {
 	.silu_mul = pg_silu_mul_avx2,
 	.silu_mul_llama = pg_silu_mul_llama_avx2,
 	.add = pg_add_avx2,
+	.gelu_mul = pg_gelu_mul_avx2,
 };

@@ -8,8 +8,10 @@
  * the CPU's in the last bits.  gelu_mul and softcap are gelu.c's float
  * expressions in its order of operations, each product and sum rounded
  * alone (no FMA), with the device tanhf (within 2 ulp of the host's);
- * scale is one rounded product, the CPU's bits.  gelu_mul follows the
- * CPU's pagoda numerics, not its llama.cpp-numerics table.
+ * gelu_mul computes what gelu.c's table holds: 0 at or below -10, x at or
+ * above 10, else GELU of x rounded to F16, rounded to F16 (the device's
+ * tanhf can move that last rounding by one F16 step, rarely).  scale is
+ * one rounded product, the CPU's bits.
  */
 #include "common.cuh"
 
@@ -56,14 +58,18 @@ elt_kernel(float *x, const float *y, float s, int64_t n)
 		float v = x[i];
 
 		if constexpr (OP == ELT_GELU_MUL) {
-			/* 0.5 v (1 + tanh(c v (1 + a v v))), gelu.c's order */
+			/* 0.5 v (1 + tanh(c v (1 + a v v))), gelu.c's order,
+			 * of v in F16, rounded to F16 */
+			float h = __half2float(__float2half_rn(v));
 			float in = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(
-				GELU_COEF_A, v), v));
+				GELU_COEF_A, h), h));
 			float t = tanhf(__fmul_rn(__fmul_rn(GELU_SQRT_2_OVER_PI,
-							    v), in));
+							    h), in));
+			float g = __half2float(__float2half_rn(__fmul_rn(
+				__fmul_rn(0.5f, h), __fadd_rn(1.0f, t))));
 
-			x[i] = __fmul_rn(__fmul_rn(__fmul_rn(0.5f, v),
-						   __fadd_rn(1.0f, t)), y[i]);
+			g = v <= -10.0f ? 0.0f : v >= 10.0f ? v : g;
+			x[i] = __fmul_rn(g, y[i]);
 		} else if constexpr (OP == ELT_SCALE) {
 			x[i] = __fmul_rn(v, s);
 		} else {
