@@ -5,6 +5,16 @@
 # tests/data/golden-smollm2-TYPE.txt: the checks of test-golden-gemma3.sh.
 # A copy that is absent is skipped; when all are, the test is (77): run
 # scripts/requantize.
+#
+# Not in TESTS, and not passing: on these copies llama.cpp disagrees with
+# itself (its batched against its one-token logits) by more than these
+# bars allow. tests/ref/llama-self-check.py --exact measures it: llama.cpp's
+# own batched evaluation misses the near-tie bar on Q5_K_M (a disagreement at
+# gap 0.74) and Q3_K_M (1.04), and an exact float64 forward pass of the
+# Q5_K_M copy agrees with the stored argmax at only 96.43%, under the 97%
+# bar; against that exact pass pagoda is as close as llama.cpp on every copy
+# (mean |diff| Q4_K_M 0.209 vs llama.cpp's 0.211/0.213, Q5_K_M 0.211 vs
+# 0.213/0.216, Q6_K 0.197 vs 0.198/0.198, Q3_K_M 0.204 vs 0.203/0.205).
 set -u
 . "$(dirname "$0")/golden-run.sh"
 dir=${PAGODA_MODEL_DIR:-$HOME/.cache/pagoda/models}

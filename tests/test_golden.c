@@ -244,6 +244,14 @@ struct engine {
 	struct totals t;
 };
 
+/*
+ * PAGODA_GOLDEN_DUMP=FILE: pagoda's numerics write, per pos line, its
+ * logits of the line's 16 ids ("dump RECORD POS id:logit ..."), for
+ * tests/ref/llama-self-check.py --pagoda FILE to set beside llama.cpp's
+ * and an exact float64 forward pass.
+ */
+static FILE *dump;
+
 /* Prompt + greedy in one batch; compare every pos line. */
 static void check_teacher(struct engine *e, const struct pg_model *m,
 			  const struct record *r)
@@ -274,6 +282,13 @@ static void check_teacher(struct engine *e, const struct pg_model *m,
 			printf("%s, record %d position %d: argmax %d, llama.cpp %d with a margin of %.4f\n",
 			       e->name, t->records, r->pos[i], best,
 			       r->top_id[i][0], gap);
+		}
+		if (dump && !e->llama) {
+			fprintf(dump, "dump %d %d", t->records, r->pos[i]);
+			for (int k = 0; k < TOP_K; k++)
+				fprintf(dump, " %d:%.6f", r->top_id[i][k],
+					row[r->top_id[i][k]]);
+			fputc('\n', dump);
 		}
 		if (next >= 0 && next < r->n_greedy) {
 			t->greedy_positions++;
@@ -536,6 +551,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "test_golden: cannot open %s\n", data);
 		return 1;
 	}
+	if (getenv("PAGODA_GOLDEN_DUMP") &&
+	    !(dump = fopen(getenv("PAGODA_GOLDEN_DUMP"), "w"))) {
+		perror(getenv("PAGODA_GOLDEN_DUMP"));
+		return 1;
+	}
 	fp.max_batch_tokens = 2 * MAX_TOK;
 	fp.n_pages = 256;
 	for (int k = first; k < 2; k++) {
@@ -586,6 +606,10 @@ int main(int argc, char **argv)
 	}
 	if (!first)
 		ok &= check_served(m);
+	if (dump && fclose(dump)) {
+		perror(getenv("PAGODA_GOLDEN_DUMP"));
+		ok = 0;
+	}
 	free(served);
 	pg_model_free(m);
 	free(r);
