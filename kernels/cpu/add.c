@@ -49,10 +49,7 @@ static void add_worker(void *arg, int ith, int nth)
 	const struct add_ctx *c = arg;
 	int64_t lo, hi;
 
-	pg_split((c->n + 15) / 16, ith, nth, &lo, &hi);
-	lo *= 16;
-	hi = hi * 16 < c->n ? hi * 16 : c->n;
-	if (hi <= lo)
+	if (!pg_split16(c->n, ith, nth, &lo, &hi))
 		return;
 	if (c->parts)
 		add_parts_range(c, lo, hi);

@@ -516,4 +516,17 @@ static inline void pg_split(int64_t n, int ith, int nth, int64_t *lo,
 	*hi = *lo + per < n ? *lo + per : n;
 }
 
+/*
+ * pg_split of n values on multiples of 16 (so that SIMD loops keep their
+ * pace): thread ith gets [*lo, *hi); returns whether that is not empty.
+ */
+static inline int pg_split16(int64_t n, int ith, int nth, int64_t *lo,
+			     int64_t *hi)
+{
+	pg_split((n + 15) / 16, ith, nth, lo, hi);
+	*lo *= 16;
+	*hi = *hi * 16 < n ? *hi * 16 : n;
+	return *hi > *lo;
+}
+
 #endif

@@ -25,11 +25,7 @@ static void silu_worker(void *arg, int ith, int nth)
 	const struct silu_ctx *c = arg;
 	int64_t lo, hi;
 
-	/* split on multiples of 16 so that SIMD loops keep their pace */
-	pg_split((c->n + 15) / 16, ith, nth, &lo, &hi);
-	lo *= 16;
-	hi = hi * 16 < c->n ? hi * 16 : c->n;
-	if (hi > lo)
+	if (pg_split16(c->n, ith, nth, &lo, &hi))
 		c->fn(hi - lo, c->gate + lo, c->up + lo);
 }
 
