@@ -239,8 +239,12 @@ k_row(enum kq k, const uint8_t *wb, const struct pg_block_q8_k *const xb[4],
 	if (k == KQ_Q6_K) {
 		const struct pg_block_q6_k *a = (const void *)wb;
 		__m128i sc = _mm_loadu_si128((const __m128i *)a->scales);
-		__m256i scb = _mm256_broadcastsi128_si256(sc);
 		__m256i sc16 = _mm256_cvtepi8_epi16(sc);
+		/* the even scales' int16 in the low half, the odd ones' in the
+		 * high half: sub-blocks j, j + 1 (j even) under one maddubs
+		 * take int16 j / 2 of either half, one shuffle */
+		__m256i scp = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_setr_epi8(
+			0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
 
 #pragma GCC unroll 4
 		for (int t = 0; t < nt; t++)	/* the -32 of every quant */
@@ -260,9 +264,15 @@ k_row(enum kq k, const uint8_t *wb, const struct pg_block_q8_k *const xb[4],
 			for (int c = 0; c < 4; c++) {
 				__m256i lq = bits_at(c & 1 ? l1 : l0, 4 * (c >> 1),
 						     0x0f);
-				__m256i u = _mm256_or_si256(lq, _mm256_slli_epi16(
-					bits_at(qh, 2 * c, 3), 4));
-				__m256i sp = scale_pair(scb, 8 * h + 2 * c, 1);
+				/* bits 2c, 2c + 1 of qh moved to 4, 5 of the
+				 * byte (what leaks across bytes is masked off) */
+				__m256i hq = c == 3 ? _mm256_srli_epi16(qh, 2) :
+					     _mm256_slli_epi16(qh, 4 - 2 * c);
+				__m256i u = _mm256_or_si256(lq, _mm256_and_si256(hq,
+					_mm256_set1_epi8(0x30)));
+				int j = 4 * h + c;	/* (8h + 2c) / 2 */
+				__m256i sp = _mm256_shuffle_epi8(scp, _mm256_set1_epi16(
+					(short)(0x0100 + 0x0202 * j)));
 
 #pragma GCC unroll 4
 				for (int t = 0; t < nt; t++)
@@ -356,19 +366,20 @@ static inline __m128i red4_i32(const __m256i v[4])
 }
 
 /* Lane r = the sum of the 16 int16 of p[r] (pair sums of a Q5 block, 8
- * products added in int16 at most), r < 4. */
+ * products added in int16 at most), r < 4: dwords of rows 0, 1 (2, 3)
+ * side by side, then per half a dword of each row, whose two int16 madd
+ * adds into int32 (16 products), then the halves. */
 static inline __m128i red4_i16(const __m256i p[4])
 {
-	__m256i u01 = _mm256_add_epi16(_mm256_unpacklo_epi16(p[0], p[1]),
-				       _mm256_unpackhi_epi16(p[0], p[1]));
-	__m256i u23 = _mm256_add_epi16(_mm256_unpacklo_epi16(p[2], p[3]),
-				       _mm256_unpackhi_epi16(p[2], p[3]));
-	/* per half: (row 0, 1, 2, 3) twice, 8 products each */
-	__m256i v = _mm256_add_epi16(_mm256_unpacklo_epi32(u01, u23),
-				     _mm256_unpackhi_epi32(u01, u23));
-	__m256i w = _mm256_add_epi32(
-		_mm256_cvtepi16_epi32(_mm256_castsi256_si128(v)),
-		_mm256_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)));
+	__m256i u01 = _mm256_add_epi16(_mm256_unpacklo_epi32(p[0], p[1]),
+				       _mm256_unpackhi_epi32(p[0], p[1]));
+	__m256i u23 = _mm256_add_epi16(_mm256_unpacklo_epi32(p[2], p[3]),
+				       _mm256_unpackhi_epi32(p[2], p[3]));
+	/* per half: (row 0, 1, 2, 3), two int16 of 8 products each */
+	__m256i v = _mm256_add_epi16(_mm256_unpacklo_epi64(u01, u23),
+				     _mm256_unpackhi_epi64(u01, u23));
+	__m256i w = _mm256_madd_epi16(v, _mm256_set1_epi16(1));
+
 	return _mm_add_epi32(_mm256_castsi256_si128(w),
 			     _mm256_extracti128_si256(w, 1));
 }
@@ -382,18 +393,38 @@ static inline uint16_t load16(const uint8_t *p)
 	return h;
 }
 
-/* (inserted lane by lane: 2-byte stores read back as one 8-byte load
- * would miss store forwarding, once a block) */
+/* (put together in a general register: 2-byte stores read back as one
+ * 8-byte load would miss store forwarding, and inserts lane by lane cost
+ * vector shuffles) */
 static inline __m128 f16_rows(const uint8_t *p, size_t stride, int nr)
 {
-	__m128i v = _mm_cvtsi32_si128(load16(p));
+	uint64_t v = load16(p);
 
-	if (nr == 4) {
-		v = _mm_insert_epi16(v, load16(p + stride), 1);
-		v = _mm_insert_epi16(v, load16(p + 2 * stride), 2);
-		v = _mm_insert_epi16(v, load16(p + 3 * stride), 3);
-	}
-	return _mm_cvtph_ps(v);
+	if (nr == 4)
+		v |= (uint64_t)load16(p + stride) << 16 |
+		     (uint64_t)load16(p + 2 * stride) << 32 |
+		     (uint64_t)load16(p + 3 * stride) << 48;
+	return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
+/*
+ * prefetch_group's lines for the 4 blocks i of a group of rows, as a fixed
+ * number of prefetches (no loop whose trip count changes from block to
+ * block: its mispredictions cost more than a spare prefetch; Q5_0 hot,
+ * 1 thread, about 12%; the K-quants' large blocks keep prefetch_group,
+ * measured no better either way).  Block i
+ * asks for the lines at p, p + 64, ... short of p + 4 wb; whatever of
+ * [p, p + 4 wb) lies past the last is in the line of block i + 1's p.
+ */
+static inline __attribute__((always_inline)) void
+kq_prefetch(const uint8_t *w, size_t ws, int64_t i, size_t wb)
+{
+	const char *p = (const char *)w + PG_DOT4_AHEAD * 4 * ws +
+			(size_t)i * 4 * wb;
+
+#pragma GCC unroll 16
+	for (size_t o = 0; o < 4 * wb; o += 64)
+		_mm_prefetch(p + o, _MM_HINT_T0);
 }
 
 /*
@@ -426,8 +457,10 @@ kq_loop(enum kq k, int nr, int nt, int64_t n, const uint8_t *w, size_t ws,
 			__m128i si[4], mi[4];
 			__m128 dx[4], sx[4];
 
-			if (nr == 4)
+			if (nr == 4 && kq_super(k))
 				prefetch_group(w, ws, i, wb);
+			else if (nr == 4)
+				kq_prefetch(w, ws, i, wb);
 			if (!kq_super(k)) {
 				size_t xo = k == KQ_Q5_0 ? 2 : 4;
 				size_t qho = k == KQ_Q5_0 ? 2 : 4;
@@ -443,8 +476,8 @@ kq_loop(enum kq k, int nr, int nt, int64_t n, const uint8_t *w, size_t ws,
 						_mm256_setzero_si256();
 					sx[t] = _mm_setzero_ps();
 					if (k == KQ_Q5_0) {
-						dx[t] = _mm_set1_ps(h2f(((const struct pg_block_q8_0 *)
-									 xt)->d));
+						/* the F16 in every lane, then converted */
+						dx[t] = _mm_cvtph_ps(_mm_set1_epi16((short)load16(xt)));
 					} else {
 						__m128 ds = load_f16x2((const uint16_t *)xt);
 
