@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/readbw.h"
 #include "daemon/engine/forward.h"
+#include "daemon/engine/gguf.h"
 #include "daemon/engine/generate.h"
 #include "daemon/engine/model.h"
 
@@ -94,6 +96,24 @@ static void parse(int argc, char **argv, struct bench_opts *o)
 		die("--model FILE is required; --pp, --tg and --reps must be >= 1", NULL);
 }
 
+/*
+ * The weight bytes one decode step reads: every tensor once, the token
+ * embeddings only where they are the output head too (tied; otherwise a
+ * row of them per token).
+ */
+static double weight_bytes_per_token(const struct pg_model *m)
+{
+	double b = 0;
+
+	for (uint64_t i = 0; i < gguf_n_tensors(m->file); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(m->file, i);
+
+		if (m->tied_output || !gguf_str_eq(t->name, "token_embd.weight"))
+			b += (double)t->n_bytes;
+	}
+	return b;
+}
+
 int main(int argc, char **argv)
 {
 	struct pg_forward_params fp = pg_forward_params_default();
@@ -135,8 +155,9 @@ int main(int argc, char **argv)
 	}
 	printf("model %s, %d threads (%s)\n", m->name, pg_forward_threads(fw),
 	       pg_forward_isa_name(fw));
-	printf("decode-pagoda: pp%d_tps=%.2f tg%d_tps=%.2f\n", o.pp,
-	       o.pp / best_pp, o.tg, o.tg / best_tg);
+	printf("decode-pagoda: pp%d_tps=%.2f tg%d_tps=%.2f weight_mb_per_token=%.1f read_gbps=%.2f\n",
+	       o.pp, o.pp / best_pp, o.tg, o.tg / best_tg,
+	       weight_bytes_per_token(m) / 1e6, readbw_gbps(o.threads));
 	free(ids);
 	free(logits);
 	pg_kvc_destroy(kvc);

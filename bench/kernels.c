@@ -26,6 +26,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/threadpool.h"
+#include "bench/readbw.h"
 
 #define SPAN_BYTES ((size_t)256 << 20)
 
@@ -54,55 +55,6 @@ static float frand(void)
 {
 	rng = rng * 1664525u + 1013904223u;
 	return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
-}
-
-/* ---- read bandwidth: every thread sums its share of a buffer ---- */
-
-struct read_ctx {
-	const uint64_t *buf;	/* (n) */
-	size_t n;
-	uint64_t sums[64];
-};
-
-static void read_worker(void *arg, int ith, int nth)
-{
-	struct read_ctx *c = arg;
-	size_t per = c->n / (size_t)nth, lo = per * (size_t)ith;
-	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-
-	for (size_t i = lo; i + 4 <= lo + per; i += 4) {
-		s0 += c->buf[i];
-		s1 += c->buf[i + 1];
-		s2 += c->buf[i + 2];
-		s3 += c->buf[i + 3];
-	}
-	c->sums[ith] = s0 + s1 + s2 + s3;
-}
-
-static double read_gbps(int n_threads)
-{
-	struct pg_pool *pool;
-	struct read_ctx c = { .n = SPAN_BYTES / 8 };
-	uint64_t *buf = xmalloc(SPAN_BYTES);
-	double best = 0;
-
-	memset(buf, 1, SPAN_BYTES);
-	c.buf = buf;
-	if (pg_pool_create(n_threads, &pool)) {
-		perror("pg_pool_create");
-		exit(1);
-	}
-	for (int r = 0; r < 5; r++) {
-		double t = now();
-
-		pg_pool_run(pool, read_worker, &c);
-		t = now() - t;
-		if (SPAN_BYTES / t / 1e9 > best)
-			best = SPAN_BYTES / t / 1e9;
-	}
-	pg_pool_destroy(pool);
-	free(buf);
-	return best;
 }
 
 /* ---- matmul ---- */
@@ -301,8 +253,8 @@ int main(void)
 		perror("pg_cpu_backend_create");
 		return 1;
 	}
-	r1 = read_gbps(1);
-	r2 = read_gbps(2);
+	r1 = readbw_gbps(1);
+	r2 = readbw_gbps(2);
 	printf("read bandwidth: 1t %.2f GB/s, 2t %.2f GB/s\n", r1, r2);
 	make_set(&q41, PG_Q4_1, 576, 1536);
 	make_set(&q80, PG_Q8_0, 49152, 576);
