@@ -408,26 +408,6 @@ static inline __m128 f16_rows(const uint8_t *p, size_t stride, int nr)
 }
 
 /*
- * prefetch_group's lines for the 4 blocks i of a group of rows, as a fixed
- * number of prefetches (no loop whose trip count changes from block to
- * block: its mispredictions cost more than a spare prefetch; Q5_0 hot,
- * 1 thread, about 12%; the K-quants' large blocks keep prefetch_group,
- * measured no better either way).  Block i
- * asks for the lines at p, p + 64, ... short of p + 4 wb; whatever of
- * [p, p + 4 wb) lies past the last is in the line of block i + 1's p.
- */
-static inline __attribute__((always_inline)) void
-kq_prefetch(const uint8_t *w, size_t ws, int64_t i, size_t wb)
-{
-	const char *p = (const char *)w + PG_DOT4_AHEAD * 4 * ws +
-			(size_t)i * 4 * wb;
-
-#pragma GCC unroll 16
-	for (size_t o = 0; o < 4 * wb; o += 64)
-		_mm_prefetch(p + o, _MM_HINT_T0);
-}
-
-/*
  * Rows w + r * ws (r < nr: 1 or 4) against nt tokens (1 or 2; 4 for the
  * K-quants) at x, x + xs, ...: out[t * os + r], part by part (struct pg_cuts: its ends count
  * 32-value blocks).  Per block: the rows' exact integer sums, then in
@@ -460,7 +440,7 @@ kq_loop(enum kq k, int nr, int nt, int64_t n, const uint8_t *w, size_t ws,
 			if (nr == 4 && kq_super(k))
 				prefetch_group(w, ws, i, wb);
 			else if (nr == 4)
-				kq_prefetch(w, ws, i, wb);
+				prefetch_group_fixed(w, ws, i, wb);
 			if (!kq_super(k)) {
 				size_t xo = k == KQ_Q5_0 ? 2 : 4;
 				size_t qho = k == KQ_Q5_0 ? 2 : 4;
