@@ -1462,7 +1462,7 @@ static void check_matmul_tokens(void)
 }
 
 /*
- * Repacked Q4 matrices (pg_cpu_q4x8_pack): on every backend that takes
+ * Repacked Q4_0, Q4_1 and Q5_0 matrices (pg_cpu_q4x8_pack): on every backend that takes
  * them, matmul and matmul_parts (parts apart and summed) give the very
  * bits of the same matrix in rows, for every n from 1 to 37 (the packed
  * loops expand blocks as they go under 4 tokens, into work areas from
@@ -1472,11 +1472,11 @@ static void check_matmul_tokens(void)
 static void check_q4x8(void)
 {
 	static const int64_t shapes[][2] = { { 16, 32 }, { 40, 544 }, { 24, 1536 } };
-	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1 };
+	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1, PG_Q5_0 };
 	enum { N = 37, NP = 3 };
 	int tested = 0;
 
-	for (size_t ti = 0; ti < 2; ti++)
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
 		for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
 			enum pg_dtype t = types[ti];
 			int64_t rows = shapes[sh][0], cols = shapes[sh][1];
@@ -1547,7 +1547,7 @@ static void check_q4x8(void)
 			}
 			free(wf), free((void *)m.data), free(x), free(want), free(got);
 		}
-	printf("q4x8: Q4_0/Q4_1 repacked, %d backend x shape cases, n = 1..37: "
+	printf("q4x8: Q4_0/Q4_1/Q5_0 repacked, %d backend x shape cases, n = 1..37: "
 	       "matmul and matmul_parts bit for bit the rows'\n", tested);
 }
 

@@ -142,6 +142,7 @@ struct pg_cpu_kernels {
 	 * then expanded as it is used (what pays for a few tokens) */
 	pg_gemm8_fn gemm8_q4x8_q4_0;
 	pg_gemm8_fn gemm8_q4x8_q4_1;
+	pg_gemm8_fn gemm8_q4x8_q5_0;
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1, Q5_1 */
 	pg_quant_fn quant_q8_k;		/* activations for the K-quants */
@@ -410,6 +411,10 @@ void pg_gemm8_q4x8_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
 			     size_t out_stride, void *work,
 			     const struct pg_cuts *cuts);
 void pg_gemm8_q4x8_q4_1_avx2(int64_t n, const void *w, size_t w_stride,
+			     const void *xp, int n_tok, float *out,
+			     size_t out_stride, void *work,
+			     const struct pg_cuts *cuts);
+void pg_gemm8_q4x8_q5_0_avx2(int64_t n, const void *w, size_t w_stride,
 			     const void *xp, int n_tok, float *out,
 			     size_t out_stride, void *work,
 			     const struct pg_cuts *cuts);

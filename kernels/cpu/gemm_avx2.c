@@ -173,12 +173,18 @@ static inline void repack(enum gemm_kind k, const uint8_t *w, size_t ws,
 /*
  * Block i of a group packed by pg_cpu_q4x8_pack (pk: its bytes) as a
  * repacked block: each 32 bytes of nibbles hold wa[c] in their low
- * nibbles and wb[c] in their high ones; then the rows' d and m in F16.
+ * nibbles and wb[c] in their high ones; Q5_0's 32 bytes of fifth bits
+ * then hold wa[c]'s in bit c and wb[c]'s in bit 4 + c of the same byte,
+ * each shifted to bit 4 (16-bit shifts: what crosses into a byte from
+ * its neighbour lands outside bit 4); then the rows' d and m in F16.
  */
 static inline __attribute__((always_inline)) void
 expand(enum gemm_kind k, const uint8_t *pk, struct gemm_block *b)
 {
-	__m256i m4 = _mm256_set1_epi8(0x0f);
+	__m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+	__m256i hb = k == G_Q5_0 ?
+		     _mm256_loadu_si256((const void *)(pk + 128)) :
+		     _mm256_setzero_si256();
 
 #pragma GCC unroll 4
 	for (int c = 0; c < 4; c++) {
@@ -186,8 +192,15 @@ expand(enum gemm_kind k, const uint8_t *pk, struct gemm_block *b)
 
 		b->wa[c] = _mm256_and_si256(v, m4);
 		b->wb[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+		if (k == G_Q5_0) {
+			b->wa[c] = _mm256_or_si256(b->wa[c], _mm256_and_si256(
+				_mm256_slli_epi16(hb, 4 - c), b4));
+			b->wb[c] = _mm256_or_si256(b->wb[c], _mm256_and_si256(
+				_mm256_srli_epi16(hb, c), b4));
+		}
 	}
-	b->d = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(pk + 128)));
+	b->d = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(
+		pk + (k == G_Q5_0 ? 160 : 128))));
 	b->m = k == G_Q4_1 ?
 	       _mm256_cvtph_ps(_mm_loadu_si128((const void *)(pk + 144))) :
 	       _mm256_setzero_ps();
@@ -197,6 +210,7 @@ expand(enum gemm_kind k, const uint8_t *pk, struct gemm_block *b)
 static inline size_t packed_bytes(enum gemm_kind k)
 {
 	return k == G_Q4_0 ? 8 * sizeof(struct pg_block_q4_0) :
+	       k == G_Q5_0 ? 8 * sizeof(struct pg_block_q5_0) :
 	       8 * sizeof(struct pg_block_q4_1);
 }
 
@@ -429,4 +443,12 @@ void pg_gemm8_q4x8_q4_1_avx2(int64_t n, const void *w, size_t ws,
 {
 	(void)ws;
 	gemm8_packed(G_Q4_1, n, w, xp, n_tok, out, os, work, cuts);
+}
+
+void pg_gemm8_q4x8_q5_0_avx2(int64_t n, const void *w, size_t ws,
+			     const void *xp, int n_tok, float *out, size_t os,
+			     void *work, const struct pg_cuts *cuts)
+{
+	(void)ws;
+	gemm8_packed(G_Q5_0, n, w, xp, n_tok, out, os, work, cuts);
 }

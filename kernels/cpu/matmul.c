@@ -344,6 +344,18 @@ void pg_cpu_mm_loops(const struct pg_cpu_kernels *k, enum pg_dtype t,
 		l->gemm8 = NULL;
 }
 
+/* The table's loop for matrices of type t packed by pg_cpu_q4x8_pack,
+ * or NULL (a type it does not pack, or a table without it). */
+static pg_gemm8_fn q4x8_loop(const struct pg_cpu_kernels *k, enum pg_dtype t)
+{
+	switch (t) {
+	case PG_Q4_0: return k->gemm8_q4x8_q4_0;
+	case PG_Q4_1: return k->gemm8_q4x8_q4_1;
+	case PG_Q5_0: return k->gemm8_q4x8_q5_0;
+	default: return NULL;
+	}
+}
+
 /* y = W x (+ bias) in n_parts runs of columns (see mm_ctx). */
 static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	       const float *x, int n, const float *bias, int n_parts,
@@ -401,8 +413,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 		  vt == PG_Q8_K ? cpu->k->quant_q8_k : cpu->k->quant_q8_0;
 	c.gemm8 = c.dot4 ? loops.gemm8 : NULL;
 	if (w->layout == PG_LAYOUT_Q4X8) {	/* pg_cpu_q4x8_pack made it */
-		c.packed = w->type == PG_Q4_0 ? cpu->k->gemm8_q4x8_q4_0 :
-			   cpu->k->gemm8_q4x8_q4_1;
+		c.packed = q4x8_loop(cpu->k, w->type);
 		if (!c.packed) {	/* packed for another backend: cpu.h */
 			size_t ny = (size_t)n * (size_t)w->n_rows *
 				    (size_t)(sum ? 1 : n_parts);
@@ -438,8 +449,7 @@ void pg_cpu_matmul_parts(struct pg_backend *be, const struct pg_matrix *w,
 size_t pg_cpu_q4x8_bytes(struct pg_backend *be, const struct pg_matrix *m)
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
-	pg_gemm8_fn f = m->type == PG_Q4_0 ? cpu->k->gemm8_q4x8_q4_0 :
-			m->type == PG_Q4_1 ? cpu->k->gemm8_q4x8_q4_1 : NULL;
+	pg_gemm8_fn f = q4x8_loop(cpu->k, m->type);
 
 	if (!f || cpu->llama || m->layout != PG_LAYOUT_ROWS ||
 	    m->n_rows % 8 || m->n_rows <= 0)
@@ -453,30 +463,44 @@ size_t pg_cpu_q4x8_bytes(struct pg_backend *be, const struct pg_matrix *m)
  * chunk pair c < 4, 32 bytes, byte 4r + j holding in its low nibble
  * weight j of wa[c] of row r and in its high nibble weight j of wb[c]
  * (gemm_avx2.c: wa[c] = w[4c], w[4c + 1], w[16 + 4c], w[16 + 4c + 1];
- * wb[c] the next two of each half), w the block's 32 weights in order;
- * then the rows' d, then (Q4_1) their m, as F16.
+ * wb[c] the next two of each half), w the block's 32 weights in order
+ * (Q5_0: their low 4 bits); then, Q5_0 only, 32 bytes of fifth bits, byte
+ * 4r + j holding in bit c that of weight j of wa[c] and in bit 4 + c that
+ * of weight j of wb[c]; then the rows' d, then (Q4_1) their m, as F16.
  */
 static void q4x8_block(enum pg_dtype t, const uint8_t *const rows[8],
 		       uint8_t *o)
 {
-	size_t qo = t == PG_Q4_1 ? 4 : 2;
+	size_t qo = t == PG_Q4_0 ? 2 : t == PG_Q5_0 ? 6 : 4;
+	size_t dofs = t == PG_Q5_0 ? 160 : 128;
 
+	if (t == PG_Q5_0)
+		memset(o + 128, 0, 32);
 	for (int r = 0; r < 8; r++) {
 		const uint8_t *qs = rows[r] + qo;
-		uint8_t w[PG_QK];
+		uint8_t w[PG_QK], h[PG_QK] = { 0 };
+		uint32_t qh = 0;
 
+		if (t == PG_Q5_0)	/* bit j: weight j's fifth bit */
+			memcpy(&qh, rows[r] + 2, sizeof(qh));
 		for (int j = 0; j < PG_QK / 2; j++) {
 			w[j] = qs[j] & 0x0f;
 			w[j + 16] = qs[j] >> 4;
 		}
+		for (int j = 0; j < PG_QK; j++)
+			h[j] = (uint8_t)(qh >> j & 1);
 		for (int c = 0; c < 4; c++) {
 			const int a[4] = { 4 * c, 4 * c + 1, 16 + 4 * c, 17 + 4 * c };
 
-			for (int j = 0; j < 4; j++)
+			for (int j = 0; j < 4; j++) {
 				o[32 * c + 4 * r + j] = (uint8_t)(w[a[j]] |
 								  w[a[j] + 2] << 4);
+				if (t == PG_Q5_0)
+					o[128 + 4 * r + j] |= (uint8_t)(
+						h[a[j]] << c | h[a[j] + 2] << (4 + c));
+			}
 		}
-		memcpy(o + 128 + 2 * r, rows[r], 2);		/* d */
+		memcpy(o + dofs + 2 * r, rows[r], 2);		/* d */
 		if (t == PG_Q4_1)
 			memcpy(o + 144 + 2 * r, rows[r] + 2, 2);	/* m */
 	}
