@@ -8,14 +8,15 @@
  * 49152x576 output matrix, one token (n = 1), on 1 and 2 threads at the
  * best ISA level.  "cold" rotates through copies spanning 256 MiB so
  * that weights come from memory, as in a forward pass; "hot" reuses one
- * copy.  The same decode rows for Q4_K, Q5_0 and Q6_K matrices of that
- * shape (the types of a Q4_K_M file), and each against 64 tokens (hot,
- * GMAC/s).  Then the Q4_1 matrix against 64
+ * copy.  The same decode rows for Q4_K, Q5_0 (also repacked, as
+ * pagodad runs it) and Q6_K matrices of that shape (the types of a Q4_K_M
+ * file), and each against 64 tokens (hot, GMAC/s).  Then the Q4_1 matrix against 64
  * and 16 tokens at once (prompts,
  * batches; 16 packed too), hot, in GMAC/s.  Results are validated against the scalar
  * backend before timing.
  * Not part of make check.  Last line: q4_1_gbps, q4_1_packed_gbps,
- * q8_0_gbps, q4_k_gbps, q5_0_gbps, q6_k_gbps (2 threads, cold) and
+ * q8_0_gbps, q4_k_gbps, q5_0_gbps, q5_0_packed_gbps, q6_k_gbps (2
+ * threads, cold) and
  * read_gbps (2 threads).
  */
 #include <math.h>
@@ -245,8 +246,8 @@ int main(void)
 {
 	struct pg_backend *ref = pg_cpu_backend_create(1, PG_ISA_SCALAR);
 	struct pg_backend *best = pg_cpu_backend_create(1, PG_ISA_AVX512);
-	static struct mat_set q41, q80, q41p, q4k, q50, q6k;
-	double r1, r2, g41, g80, g41p = 0, g4k, g50, g6k;
+	static struct mat_set q41, q80, q41p, q4k, q50, q50p, q6k;
+	double r1, r2, g41, g80, g41p = 0, g4k, g50, g50p = 0, g6k;
 	int packed;
 
 	if (!ref || !best) {
@@ -270,6 +271,11 @@ int main(void)
 	make_set(&q50, PG_Q5_0, 576, 1536);
 	g50 = bench_one("Q5_0 576x1536", &q50, ref);
 	bench_tokens("Q5_0 576x1536", &q50, 64, ref);
+	if (make_packed(&q50p, &q50, best)) {
+		g50p = bench_one("Q5_0 576x1536 packed", &q50p, ref);
+		bench_tokens("Q5_0 576x1536 packed", &q50p, 64, ref);
+		free(q50p.data);
+	}
 	free(q50.data), free(q50.x);
 	make_set(&q6k, PG_Q6_K, 576, 1536);
 	g6k = bench_one("Q6_K 576x1536", &q6k, ref);
@@ -281,10 +287,10 @@ int main(void)
 		bench_tokens("Q4_1 576x1536 packed", &q41p, 16, ref);
 	printf("ratio to read bandwidth (2t, cold): Q4_1 %.2f (packed %.2f), Q8_0 %.2f\n",
 	       g41 / r2, g41p / r2, g80 / r2);
-	printf("ratio to read bandwidth (2t, cold): Q4_K %.2f, Q5_0 %.2f, Q6_K %.2f\n",
-	       g4k / r2, g50 / r2, g6k / r2);
-	printf("bench/kernels: q4_1_gbps=%.2f q4_1_packed_gbps=%.2f q8_0_gbps=%.2f q4_k_gbps=%.2f q5_0_gbps=%.2f q6_k_gbps=%.2f read_gbps=%.2f\n",
-	       g41, g41p, g80, g4k, g50, g6k, r2);
+	printf("ratio to read bandwidth (2t, cold): Q4_K %.2f, Q5_0 %.2f (packed %.2f), Q6_K %.2f\n",
+	       g4k / r2, g50 / r2, g50p / r2, g6k / r2);
+	printf("bench/kernels: q4_1_gbps=%.2f q4_1_packed_gbps=%.2f q8_0_gbps=%.2f q4_k_gbps=%.2f q5_0_gbps=%.2f q5_0_packed_gbps=%.2f q6_k_gbps=%.2f read_gbps=%.2f\n",
+	       g41, g41p, g80, g4k, g50, g50p, g6k, r2);
 	ref->ops->destroy(ref);
 	best->ops->destroy(best);
 	free(q41.data), free(q41.x), free(q80.data), free(q80.x);
