@@ -887,7 +887,7 @@ static void check_attention(void)
 
 static const struct pg_cpu_kernels *table_of(enum pg_cpu_isa isa)
 {
-	return isa == PG_ISA_AVX512 ? &pg_cpu_kernels_avx512 :
+	return isa == PG_ISA_AVX512 ? pg_cpu_kernels_avx512() :
 	       isa == PG_ISA_AVX2 ? &pg_cpu_kernels_avx2 :
 	       &pg_cpu_kernels_scalar;
 }

@@ -213,7 +213,7 @@ static const struct pg_backend_ops cpu_ops = {
 static const struct pg_cpu_kernels *kernels_for(enum pg_cpu_isa isa)
 {
 	switch (isa) {
-	case PG_ISA_AVX512: return &pg_cpu_kernels_avx512;
+	case PG_ISA_AVX512: return pg_cpu_kernels_avx512();
 	case PG_ISA_AVX2: return &pg_cpu_kernels_avx2;
 	default: return &pg_cpu_kernels_scalar;
 	}

@@ -192,7 +192,9 @@ struct pg_cpu_kernels {
 
 extern const struct pg_cpu_kernels pg_cpu_kernels_scalar;
 extern const struct pg_cpu_kernels pg_cpu_kernels_avx2;
-extern const struct pg_cpu_kernels pg_cpu_kernels_avx512;
+/* pg_cpu_kernels_avx512 - the AVX-512 table: the AVX2 table with the
+ * entries vec_avx512.c widens, made on the first call (thread-safe). */
+const struct pg_cpu_kernels *pg_cpu_kernels_avx512(void);
 
 /* A float's bits, and the float of some bits (no aliasing games). */
 static inline uint32_t pg_f32_bits(float f)

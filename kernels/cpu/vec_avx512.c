@@ -1,7 +1,9 @@
 /*
  * vec_avx512.c - the AVX-512 table: float-weight dots (F32, F16, BF16) and
  * the F16/BF16 axpy of attention widened to 512 bits; everything else is
- * the AVX2 loops.
+ * the AVX2 loops: the table is made as a copy of the AVX2 table with those
+ * entries replaced, so a loop added to the AVX2 table is on AVX-512 hosts
+ * too.
  *
  * Why so little: decode is bound by memory bandwidth, and on the target
  * (Zen 4) a 512-bit op is issued as two 256-bit halves, so widening the
@@ -9,6 +11,8 @@
  * this library's build flags do not enable.  Compiled with -mavx512f/bw/
  * vl/dq; reached only when pg_cpu_isa_best() sees those flags.
  */
+#include <pthread.h>
+
 #include "cpu_impl.h"
 #include "simd_avx2.h"
 
@@ -97,72 +101,23 @@ static void axpy_bf16_avx512(int n, float a, const void *v, float *acc)
 	pg_axpy_bf16_avx2(n - i, a, x + i, acc + i);
 }
 
-const struct pg_cpu_kernels pg_cpu_kernels_avx512 = {
-	.isa = PG_ISA_AVX512,
-	.dot_f32 = dot_f32_avx512,
-	.dot_f16 = dot_f16_avx512,
-	.dot_bf16 = dot_bf16_avx512,
-	.dot_q8_0 = pg_dot_q8_0_avx2,
-	.dot_q4_0 = pg_dot_q4_0_avx2,
-	.dot_q4_1 = pg_dot_q4_1_avx2,
-	.dot_q5_0 = pg_dot_q5_0_avx2,
-	.dot_q5_1 = pg_dot_q5_1_avx2,
-	.dot_q2_k = pg_dot_q2_k_avx2,
-	.dot_q3_k = pg_dot_q3_k_avx2,
-	.dot_q4_k = pg_dot_q4_k_avx2,
-	.dot_q5_k = pg_dot_q5_k_avx2,
-	.dot_q6_k = pg_dot_q6_k_avx2,
-	.dot4_q8_0 = pg_dot4_q8_0_avx2,
-	.dot4_q4_0 = pg_dot4_q4_0_avx2,
-	.dot4_q4_1 = pg_dot4_q4_1_avx2,
-	.dot4x2_q8_0 = pg_dot4x2_q8_0_avx2,
-	.dot4x2_q4_0 = pg_dot4x2_q4_0_avx2,
-	.dot4x2_q4_1 = pg_dot4x2_q4_1_avx2,
-	.gemm8_q4_0 = pg_gemm8_q4_0_avx2,
-	.gemm8_q4_1 = pg_gemm8_q4_1_avx2,
-	.dot4_q5_0 = pg_dot4_q5_0_avx2,
-	.dot4_q5_1 = pg_dot4_q5_1_avx2,
-	.dot4_q2_k = pg_dot4_q2_k_avx2,
-	.dot4_q3_k = pg_dot4_q3_k_avx2,
-	.dot4_q4_k = pg_dot4_q4_k_avx2,
-	.dot4_q5_k = pg_dot4_q5_k_avx2,
-	.dot4_q6_k = pg_dot4_q6_k_avx2,
-	.dot4x2_q5_0 = pg_dot4x2_q5_0_avx2,
-	.dot4x2_q5_1 = pg_dot4x2_q5_1_avx2,
-	.dot4x2_q2_k = pg_dot4x2_q2_k_avx2,
-	.dot4x2_q3_k = pg_dot4x2_q3_k_avx2,
-	.dot4x2_q4_k = pg_dot4x2_q4_k_avx2,
-	.dot4x2_q5_k = pg_dot4x2_q5_k_avx2,
-	.dot4x2_q6_k = pg_dot4x2_q6_k_avx2,
-	.gemm8_q5_0 = pg_gemm8_q5_0_avx2,
-	.gemm8_q2_k = pg_gemm8_q2_k_avx2,
-	.gemm8_q3_k = pg_gemm8_q3_k_avx2,
-	.gemm8_q4_k = pg_gemm8_q4_k_avx2,
-	.gemm8_q5_k = pg_gemm8_q5_k_avx2,
-	.gemm8_q6_k = pg_gemm8_q6_k_avx2,
-	.dot_q4_1_llama = pg_dot_q4_1_llama_avx2,
-	.dot4_q4_1_llama = pg_dot4_q4_1_llama_avx2,
-	.dot4x2_q4_1_llama = pg_dot4x2_q4_1_llama_avx2,
-	.gemm8_q4_1_llama = pg_gemm8_q4_1_llama_avx2,
-	.gemm8_q4x8_q4_0 = pg_gemm8_q4x8_q4_0_avx2,
-	.gemm8_q4x8_q4_1 = pg_gemm8_q4x8_q4_1_avx2,
-	.gemm8_q4x8_q5_0 = pg_gemm8_q4x8_q5_0_avx2,
-	.quant_q8_0 = pg_quant_q8_0_avx2,
-	.quant_q8_1 = pg_quant_q8_1_avx2,
-	.quant_q8_k = pg_quant_q8_k_avx2,
-	.axpy_f32 = pg_axpy_f32_avx2,
-	.axpy_f16 = axpy_f16_avx512,
-	.axpy_bf16 = axpy_bf16_avx512,
-	.scale = pg_scale_avx2,
-	.sumsq = pg_sumsq_avx2,
-	.scale_mul = pg_scale_mul_avx2,
-	.attn_scores = pg_attn_scores_avx2,
-	.attn_values = pg_attn_values_avx2,
-	.exp_sum = pg_exp_sum_avx2,
-	.round_kv = pg_round_kv_avx2,
-	.fa16_run = pg_fa16_run_avx2,
-	.silu_mul = pg_silu_mul_avx2,
-	.silu_mul_llama = pg_silu_mul_llama_avx2,
-	.add = pg_add_avx2,
-	.gelu_mul = pg_gelu_mul_avx2,
-};
+static struct pg_cpu_kernels avx512;
+static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
+
+/* The AVX2 table, then the entries this file widens. */
+static void avx512_make(void)
+{
+	avx512 = pg_cpu_kernels_avx2;
+	avx512.isa = PG_ISA_AVX512;
+	avx512.dot_f32 = dot_f32_avx512;
+	avx512.dot_f16 = dot_f16_avx512;
+	avx512.dot_bf16 = dot_bf16_avx512;
+	avx512.axpy_f16 = axpy_f16_avx512;
+	avx512.axpy_bf16 = axpy_bf16_avx512;
+}
+
+const struct pg_cpu_kernels *pg_cpu_kernels_avx512(void)
+{
+	pthread_once(&avx512_once, avx512_make);
+	return &avx512;
+}
