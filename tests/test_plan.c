@@ -569,7 +569,8 @@ static int facts_agree(struct ggufgen_opts *o, const char *path)
 	CHECK(a.n_blocks == o->n_blocks && a.n_embd == o->hidden &&
 	      a.n_heads == o->n_heads && a.n_kv_heads == o->n_kv_heads &&
 	      a.n_ff == o->ffn && a.n_vocab == o->n_vocab &&
-	      a.head_dim == o->hidden / o->n_heads && a.n_ctx_train == o->n_ctx,
+	      a.head_dim == (o->head_dim ? o->head_dim : o->hidden / o->n_heads) &&
+	      a.n_ctx_train == o->n_ctx,
 	      "shape");
 	CHECK(a.tied_output == !o->untied && a.qblock == pg_dtype_block_size(o->type),
 	      "tied %d qblock %d", a.tied_output, a.qblock);
@@ -600,6 +601,22 @@ static int test_facts(void)
 	o.arch = GGUFGEN_QWEN2;
 	o.qkv_bias = 1;
 	o.type = PG_Q8_0;
+	rc = rc || facts_agree(&o, path);
+	/* the loader's reader, not a copy: Qwen3's explicit head size need
+	 * not divide the embedding (6 heads of 16 in 64) */
+	o.arch = GGUFGEN_QWEN3;
+	o.qkv_bias = 0;
+	o.n_heads = 6;
+	o.n_kv_heads = 2;
+	o.head_dim = 16;
+	rc = rc || facts_agree(&o, path);
+	ggufgen_preset(&o, "tiny");
+	o.n_threads = 1;
+	o.arch = GGUFGEN_GEMMA3;	/* + q/k norms and post-norms */
+	o.sliding_window = 8;
+	rc = rc || facts_agree(&o, path);
+	o.sliding_window = 0;
+	o.arch = GGUFGEN_PHI3;
 	rc = rc || facts_agree(&o, path);
 	o.vocab_only = 1;
 	if (!rc && !ggufgen_write(&o, path, err, sizeof(err))) {

@@ -19,7 +19,9 @@
 #include "tokenizer.h"
 
 struct loader {
-	struct pg_model *m;
+	struct pg_model *m;	/* NULL: hyper-parameters only */
+	struct pg_hparams *hp;	/* &m->hp, or pg_hparams_read's */
+	struct pg_arch *a;	/* &m->arch, or pg_hparams_read's */
 	struct gguf_file *f;
 	const char *arch;	/* metadata key prefix */
 	size_t n_owned;		/* floats used in m->owned */
@@ -171,8 +173,8 @@ static int read_arch(struct loader *l)
 			     rc == -ENOENT ? "missing" : "not a string");
 	for (size_t i = 0; i < sizeof(arch_rows) / sizeof(arch_rows[0]); i++)
 		if (gguf_str_eq(a, arch_rows[i].name)) {
-			l->m->arch = arch_rows[i].a;
-			l->m->hp.arch = arch_rows[i].a.id;
+			*l->a = arch_rows[i].a;
+			l->hp->arch = arch_rows[i].a.id;
 			l->arch = arch_rows[i].name;
 			return 0;
 		}
@@ -208,10 +210,10 @@ static int check_rope_variant(struct loader *l)
 	    gguf_find_tensor(l->f, "rope_factors_short.weight"))
 		return lfail(l, "tensors rope_factors_long/short.weight: LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini), whose frequencies depend on the context length, is not supported yet: use a 4k-context Phi-3 file");
 	if (gguf_find_tensor(l->f, "rope_freqs.weight")) {
-		if (l->m->arch.id != PG_ARCH_LLAMA)
+		if (l->a->id != PG_ARCH_LLAMA)
 			return lfail(l, "tensor rope_freqs.weight: %s models have no per-dimension RoPE frequency factors in pagoda (only llama does): re-convert the model",
 				     l->arch);
-		l->m->arch.rope_factors = 1;
+		l->a->rope_factors = 1;
 	}
 	return 0;
 }
@@ -225,7 +227,7 @@ static int check_rope_variant(struct loader *l)
  */
 static int read_window(struct loader *l)
 {
-	struct pg_arch *a = &l->m->arch;
+	struct pg_arch *a = l->a;
 	char key[128];
 	int64_t w;
 	int rc;
@@ -241,7 +243,7 @@ static int read_window(struct loader *l)
 		return lfail(l, "metadata key %s: expected an integer in 0..%d",
 			     key, 1 << 24);
 	if (!a->swa_pattern) {
-		if (w == 0 || w >= l->m->hp.n_ctx_train)
+		if (w == 0 || w >= l->hp->n_ctx_train)
 			return 0;	/* no narrower than the context */
 		a->swa_pattern = 1;
 	}
@@ -267,7 +269,7 @@ static int read_window(struct loader *l)
  */
 static int read_softcaps(struct loader *l)
 {
-	struct pg_arch *a = &l->m->arch;
+	struct pg_arch *a = l->a;
 	int rc;
 
 	if ((rc = hp_float(l, "attn_logit_softcapping", 0.0f, 0.0f, 1e6f, &a->attn_softcap)))
@@ -277,7 +279,7 @@ static int read_softcaps(struct loader *l)
 
 static int read_hparams(struct loader *l)
 {
-	struct pg_hparams *hp = &l->m->hp;
+	struct pg_hparams *hp = l->hp;
 	int rc, key_len;
 
 	if ((rc = read_arch(l)) ||
@@ -290,7 +292,7 @@ static int read_hparams(struct loader *l)
 	    (rc = hp_float(l, "attention.layer_norm_rms_epsilon", 1e-5f, 0.0f, 1.0f, &hp->rms_eps)) ||
 	    (rc = hp_float(l, "rope.freq_base", 10000.0f, 1.0f, 1e12f, &hp->rope_base)))
 		return rc;
-	if (hp->n_embd % hp->n_heads && !l->m->arch.qk_norm)
+	if (hp->n_embd % hp->n_heads && !l->a->qk_norm)
 		return lfail(l, "%s.embedding_length %d is not a multiple of %s.attention.head_count %d",
 			     l->arch, hp->n_embd, l->arch, hp->n_heads);
 	if (hp->n_heads % hp->n_kv_heads)
@@ -306,7 +308,7 @@ static int read_hparams(struct loader *l)
 		return rc;
 	if (hp->n_rot % 2)
 		return lfail(l, "%s.rope.dimension_count %d: expected an even number", l->arch, hp->n_rot);
-	l->m->arch.attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+	l->a->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
 	/*
 	 * Gemma 2 27B and Gemma 3 27B scale queries by n_embd / n_heads
 	 * (query_pre_attn_scalar, which GGUF does not carry; llama.cpp keys
@@ -314,9 +316,9 @@ static int read_hparams(struct loader *l)
 	 */
 	if ((hp->arch == PG_ARCH_GEMMA2 && hp->n_blocks == 46) ||
 	    (hp->arch == PG_ARCH_GEMMA3 && hp->n_blocks == 62))
-		l->m->arch.attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_heads));
-	if (l->m->arch.act == PG_ACT_GELU)	/* Gemma */
-		l->m->arch.emb_scale = sqrtf((float)hp->n_embd);
+		l->a->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_heads));
+	if (l->a->act == PG_ACT_GELU)	/* Gemma */
+		l->a->emb_scale = sqrtf((float)hp->n_embd);
 	if ((rc = check_rope_variant(l)) || (rc = read_window(l)))
 		return rc;
 	return read_softcaps(l);
@@ -608,6 +610,18 @@ static int read_template(struct pg_model *m, struct gguf_file *f)
 	return m->chat_template ? 0 : -ENOMEM;
 }
 
+int pg_hparams_read(struct gguf_file *f, struct pg_hparams *hp,
+		    struct pg_arch *arch, char *err, size_t err_len)
+{
+	struct loader l = {
+		.hp = hp, .a = arch, .f = f, .err = err, .err_len = err_len,
+	};
+
+	memset(hp, 0, sizeof(*hp));
+	memset(arch, 0, sizeof(*arch));
+	return read_hparams(&l);
+}
+
 int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
 		  char *err, size_t err_len)
 {
@@ -620,6 +634,8 @@ int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
 	if (!m)
 		return -ENOMEM;
 	l.m = m;
+	l.hp = &m->hp;
+	l.a = &m->arch;
 	rc = gguf_open(path, &m->file, err, err_len);
 	if (rc)
 		goto out_free;

@@ -153,6 +153,17 @@ struct pg_model {
 int pg_model_load(const char *path, int vocab_only, struct pg_model **out,
 		  char *err, size_t err_len);
 
+/*
+ * pg_hparams_read - the hyper-parameters and the architecture's
+ * description (*arch: norms, activation, RoPE, window, caps, scales) of
+ * the GGUF file f, read and checked exactly as pg_model_load reads them,
+ * without its tensors: the one reader of both (the planner's model facts
+ * use it).  Returns 0, or -EINVAL with a message in err that names the
+ * file, the key and what was expected.
+ */
+int pg_hparams_read(struct gguf_file *f, struct pg_hparams *hp,
+		    struct pg_arch *arch, char *err, size_t err_len);
+
 /* pg_model_free - unmap and free; NULL is allowed. */
 void pg_model_free(struct pg_model *m);
 

@@ -370,68 +370,27 @@ int pg_devices_parse(const char *spec, int n_threads, struct pg_device *out,
 
 struct facts_reader {
 	struct gguf_file *g;
-	const char *arch;	/* metadata key prefix */
 	char *err;
 	size_t err_len;
 };
 
-/* Integer "<arch>.<key>" in lo..hi; def < 0 means required. */
-static int fr_int(struct facts_reader *r, const char *key, int def, int lo,
-		  int hi, int *out)
-{
-	char full[128];
-	int64_t v;
-	int rc;
-
-	snprintf(full, sizeof(full), "%s.%s", r->arch, key);
-	rc = gguf_get_i64(r->g, full, &v);
-	if (rc == -ENOENT && def >= 0) {
-		*out = def;
-		return 0;
-	}
-	if (rc || v < lo || v > hi)
-		return fail(r->err, r->err_len, "%s: metadata key %s: %s (expected an integer in %d..%d)",
-			    gguf_path(r->g), full, rc == -ENOENT ? "missing" : "out of range",
-			    lo, hi);
-	*out = (int)v;
-	return 0;
-}
-
-static int fr_arch(struct facts_reader *r)
-{
-	static const char *const known[] = {
-		"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-		"gemma3", "phi3",
-	};
-	struct gguf_str a;
-
-	if (!gguf_get_str(r->g, "general.architecture", &a))
-		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-			if (gguf_str_eq(a, known[i])) {
-				r->arch = known[i];
-				return 0;
-			}
-	return fail(r->err, r->err_len, "%s: general.architecture: expected llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3 or phi3",
-		    gguf_path(r->g));
-}
-
+/* The hyper-parameters, as the model loader reads and checks them. */
 static int fr_hparams(struct facts_reader *r, struct pg_model_facts *f)
 {
-	int rc;
+	struct pg_hparams hp;
+	struct pg_arch arch;
+	int rc = pg_hparams_read(r->g, &hp, &arch, r->err, r->err_len);
 
-	if ((rc = fr_arch(r)) ||
-	    (rc = fr_int(r, "block_count", -1, 1, 4096, &f->n_blocks)) ||
-	    (rc = fr_int(r, "embedding_length", -1, 32, 1 << 17, &f->n_embd)) ||
-	    (rc = fr_int(r, "feed_forward_length", -1, 32, 1 << 20, &f->n_ff)) ||
-	    (rc = fr_int(r, "attention.head_count", -1, 1, 4096, &f->n_heads)) ||
-	    (rc = fr_int(r, "attention.head_count_kv", f->n_heads, 1, f->n_heads, &f->n_kv_heads)) ||
-	    (rc = fr_int(r, "context_length", 2048, 1, 1 << 24, &f->n_ctx_train)))
+	if (rc)
 		return rc;
-	if (f->n_embd % f->n_heads || f->n_heads % f->n_kv_heads)
-		return fail(r->err, r->err_len, "%s: %d heads, %d KV heads, embedding %d: expected heads to divide the embedding and KV heads to divide heads",
-			    gguf_path(r->g), f->n_heads, f->n_kv_heads, f->n_embd);
-	return fr_int(r, "attention.key_length", f->n_embd / f->n_heads, 2, 1024,
-		      &f->head_dim);
+	f->n_blocks = hp.n_blocks;
+	f->n_embd = hp.n_embd;
+	f->n_ff = hp.n_ff;
+	f->n_heads = hp.n_heads;
+	f->n_kv_heads = hp.n_kv_heads;
+	f->n_ctx_train = hp.n_ctx_train;
+	f->head_dim = hp.head_dim;
+	return 0;
 }
 
 /* Embedding, output head, and the bytes and quantisation of blk.0. */
@@ -509,6 +468,10 @@ void pg_model_facts_of(const struct pg_model *m, struct pg_model_facts *f)
 	f->block_bytes = 2 * 4 * (uint64_t)hp->n_embd;
 	if (b->bq)
 		f->block_bytes += 4 * (q_dim + 2 * kv_dim);
+	if (b->q_norm)		/* Qwen3, Gemma 3: per-head Q and K norms */
+		f->block_bytes += 2 * 4 * (uint64_t)hp->head_dim;
+	if (b->attn_post_norm)	/* Gemma 2, 3 */
+		f->block_bytes += 2 * 4 * (uint64_t)hp->n_embd;
 	for (size_t i = 0; i < sizeof(mat) / sizeof(mat[0]); i++) {
 		int bs = pg_dtype_block_size(mat[i]->type);
 
