@@ -1,10 +1,10 @@
 /*
  * plan.c - devices and the parallel plan (plan.h): device lists resolved
  * against this host, a model's facts read without its weights, the TP split
- * of heads and FFN columns, the cut of the blocks into balanced stages, the
- * planner of parallel = auto, and the plan's printout.
+ * of heads and FFN columns, the cut of the blocks into balanced stages and
+ * the planner of parallel = auto; plan_print.c prints what it decided.
  *
- * It decides and prints what it decided; it runs nothing, and calls
+ * It decides; it runs nothing, and calls
  * neither CUDA nor the kernels (a CUDA device is refused here until the
  * CUDA backend exists).
  */
@@ -22,6 +22,7 @@
 #include "gguf.h"
 #include "model.h"
 #include "plan.h"
+#include "plan_impl.h"
 #ifdef HAVE_CUDA_BACKEND
 #include "../../kernels/cuda/backend_cuda.h"
 #endif
@@ -51,7 +52,7 @@ static int fail(char *err, size_t err_len, const char *fmt, ...)
 }
 
 /* "81.3 MiB" into buf. */
-static const char *fmt_bytes(char *buf, size_t len, uint64_t b)
+const char *plan_fmt_bytes(char *buf, size_t len, uint64_t b)
 {
 	static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
 	double v = (double)b;
@@ -85,7 +86,7 @@ uint64_t pg_mem_available(void)
 }
 
 /* The CPUs this process may run on, ascending; at least one. */
-static int host_cpus(int *cpus, int max)
+int plan_host_cpus(int *cpus, int max)
 {
 	cpu_set_t set;
 	long n_onln;
@@ -282,7 +283,7 @@ static void resolve_cpus(const struct dev_name *names, int k, int n_threads,
 			 struct pg_device *out)
 {
 	int cpus[PG_DEVICE_MAX_CPUS], nodes[PG_PLAN_MAX_DEVICES];
-	int n_cpus = host_cpus(cpus, PG_DEVICE_MAX_CPUS);
+	int n_cpus = plan_host_cpus(cpus, PG_DEVICE_MAX_CPUS);
 	int numa = k > 1 && numa_nodes_with_cpus(cpus, n_cpus, nodes, k) == k;
 	uint64_t mem = numa ? 0 : pg_mem_available();
 
@@ -631,15 +632,7 @@ int pg_plan_cut(const uint64_t *cost, int n_blocks, uint64_t last_extra,
 
 /* ---- sizes ---- */
 
-/* The request's figures with defaults filled in. */
-struct sizing {
-	int ctx_tokens;
-	int batch_seqs;
-	int kv_elem;
-	int page_tokens;
-};
-
-static struct sizing sizing_of(const struct pg_plan_request *req,
+struct sizing plan_sizing_of(const struct pg_plan_request *req,
 			       const struct pg_model_facts *f)
 {
 	struct sizing z = {
@@ -652,22 +645,12 @@ static struct sizing sizing_of(const struct pg_plan_request *req,
 	return z;
 }
 
-/* One device's share of a plan. */
-struct share {
-	int h0, h1, k0, k1;	/* heads and KV heads held */
-	int f0, f1;		/* FFN columns */
-	int n_blocks;		/* blocks of its stage */
-	uint64_t weights;	/* bytes */
-	uint64_t kv;		/* bytes, for every planned sequence */
-	uint64_t kv_seq;	/* bytes, for one sequence of the context */
-};
-
 static uint64_t div_up(uint64_t a, uint64_t b)
 {
 	return (a + b - 1) / b;
 }
 
-static void share_of(const struct pg_plan *p, const struct pg_model_facts *f,
+void plan_share_of(const struct pg_plan *p, const struct pg_model_facts *f,
 		     const struct sizing *z, int i, struct share *sh)
 {
 	int s = i / (p->tp * p->cp), t = i / p->cp % p->tp;
@@ -705,12 +688,12 @@ static const char *fmt_usable(char *buf, size_t len, const struct pg_device *d)
 		snprintf(buf, len, "unknown memory (assumed enough)");
 	else if (d->kind == PG_DEV_CUDA)
 		snprintf(buf, len, "%s usable (%s less 6 GB)",
-			 fmt_bytes(b1, sizeof(b1), usable(d)),
-			 fmt_bytes(b2, sizeof(b2), d->mem_bytes));
+			 plan_fmt_bytes(b1, sizeof(b1), usable(d)),
+			 plan_fmt_bytes(b2, sizeof(b2), d->mem_bytes));
 	else
 		snprintf(buf, len, "%s usable (%d%% of %s)",
-			 fmt_bytes(b1, sizeof(b1), usable(d)), USABLE_PCT,
-			 fmt_bytes(b2, sizeof(b2), d->mem_bytes));
+			 plan_fmt_bytes(b1, sizeof(b1), usable(d)), USABLE_PCT,
+			 plan_fmt_bytes(b2, sizeof(b2), d->mem_bytes));
 	return buf;
 }
 
@@ -724,14 +707,6 @@ static int same_memory(const struct pg_device *a, const struct pg_device *b)
 			  a->numa_node == b->numa_node);
 }
 
-/* How a plan sits in memory: the memory filled most, relative to its size. */
-struct fit {
-	int fits;		/* every memory holds its devices' shares */
-	int dev;		/* the first device of the fullest memory */
-	uint64_t need;		/* bytes its devices need */
-	uint64_t have;		/* usable bytes; 0: unknown (assumed enough) */
-};
-
 /* Whether device i is the first of the plan's devices on its memory. */
 static int first_on_memory(const struct pg_plan *p, int i)
 {
@@ -741,7 +716,7 @@ static int first_on_memory(const struct pg_plan *p, int i)
 	return 1;
 }
 
-static void plan_fit(const struct pg_plan *p, const struct pg_model_facts *f,
+void plan_fit(const struct pg_plan *p, const struct pg_model_facts *f,
 		     const struct sizing *z, struct fit *fit)
 {
 	double worst = -1;
@@ -756,7 +731,7 @@ static void plan_fit(const struct pg_plan *p, const struct pg_model_facts *f,
 			continue;
 		for (int j = i; j < p->n_devices; j++)
 			if (same_memory(&p->dev[i], &p->dev[j])) {
-				share_of(p, f, z, j, &sh);
+				plan_share_of(p, f, z, j, &sh);
 				need += sh.weights + sh.kv;
 			}
 		if (need > have)
@@ -1046,11 +1021,11 @@ static int ap_fits_one(struct autoplan *a, char *head, size_t head_len)
 	struct share sh;
 
 	ap_build(a, 1, 1);
-	share_of(a->p, a->f, &a->z, 0, &sh);
+	plan_share_of(a->p, a->f, &a->z, 0, &sh);
 	snprintf(head, head_len, "weights %s + KV %s for %d x %d tokens = %s; the smallest device, %s, has %s",
-		 fmt_bytes(b1, sizeof(b1), sh.weights), fmt_bytes(b2, sizeof(b2), sh.kv),
+		 plan_fmt_bytes(b1, sizeof(b1), sh.weights), plan_fmt_bytes(b2, sizeof(b2), sh.kv),
 		 a->z.batch_seqs, a->z.ctx_tokens,
-		 fmt_bytes(b3, sizeof(b3), sh.weights + sh.kv), small->name,
+		 plan_fmt_bytes(b3, sizeof(b3), sh.weights + sh.kv), small->name,
 		 fmt_usable(b4, sizeof(b4), small));
 	if (small->mem_bytes && sh.weights + sh.kv > usable(small))
 		return 0;
@@ -1072,8 +1047,8 @@ static int ap_split(struct autoplan *a, const char *head)
 			continue;
 		ap_reason(a, "%s; %s %d, the fewest that fit (fullest: %s needs %s of %s usable)",
 			  head, ap_split_why(a), x, a->p->dev[fit.dev].name,
-			  fmt_bytes(b1, sizeof(b1), fit.need),
-			  fmt_bytes(b2, sizeof(b2), fit.have));
+			  plan_fmt_bytes(b1, sizeof(b1), fit.need),
+			  plan_fmt_bytes(b2, sizeof(b2), fit.have));
 		return 1;
 	}
 	return 0;
@@ -1093,7 +1068,7 @@ static int ap_long_context(struct autoplan *a, int *dev_out)
 	for (int i = 0; i < a->p->n_devices; i++) {
 		uint64_t have = usable(&a->p->dev[i]);
 
-		share_of(a->p, a->f, &a->z, i, &sh);
+		plan_share_of(a->p, a->f, &a->z, i, &sh);
 		if (have > sh.weights && sh.kv_seq > have - sh.weights) {
 			*dev_out = i;
 			return 1;
@@ -1113,8 +1088,8 @@ static int ap_context(struct autoplan *a, const char *head, int long_dev)
 	struct fit fit;
 	struct share sh;
 
-	share_of(a->p, a->f, &a->z, long_dev, &sh);
-	fmt_bytes(b1, sizeof(b1), sh.kv_seq);
+	plan_share_of(a->p, a->f, &a->z, long_dev, &sh);
+	plan_fmt_bytes(b1, sizeof(b1), sh.kv_seq);
 	for (int d = 2; d <= a->n_dev; d++)
 		for (int cp = 2; cp <= d && cp <= a->z.page_tokens; cp *= 2) {
 			if (d % cp || ap_build(a, d / cp, cp))
@@ -1126,7 +1101,7 @@ static int ap_context(struct autoplan *a, const char *head, int long_dev)
 				  head, a->x_max, a->z.ctx_tokens, b1,
 				  a->dev[long_dev].name, a->tp_kind ? "TP" : "PP",
 				  d / cp, cp, a->p->dev[fit.dev].name,
-				  fmt_bytes(b2, sizeof(b2), fit.need));
+				  plan_fmt_bytes(b2, sizeof(b2), fit.need));
 			return 1;
 		}
 	return 0;
@@ -1147,8 +1122,8 @@ static void ap_too_big(struct autoplan *a, const char *head)
 	}
 	ap_reason(a, "%s; %s %d, the most the model allows, and still it does not fit (%s needs %s of %s usable)%s: add devices or plan for fewer tokens (--ctx-size)",
 		  head, ap_split_why(a), a->x_max, a->p->dev[fit.dev].name,
-		  fmt_bytes(b1, sizeof(b1), fit.need),
-		  fmt_bytes(b2, sizeof(b2), fit.have),
+		  plan_fmt_bytes(b1, sizeof(b1), fit.need),
+		  plan_fmt_bytes(b2, sizeof(b2), fit.have),
 		  one_memory(a->dev, a->n_dev) ?
 		  "; the devices share one memory, so splitting adds none" : "");
 }
@@ -1182,7 +1157,7 @@ int pg_plan_make(const struct pg_plan_request *req,
 		 const struct pg_model_facts *f, struct pg_plan *out,
 		 char *err, size_t err_len)
 {
-	struct sizing z = sizing_of(req, f);
+	struct sizing z = plan_sizing_of(req, f);
 	struct pg_device *dev;
 	int n, pp, tp, cp, rc;
 
@@ -1207,286 +1182,8 @@ int pg_plan_make(const struct pg_plan_request *req,
 	return rc;
 }
 
-void pg_plan_single(const struct pg_model_facts *f, int n_threads,
-		    struct pg_plan *out)
-{
-	struct pg_device *d = &out->dev[0];
-
-	out->pp = out->tp = out->cp = out->n_devices = 1;
-	memset(d, 0, sizeof(*d));
-	d->kind = PG_DEV_CPU;
-	snprintf(d->name, sizeof(d->name), "cpu:0");
-	d->n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (d->n_threads < 1)
-		d->n_threads = 1;
-	d->numa_node = -1;
-	d->mem_bytes = pg_mem_available();
-	out->first_block[0] = 0;
-	out->first_block[1] = f->n_blocks;
-	out->kv_replicated = 0;
-	snprintf(out->reason, sizeof(out->reason), "one device");
-}
-
 const struct pg_device *pg_plan_device(const struct pg_plan *p, int stage,
 				       int tp_rank, int cp_rank)
 {
 	return &p->dev[(stage * p->tp + tp_rank) * p->cp + cp_rank];
-}
-
-/* ---- the printout ---- */
-
-/* "0-7,16-23" into buf; "-" when not pinned. */
-static const char *fmt_cpus(char *buf, size_t len, const struct pg_device *d)
-{
-	size_t n = 0;
-
-	if (!d->n_cpus)
-		return "-";
-	buf[0] = '\0';
-	for (int i = 0; i < d->n_cpus && n < len; i++) {
-		int j = i;
-
-		while (j + 1 < d->n_cpus && d->cpus[j + 1] == d->cpus[j] + 1)
-			j++;
-		n += (size_t)snprintf(buf + n, len - n, j > i ? "%s%d-%d" : "%s%d",
-				      i ? "," : "", d->cpus[i], d->cpus[j]);
-		i = j;
-	}
-	return buf;
-}
-
-/*
- * The links between CPU devices on different NUMA nodes: the kernel's
- * node distances (10 = local; a remote socket is typically 20-32), which
- * say how much a stage hand-off or an all-reduce across them costs.
- */
-static void print_links(FILE *out, const struct pg_plan *p)
-{
-	int any = 0;
-
-	if (numa_available() < 0)
-		return;
-	for (int i = 0; i < p->n_devices; i++)
-		for (int j = i + 1; j < p->n_devices; j++) {
-			const struct pg_device *a = &p->dev[i], *b = &p->dev[j];
-
-			if (a->kind != PG_DEV_CPU || b->kind != PG_DEV_CPU ||
-			    a->numa_node < 0 || b->numa_node < 0 ||
-			    a->numa_node == b->numa_node)
-				continue;
-			if (!any++)
-				fprintf(out, "\nlinks (NUMA distance; 10 = local memory)\n");
-			fprintf(out, "  %s - %s: %d\n", a->name, b->name,
-				numa_distance(a->numa_node, b->numa_node));
-		}
-}
-
-static void print_devices(FILE *out, const struct pg_plan *p)
-{
-	char cpus[64], mem[32], node[16];
-
-	fprintf(out, "\ndevices\n  %-8s %7s  %-16s %4s  %s\n", "device",
-		"threads", "cpus", "numa", "memory");
-	for (int i = 0; i < p->n_devices; i++) {
-		const struct pg_device *d = &p->dev[i];
-
-		snprintf(node, sizeof(node), "%d", d->numa_node);
-		fprintf(out, "  %-8s %7d  %-16s %4s  %s\n", d->name, d->n_threads,
-			fmt_cpus(cpus, sizeof(cpus), d),
-			d->numa_node >= 0 ? node : "-",
-			d->mem_bytes ? fmt_bytes(mem, sizeof(mem), d->mem_bytes) : "unknown");
-	}
-	print_links(out, p);
-}
-
-static void print_stages(FILE *out, const struct pg_plan *p)
-{
-	fprintf(out, "\nstages\n  %-5s  %-14s %-23s %s\n", "stage", "blocks",
-		"also", "devices");
-	for (int s = 0; s < p->pp; s++) {
-		int b0 = p->first_block[s], b1 = p->first_block[s + 1];
-		int per = p->tp * p->cp;
-		char blocks[32];
-
-		snprintf(blocks, sizeof(blocks), "%d-%d (%d)", b0, b1 - 1, b1 - b0);
-		fprintf(out, "  %-5d  %-14s %-23s", s, blocks,
-			p->pp == 1 ? "embedding, output head" :
-			s == 0 ? "embedding" : s == p->pp - 1 ? "output head" : "-");
-		for (int i = 0; i < per; i++)
-			fprintf(out, "%s%s", i ? "," : " ", p->dev[s * per + i].name);
-		fputc('\n', out);
-	}
-}
-
-static void print_shares(FILE *out, const struct pg_plan *p,
-			 const struct pg_model_facts *f, const struct sizing *z)
-{
-	char w[32], kv[32], tot[32], heads[16], kvh[16], ffn[24];
-	struct share sh;
-
-	fprintf(out, "\nper device (KV for %d x %d tokens, %d bytes an element)\n",
-		z->batch_seqs, z->ctx_tokens, z->kv_elem);
-	fprintf(out, "  %-8s %2s %2s %2s  %-9s %-9s %-12s %10s %10s %10s\n",
-		"device", "s", "t", "c", "heads", "kv heads", "ffn cols",
-		"weights", "kv", "total");
-	for (int i = 0; i < p->n_devices; i++) {
-		share_of(p, f, z, i, &sh);
-		snprintf(heads, sizeof(heads), "%d-%d", sh.h0, sh.h1 - 1);
-		snprintf(kvh, sizeof(kvh), "%d-%d", sh.k0, sh.k1 - 1);
-		snprintf(ffn, sizeof(ffn), "%d-%d", sh.f0, sh.f1 - 1);
-		fprintf(out, "  %-8s %2d %2d %2d  %-9s %-9s %-12s %10s %10s %10s\n",
-			p->dev[i].name, i / (p->tp * p->cp), i / p->cp % p->tp,
-			i % p->cp, heads, kvh, ffn,
-			fmt_bytes(w, sizeof(w), sh.weights),
-			fmt_bytes(kv, sizeof(kv), sh.kv),
-			fmt_bytes(tot, sizeof(tot), sh.weights + sh.kv));
-	}
-}
-
-/* The most heads one TP rank holds. */
-static int max_heads_held(const struct pg_plan *p,
-			  const struct pg_model_facts *f)
-{
-	int h0, h1, k0, k1, most = 0;
-
-	for (int t = 0; t < p->tp; t++) {
-		pg_plan_tp_heads(f->n_heads, f->n_kv_heads, p->tp, t, &h0, &h1, &k0, &k1);
-		if (h1 - h0 > most)
-			most = h1 - h0;
-	}
-	return most;
-}
-
-/*
- * The most canonical parts (pg_plan_tp_parts) one TP rank holds of Wo
- * (heads) and of Wdown (FFN blocks), together: what a CPU TP rank sends
- * per token and block.
- */
-static int max_parts_held(const struct pg_plan *p,
-			  const struct pg_model_facts *f)
-{
-	int64_t cols[PG_PLAN_EXACT_SPLITS + 2];
-	int qb = f->qblock > 0 ? f->qblock : 1, most[2] = { 0, 0 };
-
-	for (int t = 0; t < p->tp; t++)
-		for (int w = 0; w < 2; w++) {
-			int n = pg_plan_tp_rank_parts(f->n_heads, f->n_kv_heads,
-						      f->head_dim, f->n_ff, w,
-						      qb, p->tp, t, cols);
-
-			most[w] = n > most[w] ? n : most[w];
-		}
-	return most[0] + most[1];
-}
-
-static void print_comm(FILE *out, const struct pg_plan *p,
-		       const struct pg_model_facts *f)
-{
-	uint64_t vec = 4ull * (uint64_t)f->n_embd;
-	uint64_t n_ar = p->tp > 1 ? 2ull * (uint64_t)f->n_blocks : 0;
-	uint64_t n_ag = p->cp > 1 ? (uint64_t)f->n_blocks : 0;
-	int hh = max_heads_held(p, f);
-	uint64_t part = 4ull * (uint64_t)(hh * f->head_dim + hh) * (uint64_t)p->cp;
-	/* CPU devices gather partial sums (exact), GPUs all-reduce; bytes
-	 * are what one rank sends */
-	int exact = p->n_devices > 0 && p->dev[0].kind == PG_DEV_CPU;
-	uint64_t tp_bytes = exact && n_ar ?
-		(uint64_t)f->n_blocks * (uint64_t)max_parts_held(p, f) * vec :
-		n_ar * vec;
-	uint64_t total = tp_bytes + (uint64_t)(p->pp - 1) * vec + n_ag * part;
-	char b1[32], b2[32];
-
-	fprintf(out, "\ncommunication per token\n");
-	if (n_ar && exact)
-		fprintf(out, "  TP: %llu all-gathers (2 per block) of partial sums of %s (%d floats) each, up to %d a rank and block, summed in one order (one device's bits): %s a rank\n",
-			(unsigned long long)n_ar, fmt_bytes(b1, sizeof(b1), vec),
-			f->n_embd, max_parts_held(p, f), fmt_bytes(b2, sizeof(b2), tp_bytes));
-	else if (n_ar)
-		fprintf(out, "  TP: %llu all-reduces (2 per block) of %s (%d floats): %s\n",
-			(unsigned long long)n_ar, fmt_bytes(b1, sizeof(b1), vec),
-			f->n_embd, fmt_bytes(b2, sizeof(b2), n_ar * vec));
-	if (p->pp > 1)
-		fprintf(out, "  PP: %d stage hand-off%s of %s (%d floats): %s\n",
-			p->pp - 1, p->pp > 2 ? "s" : "",
-			fmt_bytes(b1, sizeof(b1), vec), f->n_embd,
-			fmt_bytes(b2, sizeof(b2), (uint64_t)(p->pp - 1) * vec));
-	if (n_ag)
-		fprintf(out, "  CP: %llu all-gathers (1 per block) of attention partials, %s each (%d ranks x %d heads x (%d + 1) floats): %s\n",
-			(unsigned long long)n_ag, fmt_bytes(b1, sizeof(b1), part),
-			p->cp, hh, f->head_dim, fmt_bytes(b2, sizeof(b2), n_ag * part));
-	fprintf(out, "  total: %s%s\n", fmt_bytes(b1, sizeof(b1), total),
-		total ? "" : " (one device)");
-}
-
-/* "KV head 1 is held by ranks 0 and 1" for each shared KV head. */
-static void warn_replicated(FILE *out, const struct pg_plan *p,
-			    const struct pg_model_facts *f)
-{
-	fprintf(out, "warning: KV heads do not divide among %d TP ranks:", p->tp);
-	for (int kv = 0, n = 0; kv < f->n_kv_heads; kv++) {
-		int h0, h1, k0, k1, first = -1, last = -1;
-
-		for (int t = 0; t < p->tp; t++) {
-			pg_plan_tp_heads(f->n_heads, f->n_kv_heads, p->tp, t,
-					 &h0, &h1, &k0, &k1);
-			if (kv >= k0 && kv < k1) {
-				first = first < 0 ? t : first;
-				last = t;
-			}
-		}
-		if (last > first)
-			fprintf(out, "%s KV head %d is held by ranks %d %s %d",
-				n++ ? ";" : "", kv, first,
-				last == first + 1 ? "and" : "to", last);
-	}
-	fprintf(out, " (its cache is kept twice)\n");
-}
-
-static void print_warnings(FILE *out, const struct pg_plan *p,
-			   const struct pg_model_facts *f, const struct sizing *z)
-{
-	int cpus[PG_DEVICE_MAX_CPUS];
-	int n_cpus = host_cpus(cpus, PG_DEVICE_MAX_CPUS), threads = 0;
-	char b1[32], b2[32];
-	struct fit fit;
-
-	for (int i = 0; i < p->n_devices; i++)
-		if (p->dev[i].kind == PG_DEV_CPU)
-			threads += p->dev[i].n_threads;
-	if (threads > n_cpus)
-		fprintf(out, "warning: oversubscribed: %d threads on %d CPUs\n",
-			threads, n_cpus);
-	if (p->kv_replicated)
-		warn_replicated(out, p, f);
-	plan_fit(p, f, z, &fit);
-	if (!fit.fits)
-		fprintf(out, "warning: does not fit: %s%s needs %s of %s usable\n",
-			p->dev[fit.dev].name,
-			p->dev[fit.dev].kind == PG_DEV_CPU ? " (and the devices sharing its memory)" : "",
-			fmt_bytes(b1, sizeof(b1), fit.need),
-			fmt_bytes(b2, sizeof(b2), fit.have));
-}
-
-void pg_plan_print(FILE *out, const struct pg_plan *p,
-		   const struct pg_model_facts *f,
-		   const struct pg_plan_request *req)
-{
-	struct sizing z = sizing_of(req, f);
-	uint64_t weights = (uint64_t)f->n_blocks * f->block_bytes + f->embd_bytes +
-			   (f->tied_output ? 0 : f->output_bytes);
-	char b1[32], b2[32];
-
-	fprintf(out, "plan: pipeline %d x tensor %d x context %d = %d device%s\n",
-		p->pp, p->tp, p->cp, p->n_devices, p->n_devices == 1 ? "" : "s");
-	fprintf(out, "model: %d blocks of %s, embedding %d, %d heads (%d KV) of %d, FFN %d (blocks of %d), vocabulary %d; weights %s%s\n",
-		f->n_blocks, fmt_bytes(b1, sizeof(b1), f->block_bytes), f->n_embd,
-		f->n_heads, f->n_kv_heads, f->head_dim, f->n_ff, f->qblock,
-		f->n_vocab, fmt_bytes(b2, sizeof(b2), weights),
-		f->tied_output ? " (output head tied to the embedding)" : "");
-	print_devices(out, p);
-	print_stages(out, p);
-	print_shares(out, p, f, &z);
-	print_comm(out, p, f);
-	fprintf(out, "\nreason: %s\n", p->reason);
-	print_warnings(out, p, f, &z);
 }

@@ -150,10 +150,6 @@ int pg_plan_make(const struct pg_plan_request *req,
 /* pg_mem_available - MemAvailable of /proc/meminfo in bytes; 0 unknown. */
 uint64_t pg_mem_available(void);
 
-/* pg_plan_single - the one-device plan (cpu:0 with n_threads threads). */
-void pg_plan_single(const struct pg_model_facts *f, int n_threads,
-		    struct pg_plan *out);
-
 /*
  * pg_plan_cut - cut n_blocks blocks of costs cost[] into pp contiguous
  * non-empty stages, the last also costing last_extra, so that the largest
