@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bench/readbw.h"
+#include "common/clock.h"
 #include "daemon/engine/forward.h"
 #include "daemon/engine/gguf.h"
 #include "daemon/engine/generate.h"
@@ -38,11 +39,11 @@ static double run_pp(struct pg_forward *fw, struct pg_kvc *kvc,
 		     const int32_t *ids, int n, float *logits)
 {
 	struct pg_kvc_seq *s = pg_kvc_seq_new(kvc, 0);
-	double t0 = pg_now();
+	double t0 = pg_now_s();
 
 	if (!s || pg_run_tokens(fw, kvc, s, ids, n, 0, logits))
 		die("forward pass failed (KV pages too few?)", NULL);
-	t0 = pg_now() - t0;
+	t0 = pg_now_s() - t0;
 	pg_kvc_seq_free(kvc, s);
 	/* timing runs must not find their own tokens cached */
 	pg_kvc_evict(kvc, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
@@ -57,11 +58,11 @@ static double run_tg(struct pg_forward *fw, struct pg_kvc *kvc,
 
 	if (!s || pg_run_tokens(fw, kvc, s, ids, 1, 0, logits))
 		die("forward pass failed", NULL);
-	t0 = pg_now();
+	t0 = pg_now_s();
 	for (int i = 1; i <= n; i++)
 		if (pg_run_tokens(fw, kvc, s, &ids[i], 1, 0, logits))
 			die("forward pass failed", NULL);
-	t0 = pg_now() - t0;
+	t0 = pg_now_s() - t0;
 	pg_kvc_seq_free(kvc, s);
 	pg_kvc_evict(kvc, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
 	return t0;

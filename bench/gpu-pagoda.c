@@ -39,6 +39,7 @@ int main(void)
 
 #include <cuda_runtime_api.h>	/* the copy baseline only */
 
+#include "common/clock.h"
 #include "daemon/engine/forward.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/plan.h"
@@ -74,14 +75,6 @@ static void cuda_check(cudaError_t e, const char *what)
 {
 	if (e != cudaSuccess)
 		die(what, cudaGetErrorString(e));
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void *xmalloc(size_t n)
@@ -145,12 +138,12 @@ static double add_gbs(struct pg_backend *be, size_t bytes)
 	if (!x || !y)
 		die("alloc for the add op's figure", strerror(ENOMEM));
 	for (int r = 0; r < 6; r++) {
-		double t = now();
+		double t = pg_now_s();
 
 		be->ops->add(be, x, y, n);
 		if (be->ops->sync(be, err, sizeof(err)))
 			die("add", err);
-		t = now() - t;
+		t = pg_now_s() - t;
 		best = r && t < best ? t : best;	/* the first warms up */
 	}
 	be->ops->free(be, x);
@@ -298,12 +291,12 @@ static double attn_gbs(struct pg_backend *be, const struct attn_rig *r,
 
 		if (be->ops->sync(be, err, sizeof(err)))
 			die("attention", err);
-		t = now();
+		t = pg_now_s();
 		for (int i = 0; i < 10; i++)
 			attn_call(be, r, r->n_seqs, &r->kv, r->q, r->out);
 		if (be->ops->sync(be, err, sizeof(err)))
 			die("attention", err);
-		t = (now() - t) / 10;
+		t = (pg_now_s() - t) / 10;
 		best = rep && t < best ? t : best;	/* the first warms up */
 	}
 	*us = best * 1e6;
@@ -394,10 +387,10 @@ static double decode_tps(struct fw_rig *g, const struct opts *o, int n)
 
 		for (int i = 0; i < WARM_STEPS + o->steps; i++) {
 			if (i == WARM_STEPS)
-				t = now();
+				t = pg_now_s();
 			fw_step(g, n, PROMPT + i, 1, g->tokens + (i % 8) * n);
 		}
-		t = now() - t;
+		t = pg_now_s() - t;
 		best = t < best ? t : best;
 	}
 	return (double)n * o->steps / best;
@@ -410,10 +403,10 @@ static double prefill_tps(struct fw_rig *g, const struct opts *o)
 
 	fw_step(g, 1, 0, o->prefill, g->tokens);	/* warm-up */
 	for (int r = 0; r < o->reps; r++) {
-		double t = now();
+		double t = pg_now_s();
 
 		fw_step(g, 1, 0, o->prefill, g->tokens);
-		t = now() - t;
+		t = pg_now_s() - t;
 		best = t < best ? t : best;
 	}
 	return o->prefill / best;
@@ -539,7 +532,7 @@ static void model_part(const struct opts *o, struct model_figures *mf)
 	double t;
 	char err[1024];
 
-	t = now();
+	t = pg_now_s();
 	if (pg_model_load(o->model, 0, &m, err, sizeof(err)))
 		die(err, NULL);
 	pg_model_facts_of(m, &f);
@@ -547,7 +540,7 @@ static void model_part(const struct opts *o, struct model_figures *mf)
 	fw_rig_make(m, o, &g);
 	printf("model %s: %d blocks, hidden %d, %.2f GB read per decode step; "
 	       "loaded onto cuda:0 in %.1f s\n", m->name, f.n_blocks, f.n_embd,
-	       mf->weight_bytes / 1e9, now() - t);
+	       mf->weight_bytes / 1e9, pg_now_s() - t);
 	if (o->validate_tokens)
 		fw_validate(&g, m, o->validate_tokens);
 	for (int i = 0; i < 3; i++) {

@@ -34,6 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/spin.h"
 #include "include/pagoda.h"
 #include "shm/ring.h"
 
@@ -60,14 +62,6 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void pin(int cpu)
 {
 	cpu_set_t set;
@@ -78,13 +72,6 @@ static void pin(int cpu)
 	CPU_SET(cpu, &set);
 	if (sched_setaffinity(0, sizeof(set), &set) < 0)
 		die("cannot pin to CPU %d: %s", cpu, strerror(errno));
-}
-
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
 }
 
 static void sleep_us(int us)
@@ -177,9 +164,9 @@ static int ping_series(pagoda_t *p, int n, int gap_us, int daemon_pid,
 			sleep_us(gap_us);
 		if (daemon_pid)
 			asleep += daemon_asleep(daemon_pid) == 1;
-		t0 = now_ns();
+		t0 = pg_now_ns();
 		rc = pagoda_ping(p, &rtt);
-		ns[i] = now_ns() - t0;
+		ns[i] = pg_now_ns() - t0;
 		if (rc < 0)
 			die("ping %d: %s", i, pagoda_last_error(p));
 	}
@@ -208,12 +195,12 @@ static void uds_series(int fd, int n, uint64_t *ns)
 {
 	for (int i = 0; i < n; i++) {
 		uint64_t v = 0x5eed0000u + (uint64_t)i, back = 0;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = pg_now_ns();
 
 		if (write(fd, &v, sizeof(v)) != sizeof(v) ||
 		    read(fd, &back, sizeof(back)) != sizeof(back))
 			die("socket echo: %s", strerror(errno));
-		ns[i] = now_ns() - t0;
+		ns[i] = pg_now_ns() - t0;
 		if (back != v)
 			die("socket echo returned %#" PRIx64 " for %#" PRIx64, back, v);
 	}
@@ -333,10 +320,10 @@ static void floor_start(const struct opts *o, struct floor_link *l)
 static void floor_series(struct floor_link *l, int n, uint64_t *ns)
 {
 	for (int i = 0; i < n; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = pg_now_ns();
 
 		floor_ping(&l->sq, &l->cq, l->seq++);
-		ns[i] = now_ns() - t0;
+		ns[i] = pg_now_ns() - t0;
 	}
 }
 
@@ -415,7 +402,7 @@ static void wake_ping(struct wake_link *l, int bell)
 	if (bell && read(l->ans_fd, &v, sizeof(v)) != sizeof(v))
 		die("eventfd: %s", strerror(errno));
 	while (atomic_load(&l->s->ans) != seq)
-		cpu_relax();
+		pg_cpu_relax();
 }
 
 static void wake_series(struct wake_link *l, int n, int gap_us, int bell,
@@ -425,9 +412,9 @@ static void wake_series(struct wake_link *l, int n, int gap_us, int bell,
 		uint64_t t0;
 
 		sleep_us(gap_us);
-		t0 = now_ns();
+		t0 = pg_now_ns();
 		wake_ping(l, bell);
-		ns[i] = now_ns() - t0;
+		ns[i] = pg_now_ns() - t0;
 	}
 }
 
@@ -563,7 +550,7 @@ static void stream_child(const struct opts *o, struct stream_log *lg,
 	if (pagoda_submit(p, &req, NULL) < 0)
 		_exit(4);
 	while ((rc = pagoda_next_event(p, &ev, -1)) == 1) {
-		uint64_t t = now_ns();
+		uint64_t t = pg_now_ns();
 
 		if (ev.type == PAGODA_EVENT_TOKENS) {
 			if (!ev.emitted_ns || ev.emitted_ns > t)

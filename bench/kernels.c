@@ -25,19 +25,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/threadpool.h"
 #include "bench/readbw.h"
 
 #define SPAN_BYTES ((size_t)256 << 20)
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void *xmalloc(size_t n)
 {
@@ -147,14 +140,14 @@ static double time_matmul(struct pg_backend *be, const struct mat_set *s,
 {
 	float *y = xmalloc((size_t)s->m[0].n_rows * 4);
 	size_t bytes = s->m[0].row_bytes * (size_t)s->m[0].n_rows;
-	double t0 = now(), t;
+	double t0 = pg_now_s(), t;
 	long reps = 0;
 
 	do {
 		for (int k = 0; k < 16; k++, reps++)
 			be->ops->matmul(be, &s->m[cold ? reps % s->n_copies : 0],
 					s->x, 1, NULL, y);
-		t = now() - t0;
+		t = pg_now_s() - t0;
 	} while (t < seconds);
 	free(y);
 	return (double)bytes * (double)reps / t / 1e9;
@@ -228,11 +221,11 @@ static void bench_tokens(const char *name, const struct mat_set *s, int n,
 				n, se / ss);
 			exit(1);
 		}
-		t0 = now();
+		t0 = pg_now_s();
 		do {
 			be->ops->matmul(be, &s->m[0], x, n, NULL, y);
 			reps++;
-			t = now() - t0;
+			t = pg_now_s() - t0;
 		} while (t < 1.0);
 		printf("%-25s %s %dt: n=%d tokens, hot: %6.2f GMAC/s\n", name,
 		       pg_cpu_isa_name(pg_cpu_backend_isa(be)), th, n,

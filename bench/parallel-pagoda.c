@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/plan.h"
@@ -130,14 +131,6 @@ static void die(const char *msg, const char *detail)
 	exit(1);
 }
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /*
  * CPU seconds spent by the whole machine (/proc/stat: user, nice, system,
  * irq, softirq, steal) and by this process, to tell how much of the CPUs
@@ -227,7 +220,7 @@ static int min_gen(const struct load *l)
 /* One end of a measured window: the device counters, clocks and tokens. */
 struct mark {
 	struct pg_forward_dev_stats st[MAX_DEV];
-	double t;			/* now() */
+	double t;			/* pg_now_s() */
 	double machine_s, own_s;	/* machine_cpu_s(), own_cpu_s() */
 	long gen;			/* tokens generated so far */
 };
@@ -239,7 +232,7 @@ static void mark_take(struct mark *m, struct pg_forward *fw,
 		pg_forward_device_stats(fw, i, &m->st[i]);
 	m->machine_s = machine_cpu_s();
 	m->own_s = own_cpu_s();
-	m->t = now();
+	m->t = pg_now_s();
 	m->gen = l->gen;
 }
 
@@ -761,14 +754,14 @@ int main(int argc, char **argv)
 	}
 	for (int rep = 0; rep < o.reps; rep++)
 		for (int p = 0; p < n_rigs; p++) {
-			double t0 = now(), tps[2], oth[2];
+			double t0 = pg_now_s(), tps[2], oth[2];
 
 			for (int k = 0; k < 2; k++)
 				rig_measure(&rigs[p], &o, m->hp.n_vocab, k,
 					    rep == 0, &tps[k], &oth[k]);
 			printf("  rep %d %-12s 1 seq %6.1f tok/s, %d seqs %6.1f tok/s (%.0f s; other processes took %.0f%%, %.0f%% of the CPUs)\n",
 			       rep + 1, rigs[p].ps->label, tps[0], o.seqs, tps[1],
-			       now() - t0, oth[0], oth[1]);
+			       pg_now_s() - t0, oth[0], oth[1]);
 			fflush(stdout);
 		}
 	retry_spoilt(rigs, n_rigs, &o, m->hp.n_vocab);

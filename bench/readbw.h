@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "kernels/cpu/threadpool.h"
 
 #define READBW_BYTES ((size_t)256 << 20)
@@ -23,14 +24,6 @@ struct readbw_ctx {
 	size_t n;
 	uint64_t sums[64];
 };
-
-static inline double readbw_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void readbw_worker(void *arg, int ith, int nth)
 {
@@ -62,10 +55,10 @@ static inline double readbw_gbps(int n_threads)
 	memset(buf, 1, READBW_BYTES);
 	c.buf = buf;
 	for (int r = 0; r < 5; r++) {
-		double t = readbw_now();
+		double t = pg_now_s();
 
 		pg_pool_run(pool, readbw_worker, &c);
-		t = readbw_now() - t;
+		t = pg_now_s() - t;
 		if (READBW_BYTES / t / 1e9 > best)
 			best = READBW_BYTES / t / 1e9;
 	}

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
@@ -75,14 +76,6 @@ static void die(const char *msg, const char *detail)
 	fprintf(stderr, "serve-pagoda: %s%s%s\n", msg, detail ? ": " : "",
 		detail ? detail : "");
 	exit(1);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static struct slot *find_slot(struct bench *b, uint64_t id)
@@ -183,12 +176,12 @@ static double run_batch(struct bench *b, int n, int tag)
 		prompt_text(text, sizeof(text), tag, i, 1);
 		nt[i] = tokenize(b->m, text, 1, toks[i], 512);
 	}
-	t0 = now();
+	t0 = pg_now_s();
 	for (int i = 0; i < n; i++)
 		submit(b, toks[i], nt[i], GEN_TOKENS);
 	while (!pg_engine_idle(b->e))
 		step(b);
-	t0 = now() - t0;
+	t0 = pg_now_s() - t0;
 	if (b->gen != (long)n * GEN_TOKENS)
 		die("a request did not generate its full count", NULL);
 	return b->gen / t0;

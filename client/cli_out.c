@@ -31,30 +31,8 @@ void cli_buf_add(struct cli_buf *b, const char *s, size_t n)
 
 void cli_json_string(FILE *f, const char *s, size_t n)
 {
-	const unsigned char *u = (const unsigned char *)s;
-
 	putc('"', f);
-	for (size_t i = 0; i < n;) {
-		size_t len = pg_utf8_len(u + i, n - i);
-
-		if (!len) {
-			fputs("\\ufffd", f);
-			i++;
-		} else if (u[i] == '"' || u[i] == '\\') {
-			fprintf(f, "\\%c", u[i++]);
-		} else if (u[i] == '\n') {
-			fputs("\\n", f);
-			i++;
-		} else if (u[i] == '\t') {
-			fputs("\\t", f);
-			i++;
-		} else if (u[i] < 0x20 || u[i] == 0x7f) {
-			fprintf(f, "\\u%04x", u[i++]);
-		} else {
-			fwrite(u + i, 1, len, f);
-			i += len;
-		}
-	}
+	pg_escape_fput(f, s, n, PG_ESCAPE_JSON);
 	putc('"', f);
 }
 

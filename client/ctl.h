@@ -6,7 +6,7 @@
  *
  * Every string pagodactl shows that it did not write itself (a client's
  * command name, the model's name, the daemon's answers) goes through
- * shm/escape.h on its way out: ctl_shown, ctl_json_str, ctl_put_safe.
+ * shm/escape.h on its way out: ctl_shown, ctl_put_escaped, ctl_put_safe.
  */
 #ifndef PAGODA_CLIENT_CTL_H
 #define PAGODA_CLIENT_CTL_H
@@ -96,9 +96,6 @@ void ctl_snap_free(struct ctl_snap *snap);
 double ctl_hist_quantile(const struct pg_stats_header *hd,
 			 const struct pg_stats_hist *h, double q);
 
-/* Seconds since the daemon started (or its counters were reset), now. */
-double ctl_counting_s(const struct ctl_snap *s);
-
 /*
  * Rates between two snapshots of one daemon (prev may be NULL: since
  * start or the last reset).
@@ -110,9 +107,7 @@ struct ctl_rates {
 void ctl_rates(const struct ctl_snap *prev, const struct ctl_snap *cur,
 	       struct ctl_rates *r);
 
-/* Names of the histograms and states, for output. */
-extern const char *const ctl_hist_names[PG_STATS_N_HIST];
-extern const char *const ctl_hist_titles[PG_STATS_N_HIST];
+/* The name of a state, for output. */
 const char *ctl_state_name(uint32_t state);
 
 /* Human-readable durations ("1h02m", "250 ms"), into buf. */
@@ -129,9 +124,6 @@ const char *ctl_shown(char *buf, size_t len, const char *s, size_t max);
 /* ctl_put_escaped - s (max bytes at most) escaped in mode onto f. */
 void ctl_put_escaped(FILE *f, const char *s, size_t max, int mode);
 
-/* A JSON string value, quotes included (max bytes of s at most). */
-void ctl_json_str(FILE *f, const char *s, size_t max);
-
 /*
  * ctl_put_safe - text the daemon wrote (an admin answer: already escaped
  * by it) onto f with only what a terminal would obey neutralised: json
@@ -144,10 +136,6 @@ void ctl_put_safe(FILE *f, const char *s, size_t len, int json);
 int ctl_cmd_stats(const struct ctl_opts *o);
 int ctl_cmd_metrics(const struct ctl_opts *o);
 int ctl_cmd_top(const struct ctl_opts *o);
-
-/* ctl_stats_print - the stats text (top reuses parts); rates may be NULL. */
-void ctl_print_stats(FILE *f, const struct ctl_snap *s, const struct ctl_rates *r);
-void ctl_print_stats_json(FILE *f, const struct ctl_snap *s, const struct ctl_rates *r);
 
 /*
  * ctl_admin - send one admin request (shm/admin.h) and print the answer.

@@ -30,12 +30,13 @@
 /* Copies a reader tries while the daemon keeps writing. */
 #define READ_TRIES 100000
 
-const char *const ctl_hist_names[PG_STATS_N_HIST] = {
+/* Names of the histograms, for JSON and for text. */
+static const char *const ctl_hist_names[PG_STATS_N_HIST] = {
 	"time_to_first_token", "inter_token_latency", "queue_time",
 	"request_latency", "step_time",
 };
 
-const char *const ctl_hist_titles[PG_STATS_N_HIST] = {
+static const char *const ctl_hist_titles[PG_STATS_N_HIST] = {
 	"time to first token", "inter-token latency", "queue time",
 	"request latency", "engine step",
 };
@@ -380,7 +381,8 @@ double ctl_hist_quantile(const struct pg_stats_header *hd,
 	return lo;
 }
 
-double ctl_counting_s(const struct ctl_snap *s)
+/* Seconds since the daemon started (or its counters were reset), now. */
+static double ctl_counting_s(const struct ctl_snap *s)
 {
 	double up = (double)(s->read_unix_ns - s->h->start_unix_ns) * 1e-9;
 	double reset = (double)s->h->reset_uptime_ns * 1e-9;
@@ -456,17 +458,11 @@ const char *ctl_shown(char *buf, size_t len, const char *s, size_t max)
 
 void ctl_put_escaped(FILE *f, const char *s, size_t max, int mode)
 {
-	size_t n = strnlen(s, max);
-
-	for (size_t i = 0; i < n;) {
-		char one[PG_ESCAPE_MAX];
-
-		i += pg_escape_char(s + i, n - i, mode, one);
-		fputs(one, f);
-	}
+	pg_escape_fput(f, s, strnlen(s, max), mode);
 }
 
-void ctl_json_str(FILE *f, const char *s, size_t max)
+/* A JSON string value, quotes included (max bytes of s at most). */
+static void ctl_json_str(FILE *f, const char *s, size_t max)
 {
 	fputc('"', f);
 	ctl_put_escaped(f, s, max, PG_ESCAPE_JSON);
@@ -477,12 +473,7 @@ void ctl_put_safe(FILE *f, const char *s, size_t len, int json)
 {
 	int mode = (json ? PG_ESCAPE_JSON : PG_ESCAPE_TEXT) | PG_ESCAPE_F_KEEP;
 
-	for (size_t i = 0; i < len;) {
-		char one[PG_ESCAPE_MAX];
-
-		i += pg_escape_char(s + i, len - i, mode, one);
-		fputs(one, f);
-	}
+	pg_escape_fput(f, s, len, mode);
 }
 
 static double pct(uint64_t part, uint64_t whole)
@@ -623,7 +614,8 @@ static void print_clients(FILE *f, const struct ctl_snap *s)
 	}
 }
 
-void ctl_print_stats(FILE *f, const struct ctl_snap *s, const struct ctl_rates *r)
+/* The stats text; rates may be NULL. */
+static void ctl_print_stats(FILE *f, const struct ctl_snap *s, const struct ctl_rates *r)
 {
 	print_head(f, s);
 	print_counts(f, s, r);
@@ -773,7 +765,8 @@ static void json_head(FILE *f, const struct ctl_snap *s)
 		h->page_tokens, h->max_clients, h->max_inflight, h->max_prompt, h->max_tokens);
 }
 
-void ctl_print_stats_json(FILE *f, const struct ctl_snap *s, const struct ctl_rates *r)
+/* The stats as one JSON object; rates may be NULL. */
+static void ctl_print_stats_json(FILE *f, const struct ctl_snap *s, const struct ctl_rates *r)
 {
 	json_head(f, s);
 	json_counts(f, &s->h->c);

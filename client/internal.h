@@ -105,9 +105,6 @@ int pgc_fail(struct pagoda *p, int code, const char *fmt, ...)
 
 /* ---- io.c: the rings (lock held by the caller) ---- */
 
-/* pgc_now_ns - CLOCK_MONOTONIC in nanoseconds (no system call: vDSO). */
-uint64_t pgc_now_ns(void);
-
 /* pgc_alive - 0, or the code when the daemon is gone (submitting is
    pointless then). */
 int pgc_alive(struct pagoda *p);
@@ -168,16 +165,6 @@ void pgc_queue_free(struct pagoda *p);
 void pgc_rx_free(struct pgc_rx *rx);
 
 /* ---- request.c ---- */
-
-/*
- * pgc_gen_size - check req and count its GENERATE payload's bytes; 0 or
- * PAGODA_EINVAL / PAGODA_ETOOBIG with a message on p.
- */
-int pgc_gen_size(struct pagoda *p, const struct pagoda_request *req,
-		 uint32_t *bytes);
-
-/* pgc_gen_encode - write req's payload (pgc_gen_size bytes) to buf. */
-void pgc_gen_encode(const struct pagoda_request *req, uint8_t *buf);
 
 /* ---- event.c ---- */
 

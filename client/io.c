@@ -20,24 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/spin.h"
 #include "client/internal.h"
-
-uint64_t pgc_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
 
 /* ring - add one to an eventfd (a doorbell). */
 static void ring(int efd)
@@ -429,9 +414,9 @@ static void spin(struct pagoda *p, uint64_t until)
 		    atomic_load_explicit(&p->q_gen, memory_order_relaxed) != q ||
 		    atomic_load_explicit(&h->closed, memory_order_relaxed))
 			break;
-		if (!(i % 64) && pgc_now_ns() >= until)
+		if (!(i % 64) && pg_now_ns() >= until)
 			break;
-		cpu_relax();
+		pg_cpu_relax();
 	}
 	pthread_mutex_lock(&p->lock);
 }
@@ -540,7 +525,7 @@ static void spin_learn(struct pagoda *p, int hit)
 int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
 	     struct pgc_rx *rx, int timeout_ms, enum pgc_pace pace)
 {
-	uint64_t start = pgc_now_ns(), spin_end = start + spin_budget(p, pace);
+	uint64_t start = pg_now_ns(), spin_end = start + spin_budget(p, pace);
 	uint64_t deadline = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
 	int rc, spun = 0, slept = 0;
 
@@ -559,7 +544,7 @@ int pgc_wait(struct pagoda *p, pgc_match_fn match, void *ctx,
 		}
 		if (timeout_ms == 0)
 			break;
-		t = pgc_now_ns();
+		t = pg_now_ns();
 		if (t < spin_end) {
 			spin(p, spin_end);
 			spun = 1;
@@ -589,7 +574,7 @@ static void wait_space(struct pagoda *p, unsigned round)
 	if (round < 64) {
 		pthread_mutex_unlock(&p->lock);
 		for (int i = 0; i < 64; i++)
-			cpu_relax();
+			pg_cpu_relax();
 		pthread_mutex_lock(&p->lock);
 		return;
 	}

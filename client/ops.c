@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "client/internal.h"
 
 struct payload {
@@ -69,13 +70,13 @@ int pagoda_ping(pagoda_t *p, uint64_t *rtt_ns)
 	int rc;
 
 	pthread_mutex_lock(&p->lock);
-	t0 = pgc_now_ns();
+	t0 = pg_now_ns();
 	sqe.arg = t0;
 	rc = call(p, &sqe, NULL, 0, PG_CQE_PONG, &rx);
 	if (!rc && rx.cqe.arg != t0)
 		rc = pgc_fail(p, PAGODA_EPROTO, "pagodad's PONG did not echo the PING");
 	if (!rc && rtt_ns)
-		*rtt_ns = pgc_now_ns() - t0;
+		*rtt_ns = pg_now_ns() - t0;
 	pthread_mutex_unlock(&p->lock);
 	pgc_rx_free(&rx);
 	return rc;

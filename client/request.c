@@ -107,8 +107,12 @@ static int check_counts(struct pagoda *p, const struct pagoda_request *req)
 	return 0;
 }
 
-int pgc_gen_size(struct pagoda *p, const struct pagoda_request *req,
-		 uint32_t *bytes)
+/*
+ * pgc_gen_size - check req and count its GENERATE payload's bytes; 0 or
+ * PAGODA_EINVAL / PAGODA_ETOOBIG with a message on p.
+ */
+static int pgc_gen_size(struct pagoda *p, const struct pagoda_request *req,
+			uint32_t *bytes)
 {
 	const struct pg_seg_header *h = p->hdr;
 	size_t prompt, stop = 0, total;
@@ -157,7 +161,8 @@ static uint8_t *encode_prompt(const struct pagoda_request *req, uint8_t *dst)
 	return dst;
 }
 
-void pgc_gen_encode(const struct pagoda_request *req, uint8_t *buf)
+/* pgc_gen_encode - write req's payload (pgc_gen_size bytes) to buf. */
+static void pgc_gen_encode(const struct pagoda_request *req, uint8_t *buf)
 {
 	int random = req->seed == PAGODA_SEED_RANDOM;
 	struct pg_gen_wire w = {
@@ -214,7 +219,7 @@ static int send_gen(struct pagoda *p, const struct pagoda_request *req,
 {
 	struct pg_sqe sqe = { .op = PG_OP_GENERATE };
 	const struct pg_seg_header *h = p->hdr;
-	uint32_t len;
+	uint32_t len = 0;
 	int rc = pgc_alive(p);
 
 	if (!rc)

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "common/clock.h"
 #include "daemon.h"
 #include "engine/engine.h"
 #include "engine/fault.h"
@@ -102,14 +103,6 @@ struct out {
 	int json;
 	int status;
 };
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- io_uring operations ---- */
 
@@ -402,7 +395,7 @@ static void answer_drained(struct pgd *d, struct out *o)
 
 	load_fields(d, fields, sizeof(fields), &running, &waiting, &inflight);
 	answer(o, "drain", 0, fields, "drained: the engine is idle after %.1f s; new requests are refused until pagodactl resume",
-	       mono_s() - d->admin->drain_since);
+	       pg_now_s() - d->admin->drain_since);
 }
 
 static void cmd_drain(struct pgd *d, struct conn *k, struct out *o)
@@ -413,7 +406,7 @@ static void cmd_drain(struct pgd *d, struct conn *k, struct out *o)
 
 	if (!d->draining) {
 		d->draining = 1;
-		a->drain_since = mono_s();
+		a->drain_since = pg_now_s();
 		pgd_log(PGD_LOG_INFO, "admin: draining (uid %u): new requests are refused", (unsigned)k->uid);
 	}
 	if (k->req.flags & PG_ADMIN_F_WAIT) {
@@ -433,7 +426,7 @@ static void cmd_drain(struct pgd *d, struct conn *k, struct out *o)
 static void cmd_resume(struct pgd *d, const struct conn *k, struct out *o)
 {
 	char fields[64];
-	double was = d->draining ? mono_s() - d->admin->drain_since : 0;
+	double was = d->draining ? pg_now_s() - d->admin->drain_since : 0;
 
 	snprintf(fields, sizeof(fields), "\"was_draining\":%s", d->draining ? "true" : "false");
 	if (!d->draining) {
@@ -576,7 +569,7 @@ static void cmd_health(struct pgd *d, struct out *o)
 		answer(o, "health", ESHUTDOWN, fields, "unhealthy: pagodad is stopping");
 	else if (d->draining)
 		answer(o, "health", EBUSY, fields, "unhealthy: draining since %.1f s ago, new requests are refused (pagodactl resume)",
-		       mono_s() - d->admin->drain_since);
+		       pg_now_s() - d->admin->drain_since);
 	else if (errors)
 		answer(o, "health", EIO, fields, "unhealthy: the forward pass failed %d times in the last %.0f s (last %.1f s ago); see pagodad's log",
 		       errors, HEALTH_WINDOW_S, last);
@@ -592,12 +585,10 @@ static void cmd_health(struct pgd *d, struct out *o)
  */
 static void cmd_fault(struct pgd *d, struct conn *k, struct out *o)
 {
-	const char *env = getenv("PAGODA_FAULT_INJECTION");
 	long seen = 0;
 	bool fired;
 
-	(void)d;
-	if (!env || strcmp(env, "1")) {
+	if (!d->cfg->fault_injection) {	/* PAGODA_FAULT_INJECTION (settings.c) */
 		answer(o, "fault", EPERM, NULL,
 		       "allocation failure injection is for tests: start pagodad with PAGODA_FAULT_INJECTION=1 in its environment to use it");
 		return;

@@ -1,11 +1,12 @@
 /*
  * config.c - pagodad.conf and the options that override it (config.h).
  *
- * One table names every key: its section, its command-line option, its
- * type and range, where its value lives in struct pgd_conf, and whether a
- * reload may change it.  The file, the options, the checks, --print-config
- * and SIGHUP's comparison all go through that table, so a key cannot be
- * known to one and not to the others.
+ * The keys are the first rows of pagodad's one table of settings
+ * (settings.h): each with its section, its command-line option, its type,
+ * range and default, where its value lives in struct pgd_conf, and whether
+ * a reload may change it.  The file, the options, the checks,
+ * --print-config and SIGHUP's comparison all go through that table, so a
+ * key cannot be known to one and not to the others.
  *
  * libinih splits each "key = value" line (whitespace, inline comments).
  * It reports only the first line it could not parse, so the lines are
@@ -22,13 +23,11 @@
 #include <grp.h>
 #include <ini.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/un.h>
 
 #include "access.h"
@@ -37,122 +36,11 @@
 #include "engine/model.h"
 #include "engine/plan.h"
 #include "log.h"
-#include "shm/segment.h"
+#include "settings.h"
 
-enum key_type {
-	T_STR,		/* const char *, owned */
-	T_MODEL,	/* T_STR whose unset value is the default model */
-	T_INT,		/* int in lo..hi */
-	T_SIZE,		/* size_t bytes, K/M/G/T suffixes, lo..hi */
-	T_SIZE32,	/* uint32_t bytes, the same */
-	T_SLOTS,	/* uint32_t, a power of two in lo..hi */
-	T_FRACTION,	/* double in (0, 1] */
-	T_SECONDS,	/* double > 0 */
-	T_BOOL,		/* int 0 or 1 */
-	T_MODE,		/* unsigned, octal, at most 0777 */
-	T_KV_TYPE,	/* enum pg_dtype: f16, bf16, f32 */
-	T_LOG_LEVEL,	/* int: enum pgd_log_level */
-	T_PARALLEL,	/* int: 1 for auto, 0 for manual */
-	T_NUMERICS,	/* int, enum pg_numerics: pagoda, llama.cpp */
-};
-
-#define F_RELOAD 1u	/* SIGHUP changes it in a running daemon */
-#define F_UNSET 2u	/* may be left unset, which means "choose" */
-#define F_POOL 4u	/* one of the KV pool's three sizes */
-
-struct key {
-	const char *section;
-	const char *name;
-	const char *option;	/* its long option, without "--" */
-	enum key_type type;
-	long long lo, hi;
-	size_t off;		/* of its value in struct pgd_conf */
-	unsigned flags;
-	const char *unset;	/* F_UNSET: what happens then */
-};
-
-#define C(field) offsetof(struct pgd_conf, field)
-#define D(field) offsetof(struct pgd_conf, daemon.field)
-#define MAX_TOKENS (1 << 24)
-
-static const struct key keys[] = {
-	{ "model", "path", "model", T_MODEL, 0, 0, C(model), F_UNSET, NULL },
-
-	{ "devices", "devices", "devices", T_STR, 0, 0, C(devices), F_UNSET,
-	  "one CPU device of every CPU, threads not pinned" },
-	{ "devices", "parallel", "parallel", T_PARALLEL, 0, 1, C(autoplan), 0, NULL },
-	{ "devices", "pipeline_parallel", "pipeline-parallel", T_INT, 1,
-	  PG_PLAN_MAX_DEVICES, C(pp), F_UNSET,
-	  "the devices left over by tensor_parallel and context_parallel" },
-	{ "devices", "tensor_parallel", "tensor-parallel", T_INT, 1,
-	  PG_PLAN_MAX_DEVICES, C(tp), F_UNSET, "1, or chosen by parallel = auto" },
-	{ "devices", "context_parallel", "context-parallel", T_INT, 1,
-	  PG_PLAN_MAX_DEVICES, C(cp), F_UNSET, "1, or chosen by parallel = auto" },
-	{ "devices", "threads", "threads", T_INT, 0, 1024, C(threads), F_UNSET,
-	  "2 on the one unpinned CPU device; one per CPU of each device of a plan" },
-	{ "devices", "numerics", "numerics", T_NUMERICS, 0, 1, C(numerics), 0, NULL },
-
-	{ "kv", "ctx_size", "ctx-size", T_INT, 1, MAX_TOKENS, C(ctx_size), F_POOL, NULL },
-	{ "kv", "kv_size", "kv-size", T_SIZE, 1, 1ll << 50, C(kv_bytes),
-	  F_UNSET | F_POOL, "the pool holds ctx_size tokens" },
-	{ "kv", "kv_fraction", "kv-fraction", T_FRACTION, 0, 1, C(kv_fraction),
-	  F_UNSET | F_POOL, "the pool holds ctx_size tokens" },
-	{ "kv", "page_tokens", "page-tokens", T_INT, 1, 1024, C(page_tokens), 0, NULL },
-	{ "kv", "kv_type", "kv-type", T_KV_TYPE, 0, 0, C(kv_type), 0, NULL },
-	{ "kv", "kv_lock", "kv-lock", T_BOOL, 0, 1, C(kv_mem.lock), 0, NULL },
-	{ "kv", "kv_hugetlb", "kv-hugetlb", T_BOOL, 0, 1, C(kv_mem.hugetlb), 0, NULL },
-	{ "kv", "numa_node", "numa-node", T_INT, 0, 1023, C(kv_mem.numa_node),
-	  F_UNSET, "no binding" },
-
-	{ "batch", "max_batch_tokens", "max-batch-tokens", T_INT, 1, 1 << 16,
-	  C(max_batch_tokens), 0, NULL },
-	{ "batch", "max_batch_seqs", "max-batch-seqs", T_INT, 1, 4096,
-	  C(max_batch_seqs), 0, NULL },
-
-	{ "daemon", "socket", "socket", T_STR, 0, 0, D(socket_path), 0, NULL },
-	{ "daemon", "socket_mode", "socket-mode", T_MODE, 0, 0777, D(socket_mode), 0, NULL },
-	{ "daemon", "socket_group", "socket-group", T_STR, 0, 0, D(socket_group),
-	  F_UNSET, "pagoda when that group exists, else the daemon's own group" },
-	{ "daemon", "admin_socket", "admin-socket", T_STR, 0, 0, D(admin_socket),
-	  F_UNSET, "beside the socket, its name ending in -admin.sock" },
-	{ "daemon", "admin_group", "admin-group", T_STR, 0, 0, D(admin_group),
-	  F_UNSET, "pagoda-admin when that group exists, else root and pagodad's own user only" },
-	{ "daemon", "sq_slots", "sq-slots", T_SLOTS, PG_SEG_MIN_SLOTS,
-	  PG_SEG_MAX_SLOTS, D(sq_slots), 0, NULL },
-	{ "daemon", "cq_slots", "cq-slots", T_SLOTS, PG_SEG_MIN_SLOTS,
-	  PG_SEG_MAX_SLOTS, D(cq_slots), 0, NULL },
-	{ "daemon", "sq_arena", "sq-arena", T_SIZE32, PG_SEG_MIN_ARENA,
-	  PG_SEG_MAX_ARENA, D(sq_arena), 0, NULL },
-	{ "daemon", "cq_arena", "cq-arena", T_SIZE32, PG_SEG_MIN_ARENA,
-	  PG_SEG_MAX_ARENA, D(cq_arena), 0, NULL },
-	{ "daemon", "spin_us", "spin-us", T_INT, 0, 1000000, D(spin_us), F_RELOAD, NULL },
-
-	{ "limits", "max_clients", "max-clients", T_INT, 1, 4096, D(max_clients), 0, NULL },
-	{ "limits", "max_inflight", "max-inflight", T_INT, 1, 65536,
-	  D(max_inflight), F_RELOAD, NULL },
-	{ "limits", "max_prompt", "max-prompt", T_INT, 1, MAX_TOKENS, D(max_prompt),
-	  F_RELOAD | F_UNSET, "the KV pool's capacity" },
-	{ "limits", "max_tokens", "max-tokens", T_INT, 1, MAX_TOKENS, D(max_tokens),
-	  F_RELOAD, NULL },
-	{ "limits", "max_payload", "max-payload", T_SIZE32, 1, PG_SEG_MAX_ARENA,
-	  D(max_payload), F_RELOAD | F_UNSET, "sq_arena" },
-	{ "limits", "drain_timeout", "drain-timeout", T_SECONDS, 0, 0,
-	  D(drain_timeout_s), F_RELOAD, NULL },
-
-	{ "access", "allow_users", "allow-users", T_STR, 0, 0, D(allow_users),
-	  F_RELOAD | F_UNSET, "anyone who can open the socket, unless allow_groups is set" },
-	{ "access", "allow_groups", "allow-groups", T_STR, 0, 0, D(allow_groups),
-	  F_RELOAD | F_UNSET, "no group beyond allow_users" },
-
-	{ "log", "log_level", "log-level", T_LOG_LEVEL, 0, 0, C(log_level), F_RELOAD, NULL },
-
-	{ "stats", "stats_path", "stats-path", T_STR, 0, 0, D(stats_path), F_UNSET,
-	  "beside the socket, its name ending in .stats" },
-	{ "stats", "stats_interval_ms", "stats-interval-ms", T_INT, 1, 3600000,
-	  D(stats_interval_ms), F_UNSET, "100" },
-};
-
-#define N_KEYS ((int)(sizeof(keys) / sizeof(keys[0])))
+/* The keys: the table's first N_KEYS rows (settings.h). */
+static const struct pgd_setting *const keys = pgd_settings;
+#define N_KEYS pgd_settings_keys()
 
 static const char *const sections[] = {
 	"model", "devices", "kv", "batch", "daemon", "limits", "access", "log",
@@ -175,38 +63,38 @@ struct pgd_conf_src {
 	char *path;			/* the file last loaded */
 	int required;
 	int found;			/* it existed */
-	int from[N_KEYS];		/* FROM_* or the line */
+	int from[PGD_SETTINGS_MAX];	/* per key: FROM_* or the line */
 	struct override *ov;		/* (n_ov) in the order given */
 	int n_ov;
 };
 
 /* ---- values: pointers, defaults, copies ---- */
 
-static void *slot(const struct pgd_conf *c, const struct key *k)
+static void *slot(const struct pgd_conf *c, const struct pgd_setting *k)
 {
 	return (char *)c + k->off;
 }
 
-static const char **str_slot(const struct pgd_conf *c, const struct key *k)
+static char **str_slot(const struct pgd_conf *c, const struct pgd_setting *k)
 {
-	return (const char **)slot(c, k);
+	return (char **)slot(c, k);
 }
 
-static int is_str(const struct key *k)
+static int is_str(const struct pgd_setting *k)
 {
-	return k->type == T_STR || k->type == T_MODEL;
+	return k->type == PGD_T_STR || k->type == PGD_T_MODEL;
 }
 
 static void free_strings(struct pgd_conf *c)
 {
 	for (int i = 0; i < N_KEYS; i++)
 		if (is_str(&keys[i])) {
-			free((void *)*str_slot(c, &keys[i]));
+			free(*str_slot(c, &keys[i]));
 			*str_slot(c, &keys[i]) = NULL;
 		}
 }
 
-/* The defaults, the daemon's from pgd_config_default; strings are copies. */
+/* The defaults: the table's (settings.c); strings are copies. */
 static int set_defaults(struct pgd_conf *c)
 {
 	struct pgd_conf_src *src = c->src;
@@ -214,359 +102,90 @@ static int set_defaults(struct pgd_conf *c)
 	free_strings(c);
 	memset(c, 0, sizeof(*c));
 	c->src = src;
-	c->threads = -1;
-	c->ctx_size = 8192;
-	c->page_tokens = 16;
-	c->kv_type = PG_F16;
-	c->kv_mem.numa_node = -1;
-	c->max_batch_tokens = 512;
-	c->max_batch_seqs = 64;
-	c->log_level = PGD_LOG_INFO;
-	pgd_config_default(&c->daemon);
 	c->daemon.conf = c;
-	for (int i = 0; i < N_KEYS; i++) {
-		const char **s = str_slot(c, &keys[i]);
-
-		if (!is_str(&keys[i]) || !*s || (*s = strdup(*s)))
-			continue;
-		while (++i < N_KEYS)	/* no literal may reach free() */
-			if (is_str(&keys[i]))
-				*str_slot(c, &keys[i]) = NULL;
-		return -1;
-	}
+	for (int i = 0; i < N_KEYS; i++)
+		if (pgd_setting_default(&keys[i], slot(c, &keys[i])))
+			return -1;	/* the strings so far are c's to free */
 	return 0;
-}
-
-/* The bytes of key k's value in struct pgd_conf. */
-static size_t value_bytes(const struct key *k)
-{
-	switch (k->type) {
-	case T_STR:
-	case T_MODEL: return sizeof(const char *);
-	case T_SIZE: return sizeof(size_t);
-	case T_SIZE32:
-	case T_SLOTS: return sizeof(uint32_t);
-	case T_FRACTION:
-	case T_SECONDS: return sizeof(double);
-	case T_MODE: return sizeof(unsigned);
-	case T_KV_TYPE: return sizeof(enum pg_dtype);
-	default: return sizeof(int);
-	}
 }
 
 /* Copy key k's value from src to dst.  Returns 0, or -1 out of memory. */
 static int copy_value(struct pgd_conf *dst, const struct pgd_conf *src,
-		      const struct key *k)
+		      const struct pgd_setting *k)
 {
-	const char *s;
+	char *s;
 
 	if (!is_str(k)) {
-		memcpy(slot(dst, k), slot(src, k), value_bytes(k));
+		memcpy(slot(dst, k), slot(src, k), pgd_setting_bytes(k));
 		return 0;
 	}
 	s = *str_slot(src, k);
 	if (s && !(s = strdup(s)))
 		return -1;
-	free((void *)*str_slot(dst, k));
+	free(*str_slot(dst, k));
 	*str_slot(dst, k) = s;
 	return 0;
 }
 
 /* Move key k's value from src to dst: no allocation. */
 static void move_value(struct pgd_conf *dst, struct pgd_conf *src,
-		       const struct key *k)
+		       const struct pgd_setting *k)
 {
 	if (!is_str(k)) {
 		copy_value(dst, src, k);
 		return;
 	}
-	free((void *)*str_slot(dst, k));
+	free(*str_slot(dst, k));
 	*str_slot(dst, k) = *str_slot(src, k);
 	*str_slot(src, k) = NULL;
 }
 
 /* Key k back to its default. */
-static int reset_value(struct pgd_conf *c, const struct key *k)
+static int reset_value(struct pgd_conf *c, const struct pgd_setting *k)
 {
-	struct pgd_conf d = { 0 };
-	int rc = set_defaults(&d);
-
-	if (!rc)
-		rc = copy_value(c, &d, k);
-	free_strings(&d);
-	return rc;
+	if (is_str(k)) {
+		free(*str_slot(c, k));
+		*str_slot(c, k) = NULL;
+	}
+	return pgd_setting_default(k, slot(c, k)) ? -1 : 0;
 }
 
 /* An unset key holds its default: NULL, or a number below its range. */
-static int is_unset(const struct pgd_conf *c, const struct key *k)
+static int is_unset(const struct pgd_conf *c, const struct pgd_setting *k)
 {
-	const void *v = slot(c, k);
-
-	if (!(k->flags & F_UNSET))
-		return 0;
-	switch (k->type) {
-	case T_STR:
-	case T_MODEL: return !*(const char *const *)v;
-	case T_SIZE: return !*(const size_t *)v;
-	case T_SIZE32: return !*(const uint32_t *)v;
-	case T_FRACTION: return !(*(const double *)v > 0);
-	default: return *(const int *)v < k->lo;
-	}
-}
-
-/* ---- values: parsing and writing ---- */
-
-static int parse_ll(const char *s, int base, long long *v)
-{
-	char *end;
-
-	errno = 0;
-	*v = strtoll(s, &end, base);
-	return errno || end == s || *end ? -1 : 0;
-}
-
-/* A size in bytes with an optional binary K, M, G or T suffix. */
-static int parse_bytes(const char *s, unsigned long long *out)
-{
-	static const char suffixes[] = "KMGT";
-	unsigned long long v;
-	const char *sfx;
-	char *end;
-	int shift = 0;
-
-	if (*s < '0' || *s > '9')
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (*end && (sfx = strchr(suffixes, *end & ~0x20)) != NULL) {
-		shift = 10 * (int)(sfx - suffixes + 1);
-		end++;
-	}
-	if (errno || end == s || *end || v > (~0ull >> shift))
-		return -1;
-	*out = v << shift;
-	return 0;
-}
-
-/* Bytes the way the file writes them: the largest exact suffix. */
-static void format_bytes(unsigned long long v, char *buf, size_t len)
-{
-	static const char suffixes[] = "KMGT";
-	int i = -1;
-
-	while (v && i < 3 && !(v & 1023)) {
-		v >>= 10;
-		i++;
-	}
-	if (i < 0)
-		snprintf(buf, len, "%llu", v);
-	else
-		snprintf(buf, len, "%llu%c", v, suffixes[i]);
-}
-
-/* The shortest of %.15g and %.17g that reads back as v. */
-static void format_double(double v, char *buf, size_t len)
-{
-	snprintf(buf, len, "%.15g", v);
-	if (strtod(buf, NULL) != v)
-		snprintf(buf, len, "%.17g", v);
-}
-
-static int parse_bool(const char *s, int *out)
-{
-	static const char *const yes[] = { "yes", "true", "on", "1" };
-	static const char *const no[] = { "no", "false", "off", "0" };
-
-	for (int i = 0; i < 4; i++) {
-		if (!strcasecmp(s, yes[i]))
-			return *out = 1, 0;
-		if (!strcasecmp(s, no[i]))
-			return *out = 0, 0;
-	}
-	return -1;
-}
-
-static int parse_kv_type(const char *s, enum pg_dtype *t)
-{
-	if (!strcmp(s, "f16"))
-		*t = PG_F16;
-	else if (!strcmp(s, "bf16"))
-		*t = PG_BF16;
-	else if (!strcmp(s, "f32"))
-		*t = PG_F32;
-	else
-		return -1;
-	return 0;
-}
-
-/* What a value of k must look like, for error messages. */
-static void expected(const struct key *k, char *buf, size_t len)
-{
-	char lo[32], hi[32];
-
-	format_bytes((unsigned long long)k->lo, lo, sizeof(lo));
-	format_bytes((unsigned long long)k->hi, hi, sizeof(hi));
-	switch (k->type) {
-	case T_STR:
-	case T_MODEL: snprintf(buf, len, "expected text without control characters"); break;
-	case T_INT: snprintf(buf, len, "expected an integer in %lld..%lld", k->lo, k->hi); break;
-	case T_SIZE:
-	case T_SIZE32: snprintf(buf, len, "expected a size in bytes from %s to %s, with an optional K, M, G or T suffix (such as 512M)", lo, hi); break;
-	case T_SLOTS: snprintf(buf, len, "expected a power of two from %lld to %lld", k->lo, k->hi); break;
-	case T_FRACTION: snprintf(buf, len, "expected a number in (0, 1]"); break;
-	case T_SECONDS: snprintf(buf, len, "expected a positive number of seconds"); break;
-	case T_BOOL: snprintf(buf, len, "expected yes or no"); break;
-	case T_MODE: snprintf(buf, len, "expected an octal mode such as 0660"); break;
-	case T_KV_TYPE: snprintf(buf, len, "expected f16, bf16 or f32"); break;
-	case T_LOG_LEVEL: snprintf(buf, len, "expected error, warn, info or debug"); break;
-	case T_PARALLEL: snprintf(buf, len, "expected auto or manual"); break;
-	case T_NUMERICS: snprintf(buf, len, "expected pagoda or llama.cpp"); break;
-	}
-}
-
-static int parse_str(const char *s, const char **out)
-{
-	char *copy;
-
-	for (const char *p = s; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			return -1;
-	copy = strdup(s);
-	if (!copy)
-		return -ENOMEM;
-	free((void *)*out);
-	*out = copy;
-	return 0;
-}
-
-static int parse_number(const struct key *k, const char *s, void *v)
-{
-	unsigned long long b;
-	long long n;
-	double f;
-	char *end;
-
-	switch (k->type) {
-	case T_INT:
-	case T_SLOTS:
-		if (parse_ll(s, 10, &n) || n < k->lo || n > k->hi ||
-		    (k->type == T_SLOTS && (n & (n - 1))))
-			return -1;
-		if (k->type == T_INT)
-			*(int *)v = (int)n;
-		else
-			*(uint32_t *)v = (uint32_t)n;
-		return 0;
-	case T_SIZE:
-	case T_SIZE32:
-		if (parse_bytes(s, &b) || b < (unsigned long long)k->lo ||
-		    b > (unsigned long long)k->hi)
-			return -1;
-		if (k->type == T_SIZE)
-			*(size_t *)v = (size_t)b;
-		else
-			*(uint32_t *)v = (uint32_t)b;
-		return 0;
-	default:
-		errno = 0;
-		f = strtod(s, &end);
-		if (errno || end == s || *end || !isfinite(f) || !(f > 0) ||
-		    (k->type == T_FRACTION && f > 1))
-			return -1;
-		*(double *)v = f;
-		return 0;
-	}
+	return pgd_setting_is_unset(k, slot(c, k));
 }
 
 /* Parse s as k's value into c.  Returns 0, -1 (bad value) or -ENOMEM. */
-static int parse_value(struct pgd_conf *c, const struct key *k, const char *s)
+static int parse_value(struct pgd_conf *c, const struct pgd_setting *k,
+		       const char *s)
 {
-	void *v = slot(c, k);
-	long long n;
-	int i;
-
-	switch (k->type) {
-	case T_STR:
-	case T_MODEL:
-		return parse_str(s, str_slot(c, k));
-	case T_BOOL:
-		return parse_bool(s, (int *)v);
-	case T_MODE:
-		if (*s < '0' || *s > '7' || parse_ll(s, 8, &n) || n < 0 || n > 0777)
-			return -1;
-		*(unsigned *)v = (unsigned)n;
-		return 0;
-	case T_KV_TYPE:
-		return parse_kv_type(s, (enum pg_dtype *)v);
-	case T_LOG_LEVEL:
-		i = pgd_log_parse(s);
-		if (i < 0)
-			return -1;
-		*(int *)v = i;
-		return 0;
-	case T_PARALLEL:
-		if (strcmp(s, "auto") && strcmp(s, "manual"))
-			return -1;
-		*(int *)v = !strcmp(s, "auto");
-		return 0;
-	case T_NUMERICS:
-		if (strcmp(s, "pagoda") && strcmp(s, "llama.cpp"))
-			return -1;
-		*(int *)v = strcmp(s, "pagoda") ? PG_NUMERICS_LLAMA_CPP :
-						  PG_NUMERICS_PAGODA;
-		return 0;
-	default:
-		return parse_number(k, s, v);
-	}
+	return pgd_setting_parse(k, s, slot(c, k));
 }
 
-static const char *kv_type_name(enum pg_dtype t)
+/* What a value of k must look like, for error messages. */
+static void expected(const struct pgd_setting *k, char *buf, size_t len)
 {
-	return t == PG_F32 ? "f32" : t == PG_BF16 ? "bf16" : "f16";
+	pgd_setting_expected(k, buf, len);
 }
-
-static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
 /*
  * Key k's value as the file writes it ("" when unset; the default model's
  * path for an unset [model] path).
  */
-static void format_value(const struct pgd_conf *c, const struct key *k,
+static void format_value(const struct pgd_conf *c, const struct pgd_setting *k,
 			 char *buf, size_t len)
 {
-	const void *v = slot(c, k);
-
-	if (k->type == T_MODEL) {
+	if (k->type == PGD_T_MODEL) {
 		const char *path = pgd_conf_model_path(c, buf, len);
 
 		if (path != buf)
 			snprintf(buf, len, "%s", path);
 		return;
 	}
-	if (is_unset(c, k)) {
-		buf[0] = '\0';
-		return;
-	}
-	switch (k->type) {
-	case T_STR: snprintf(buf, len, "%s", *(const char *const *)v); break;
-	case T_INT: snprintf(buf, len, "%d", *(const int *)v); break;
-	case T_SLOTS: snprintf(buf, len, "%u", *(const uint32_t *)v); break;
-	case T_SIZE: format_bytes(*(const size_t *)v, buf, len); break;
-	case T_SIZE32: format_bytes(*(const uint32_t *)v, buf, len); break;
-	case T_FRACTION:
-	case T_SECONDS: format_double(*(const double *)v, buf, len); break;
-	case T_BOOL: snprintf(buf, len, "%s", *(const int *)v ? "yes" : "no"); break;
-	case T_MODE: snprintf(buf, len, "%04o", *(const unsigned *)v); break;
-	case T_KV_TYPE: snprintf(buf, len, "%s", kv_type_name(*(const enum pg_dtype *)v)); break;
-	case T_LOG_LEVEL: snprintf(buf, len, "%s", level_names[*(const int *)v]); break;
-	case T_PARALLEL: snprintf(buf, len, "%s", *(const int *)v ? "auto" : "manual"); break;
-	case T_NUMERICS:
-		snprintf(buf, len, "%s", *(const int *)v ==
-			 PG_NUMERICS_LLAMA_CPP ? "llama.cpp" : "pagoda");
-		break;
-	default: buf[0] = '\0'; break;
-	}
+	pgd_setting_format(k, slot(c, k), buf, len);
 }
+
 
 /* ---- reading the file ---- */
 
@@ -636,7 +255,7 @@ static int section_index(const char *name)
 static int key_index(const char *name)
 {
 	for (int i = 0; i < N_KEYS; i++)
-		if (!strcmp(keys[i].name, name))
+		if (!strcmp(keys[i].key, name))
 			return i;
 	return -1;
 }
@@ -652,7 +271,7 @@ static void list_names(const char *section, char *buf, size_t len)
 			n += (size_t)snprintf(buf + n, len - n, "%s[%s]", i ? ", " : "", sections[i]);
 	for (int i = 0; section && i < N_KEYS && n < len; i++)
 		if (!strcmp(keys[i].section, section))
-			n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", keys[i].name);
+			n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", keys[i].key);
 }
 
 /* A [section] line: the section its keys go to, or an error. */
@@ -773,25 +392,25 @@ static void unknown_key(struct load *l, const char *name)
 static int pool_set_before(const struct load *l, int i)
 {
 	for (int j = 0; j < N_KEYS; j++)
-		if (j != i && (keys[j].flags & F_POOL) && l->c->src->from[j] > 0)
+		if (j != i && (keys[j].flags & PGD_F_POOL) && l->c->src->from[j] > 0)
 			return j;
 	return -1;
 }
 
 static void set_from_file(struct load *l, int i, const char *value)
 {
-	const struct key *k = &keys[i];
+	const struct pgd_setting *k = &keys[i];
 	char loc[300], exp[160];
 	int j, rc;
 
 	here(l, loc, sizeof(loc));
 	if (!*value) {
-		fail(l, loc, "%s has no value: give one, or remove the line to leave it at its default", k->name);
+		fail(l, loc, "%s has no value: give one, or remove the line to leave it at its default", k->key);
 		return;
 	}
-	if ((k->flags & F_POOL) && (j = pool_set_before(l, i)) >= 0) {
+	if ((k->flags & PGD_F_POOL) && (j = pool_set_before(l, i)) >= 0) {
 		fail(l, loc, "%s: the KV pool's size is already given by %s at line %d: keep one of ctx_size, kv_size and kv_fraction",
-		     k->name, keys[j].name, l->c->src->from[j]);
+		     k->key, keys[j].key, l->c->src->from[j]);
 		return;
 	}
 	rc = parse_value(l->c, k, value);
@@ -799,7 +418,7 @@ static void set_from_file(struct load *l, int i, const char *value)
 		l->oom = 1;
 	} else if (rc) {
 		expected(k, exp, sizeof(exp));
-		fail(l, loc, "%s '%s': %s", k->name, value, exp);
+		fail(l, loc, "%s '%s': %s", k->key, value, exp);
 	} else {
 		l->c->src->from[i] = l->line;
 	}
@@ -856,21 +475,13 @@ static void read_file(struct load *l)
 
 /* ---- options, and the checks between keys ---- */
 
-static const struct {
-	const char *alias, *option;
-} aliases[] = {
-	{ "batch", "max-batch-tokens" },
-};
-
+/* The key of a long option (its alias too), or -1. */
 static int option_index(const char *option)
 {
-	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
-		if (!strcmp(option, aliases[i].alias))
-			option = aliases[i].option;
-	for (int i = 0; i < N_KEYS; i++)
-		if (!strcmp(keys[i].option, option))
-			return i;
-	return -1;
+	const struct pgd_setting *s = pgd_setting_by_option(option);
+	int i = s ? pgd_setting_index(s) : -1;
+
+	return i < N_KEYS ? i : -1;
 }
 
 static int add_override(struct pgd_conf *c, int key, const char *value)
@@ -921,7 +532,7 @@ int pgd_conf_set_option(struct pgd_conf *c, const char *option,
 static void clear_other_pool_keys(struct load *l, int i)
 {
 	for (int j = 0; j < N_KEYS; j++)
-		if (j != i && (keys[j].flags & F_POOL) &&
+		if (j != i && (keys[j].flags & PGD_F_POOL) &&
 		    l->c->src->from[j] != FROM_DEFAULT) {
 			if (reset_value(l->c, &keys[j]))
 				l->oom = 1;
@@ -936,10 +547,10 @@ static void apply_options(struct load *l)
 
 	for (int n = 0; n < src->n_ov; n++) {
 		const struct override *ov = &src->ov[n];
-		const struct key *k = &keys[ov->key];
+		const struct pgd_setting *k = &keys[ov->key];
 		int rc;
 
-		if (k->flags & F_POOL)
+		if (k->flags & PGD_F_POOL)
 			clear_other_pool_keys(l, ov->key);
 		rc = parse_value(l->c, k, ov->value);
 		if (rc == -ENOMEM)
@@ -968,8 +579,8 @@ static void check_keys(struct load *l)
 	char loc[300], a[32], b[32];
 
 	if (d->max_payload > d->sq_arena) {
-		format_bytes(d->max_payload, a, sizeof(a));
-		format_bytes(d->sq_arena, b, sizeof(b));
+		pgd_format_bytes(d->max_payload, a, sizeof(a));
+		pgd_format_bytes(d->sq_arena, b, sizeof(b));
 		fail(l, origin(l, key_index("max_payload"), loc, sizeof(loc)),
 		     "max_payload %s is more than the submission arena holds (sq_arena %s): lower max_payload or raise sq_arena",
 		     a, b);
@@ -1072,7 +683,7 @@ static void check_group(struct load *l, const char *name, int must_exist)
 
 	if (!group || getgrnam(group))
 		return;
-	if (!parse_ll(group, 10, &id) && id >= 0 && id < UINT_MAX &&
+	if (!pgd_parse_ll(group, 10, &id) && id >= 0 && id < UINT_MAX &&
 	    (!must_exist || getgrgid((gid_t)id)))
 		return;
 	fail(l, origin(l, key_index(name), loc, sizeof(loc)),
@@ -1154,7 +765,7 @@ int pgd_conf_apply(struct pgd_conf *running, const struct pgd_conf *fresh,
 {
 	struct pgd_conf *staged = pgd_conf_create();
 	char was[VALUE_MAX], now[VALUE_MAX];
-	unsigned char differs[N_KEYS];
+	unsigned char differs[PGD_SETTINGS_MAX];
 	int n = 0;
 
 	if (!staged)
@@ -1164,14 +775,14 @@ int pgd_conf_apply(struct pgd_conf *running, const struct pgd_conf *fresh,
 		format_value(running, &keys[i], was, sizeof(was));
 		format_value(fresh, &keys[i], now, sizeof(now));
 		differs[i] = strcmp(was, now) != 0;
-		if (differs[i] && (keys[i].flags & F_RELOAD) &&
+		if (differs[i] && (keys[i].flags & PGD_F_RELOAD) &&
 		    copy_value(staged, fresh, &keys[i])) {
 			pgd_conf_free(staged);
 			return -1;
 		}
 	}
 	for (int i = 0; i < N_KEYS; i++) {
-		int applied = (keys[i].flags & F_RELOAD) != 0;
+		int applied = (keys[i].flags & PGD_F_RELOAD) != 0;
 
 		if (!differs[i])
 			continue;
@@ -1181,7 +792,7 @@ int pgd_conf_apply(struct pgd_conf *running, const struct pgd_conf *fresh,
 			move_value(running, staged, &keys[i]);
 			n++;
 		}
-		changed(ctx, keys[i].name, was, now, applied);
+		changed(ctx, keys[i].key, was, now, applied);
 	}
 	pgd_conf_free(staged);
 	return n;
@@ -1196,22 +807,22 @@ void pgd_conf_print(const struct pgd_conf *c, FILE *out)
 		c->src->path ? c->src->path : "no file",
 		c->src->path && !c->src->found ? " (absent)" : "");
 	for (int i = 0; i < N_KEYS; i++) {
-		const struct key *k = &keys[i];
+		const struct pgd_setting *k = &keys[i];
 
 		if (!sec || strcmp(sec, k->section))
 			fprintf(out, "\n[%s]\n", k->section);
 		sec = k->section;
-		if (k->off == C(ctx_size) && (c->kv_bytes || c->kv_fraction > 0)) {
+		if (k->off == offsetof(struct pgd_conf, ctx_size) && (c->kv_bytes || c->kv_fraction > 0)) {
 			fprintf(out, "# ctx_size is not used: %s gives the pool's size\n",
 				c->kv_bytes ? "kv_size" : "kv_fraction");
 			continue;
 		}
-		if (is_unset(c, k) && k->type != T_MODEL) {
-			fprintf(out, "# %s is not set: %s\n", k->name, k->unset);
+		if (is_unset(c, k) && k->type != PGD_T_MODEL) {
+			fprintf(out, "# %s is not set: %s\n", k->key, k->unset);
 			continue;
 		}
 		format_value(c, k, buf, sizeof(buf));
-		fprintf(out, "%s = %s\n", k->name, buf);
+		fprintf(out, "%s = %s\n", k->key, buf);
 	}
 }
 

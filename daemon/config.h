@@ -4,9 +4,11 @@
  * that override it, as one struct pgd_conf; its checks, its printing in
  * the file's own format, and what a reload (SIGHUP) may change.
  *
- * Not the one-shot modes' options (prompt, sampling, tokenizing: oneshot.c
- * keeps those), and not the serving loop: server.c takes the struct
- * pgd_config inside a struct pgd_conf.  Nothing here prints: every error
+ * Each key's option, type, range and default are its row in the table of
+ * settings (settings.h).  Not the one-shot modes' options (prompt,
+ * sampling, tokenizing: rows of that table too, their values oneshot.c's),
+ * and not the serving loop: server.c takes the struct pgd_config inside a
+ * struct pgd_conf.  Nothing here prints: every error
  * goes to the caller's report function, one call per error, and loading
  * goes on after an error so that the caller hears of all of them.
  *

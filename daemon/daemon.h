@@ -331,11 +331,6 @@ int pgd_requests_drop(struct pgd *d, struct pgd_client *c);
 int pgd_requests_init(struct pgd *d);
 void pgd_requests_free(struct pgd *d);
 
-/* pgd_reply_error - an ERROR completion (see request.c for flags). */
-void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
-		     enum pg_error code, int last, const char *fmt, ...)
-	__attribute__((format(printf, 6, 7)));
-
 /*
  * pgd_tok_finish - the loop's end of a job the worker is done with (its
  * request submitted to the engine, or answered, or dropped when its

@@ -18,9 +18,9 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "log.h"
 #include "notify.h"
 
@@ -136,12 +136,8 @@ void pgd_notify_serving(int n_clients)
 
 void pgd_notify_reloading(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	pgd_notify("RELOADING=1\nMONOTONIC_USEC=%llu",
-		   (unsigned long long)ts.tv_sec * 1000000ull +
-		   (unsigned long long)ts.tv_nsec / 1000u);
+		   (unsigned long long)(pg_now_ns() / 1000u));
 }
 
 uint64_t pgd_notify_watchdog_ns(void)

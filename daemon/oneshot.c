@@ -7,15 +7,16 @@
  * --print-config.
  *
  * This is the only daemon code that prints to the terminal on its own; it
- * parses the options, loads the model and builds the forward pass.  An
- * option that stands for a key of pagodad.conf goes to config.c, which
- * applies it over the file; the one-shot modes' options stay here.  The
- * serving loop (sockets, rings) is server.c's and logs through log.h.
+ * parses the options, loads the model and builds the forward pass.  The
+ * options, their defaults and --help come from the table of settings
+ * (settings.h): an option that stands for a key of pagodad.conf goes to
+ * config.c, which applies it over the file; the others' values land in a
+ * struct pgd_cmdline here.  The serving loop (sockets, rings) is
+ * server.c's and logs through log.h.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include <config.h>		/* autoconf's: daemon/config.h shadows "config.h" */
 
 #include "config.h"
+#include "common/clock.h"
 #include "daemon/pagodad.h"
 #include "engine/chat.h"
 #include "engine/engine.h"
@@ -35,108 +37,19 @@
 #include "log.h"
 #include "notify.h"
 #include "server.h"
-
-#define MAX_STOP 16
+#include "settings.h"
 
 struct options {
-	const char *prompt;
-	const char *prompt_file;
-	const char *tokenize;
-	const char *tokenize_file;
-	int chat;
-	int parse_special;
-	int quiet;
-	int plan_only;		/* --plan */
-	int check_config;	/* --check-config */
-	int print_config;	/* --print-config */
-	const char *config;	/* --config, or NULL: PGD_DEFAULT_CONFIG */
-	const char *max_tokens; /* --max-tokens: also the daemon's limit */
-	struct pg_gen_params gen;
-	int seed_given;
-	const char *stop[MAX_STOP];
+	struct pgd_cmdline cl;	/* the command line's own settings and the
+				   environment's (settings.h) */
+	const char *given[PGD_SETTINGS_MAX];	/* per row: its last argument
+						   ("" without one), or NULL */
 	struct pgd_conf *conf;	/* pagodad.conf's keys, the options over them */
-};
-
-enum {
-	OPT_KEY = 256,		/* an option that stands for a key (config.h) */
-	OPT_PROMPT_FILE, OPT_MAX_TOKENS, OPT_TEMP, OPT_TOP_K, OPT_TOP_P,
-	OPT_MIN_P, OPT_REPEAT, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP,
-	OPT_IGNORE_EOS, OPT_TOKENIZE, OPT_TOKENIZE_FILE, OPT_PARSE_SPECIAL,
-	OPT_CHAT, OPT_VERSION, OPT_PLAN, OPT_FOREGROUND, OPT_CONFIG,
-	OPT_CHECK_CONFIG, OPT_PRINT_CONFIG,
-};
-
-static const struct option long_opts[] = {
-	{ "model", required_argument, NULL, 'm' },
-	{ "prompt", required_argument, NULL, 'p' },
-	{ "prompt-file", required_argument, NULL, OPT_PROMPT_FILE },
-	{ "chat", no_argument, NULL, OPT_CHAT },
-	{ "max-tokens", required_argument, NULL, OPT_MAX_TOKENS },
-	{ "temperature", required_argument, NULL, OPT_TEMP },
-	{ "top-k", required_argument, NULL, OPT_TOP_K },
-	{ "top-p", required_argument, NULL, OPT_TOP_P },
-	{ "min-p", required_argument, NULL, OPT_MIN_P },
-	{ "repeat-penalty", required_argument, NULL, OPT_REPEAT },
-	{ "presence-penalty", required_argument, NULL, OPT_PRESENCE },
-	{ "frequency-penalty", required_argument, NULL, OPT_FREQUENCY },
-	{ "seed", required_argument, NULL, OPT_SEED },
-	{ "stop", required_argument, NULL, OPT_STOP },
-	{ "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
-	{ "threads", required_argument, NULL, 't' },
-	{ "ctx-size", required_argument, NULL, OPT_KEY },
-	{ "batch", required_argument, NULL, OPT_KEY },
-	{ "max-batch-tokens", required_argument, NULL, OPT_KEY },
-	{ "max-batch-seqs", required_argument, NULL, OPT_KEY },
-	{ "page-tokens", required_argument, NULL, OPT_KEY },
-	{ "kv-type", required_argument, NULL, OPT_KEY },
-	{ "numerics", required_argument, NULL, OPT_KEY },
-	{ "kv-size", required_argument, NULL, OPT_KEY },
-	{ "kv-fraction", required_argument, NULL, OPT_KEY },
-	{ "kv-lock", no_argument, NULL, OPT_KEY },
-	{ "kv-hugetlb", no_argument, NULL, OPT_KEY },
-	{ "numa-node", required_argument, NULL, OPT_KEY },
-	{ "devices", required_argument, NULL, OPT_KEY },
-	{ "pipeline-parallel", required_argument, NULL, OPT_KEY },
-	{ "tensor-parallel", required_argument, NULL, OPT_KEY },
-	{ "context-parallel", required_argument, NULL, OPT_KEY },
-	{ "parallel", required_argument, NULL, OPT_KEY },
-	{ "plan", no_argument, NULL, OPT_PLAN },
-	{ "tokenize", required_argument, NULL, OPT_TOKENIZE },
-	{ "tokenize-file", required_argument, NULL, OPT_TOKENIZE_FILE },
-	{ "parse-special", no_argument, NULL, OPT_PARSE_SPECIAL },
-	{ "socket", required_argument, NULL, OPT_KEY },
-	{ "socket-mode", required_argument, NULL, OPT_KEY },
-	{ "socket-group", required_argument, NULL, OPT_KEY },
-	{ "admin-socket", required_argument, NULL, OPT_KEY },
-	{ "admin-group", required_argument, NULL, OPT_KEY },
-	{ "allow-users", required_argument, NULL, OPT_KEY },
-	{ "allow-groups", required_argument, NULL, OPT_KEY },
-	{ "max-clients", required_argument, NULL, OPT_KEY },
-	{ "max-inflight", required_argument, NULL, OPT_KEY },
-	{ "max-prompt", required_argument, NULL, OPT_KEY },
-	{ "max-payload", required_argument, NULL, OPT_KEY },
-	{ "sq-slots", required_argument, NULL, OPT_KEY },
-	{ "cq-slots", required_argument, NULL, OPT_KEY },
-	{ "sq-arena", required_argument, NULL, OPT_KEY },
-	{ "cq-arena", required_argument, NULL, OPT_KEY },
-	{ "spin-us", required_argument, NULL, OPT_KEY },
-	{ "drain-timeout", required_argument, NULL, OPT_KEY },
-	{ "log-level", required_argument, NULL, OPT_KEY },
-	{ "stats-path", required_argument, NULL, OPT_KEY },
-	{ "stats-interval-ms", required_argument, NULL, OPT_KEY },
-	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
-	{ "config", required_argument, NULL, OPT_CONFIG },
-	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
-	{ "print-config", no_argument, NULL, OPT_PRINT_CONFIG },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ "help", no_argument, NULL, 'h' },
-	{ "version", no_argument, NULL, OPT_VERSION },
-	{ NULL, 0, NULL, 0 },
 };
 
 static void usage(FILE *out)
 {
-	fprintf(out,
+	fputs(
 "Usage: pagodad [--config FILE] [--model FILE] [options]   serve (the default)\n"
 "       pagodad --model FILE --prompt TEXT [options]   one-shot completion\n"
 "       pagodad --model FILE --tokenize TEXT             print token ids\n"
@@ -144,214 +57,63 @@ static void usage(FILE *out)
 "       pagodad --model FILE --plan [parallel options]   show the parallel plan\n"
 "       pagodad --check-config [--config FILE] [options] check the configuration\n"
 "       pagodad --print-config [--config FILE] [options] print the configuration\n"
-"\n"
-"Configuration (pagoda.conf(5); options override the file's keys):\n"
-"      --config FILE         the configuration file (default %s;\n"
-"                            the default file may be absent, a given one not)\n"
-"      --check-config        check the file and the options: report every error\n"
-"                            with its line, then the model, plan, users and groups\n"
-"                            on this host; exit 0 when all is well, else 1\n"
-"      --print-config        print the configuration in effect (the file, then the\n"
-"                            options) in the file's format, and exit\n"
-"Model and devices:\n"
-"  -m, --model FILE          GGUF model (default: $PAGODA_MODEL, else the default\n"
-"                            model in ${PAGODA_MODEL_DIR:-~/.cache/pagoda/models})\n"
-"  -t, --threads N           CPU threads (default 2; 0 = all online CPUs); with\n"
-"                            --devices or a parallel count: threads per device\n"
-"                            (default: one per CPU of the device)\n"
-"      --devices LIST        devices, e.g. cpu:0,cpu:1 (CPU groups, one NUMA\n"
-"                            node each when there are enough) (default cpu:0)\n"
-"      --pipeline-parallel N stages, each a contiguous range of blocks\n"
-"                            (default: the devices left over by TP and CP)\n"
-"      --tensor-parallel N   ranks dividing each block's heads and FFN (default 1)\n"
-"      --context-parallel N  ranks dividing the KV tokens; divides --page-tokens\n"
-"                            (default 1)\n"
-"      --parallel auto|manual  auto: choose the counts from memory and links\n"
-"                            (default manual: the counts given)\n"
-"      --plan                print the plan (devices, stages, memory and\n"
-"                            communication per token) and exit; loads no weights\n"
-"      --numerics pagoda|llama.cpp  pagoda (default): every parallel plan gives\n"
-"                            one device's bits; llama.cpp: one CPU device gives\n"
-"                            llama.cpp's logits bit for bit (AVX2, F16 KV)\n"
-"      --ctx-size N          KV cache capacity in tokens (default 8192)\n"
-"      --kv-size SIZE        KV cache in bytes (K, M, G, T suffixes)\n"
-"      --kv-fraction F       KV cache as a fraction (0..1] of available memory\n"
-"                            (the last of these three given sizes the cache)\n"
-"      --page-tokens N       tokens per KV page (default 16)\n"
-"      --kv-type f16|bf16|f32  KV cache element type (default f16)\n"
-"      --kv-lock             lock the KV cache in memory (mlock)\n"
-"      --kv-hugetlb          put the KV cache on explicit huge pages if any\n"
-"      --numa-node N         bind the KV cache to NUMA node N\n"
-"      --batch N, --max-batch-tokens N  tokens per forward pass (default 512)\n"
-"      --max-batch-seqs N    sequences per step when serving (default 64)\n"
-"Prompt and generation:\n"
-"  -p, --prompt TEXT         the prompt\n"
-"      --prompt-file FILE    read the prompt from FILE ('-' for standard input)\n"
-"      --chat                wrap the prompt as a user message in the model's\n"
-"                            chat template\n"
-"      --max-tokens N        tokens to generate at most (default 128)\n"
-"      --temperature T       0 = greedy (default 0.8)\n"
-"      --top-k N --top-p P --min-p P   truncation (defaults 40, 0.95, 0.05)\n"
-"      --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
-"      --seed S              sampling seed (default: from the clock, printed)\n"
-"      --stop TEXT           stop string (repeatable, up to %d)\n"
-"      --ignore-eos          do not stop at end-of-generation tokens\n"
-"Tokenizing:\n"
-"      --tokenize TEXT       print TEXT's token ids\n"
-"      --tokenize-file FILE  tokenize each line of FILE ('-': standard input)\n"
-"      --parse-special       recognise special tokens such as <|im_start|>\n"
-"Serving (without --prompt, --tokenize or --plan):\n"
-"      --socket PATH         the Unix socket (default %s)\n"
-"      --socket-mode MODE    its mode, octal (default 0660)\n"
-"      --socket-group GROUP  its group (default pagoda when it exists)\n"
-"      --admin-socket PATH   the admin socket (default: beside --socket,\n"
-"                            NAME-admin.sock; none: no admin socket)\n"
-"      --admin-group GROUP   who may use it besides root (default pagoda-admin\n"
-"                            when it exists)\n"
-"      --allow-users LIST    only these users (names or uids, comma-separated;\n"
-"                            root always); default: anyone who can open the socket\n"
-"      --allow-groups LIST   ... and members of these groups\n"
-"      --max-clients N       clients connected at once (default 64)\n"
-"      --max-inflight N      requests in flight per client (default 64)\n"
-"      --max-prompt N        prompt tokens (default: the KV pool's capacity)\n"
-"      --max-tokens N        tokens one request may generate (default 4096)\n"
-"      --max-payload SIZE    bytes of one request's payload (default: --sq-arena)\n"
-"      --sq-slots N --cq-slots N   ring entries per client (default 256, 1024)\n"
-"      --sq-arena SIZE --cq-arena SIZE   payload arenas (default 1M, 4M)\n"
-"      --spin-us N           poll this long before sleeping (default 50)\n"
-"      --drain-timeout S     drop a client whose completion ring stays full\n"
-"                            this many seconds (default 10)\n"
-"      --stats-path PATH     the statistics segment (default: beside --socket,\n"
-"                            NAME.stats; none: no statistics)\n"
-"      --stats-interval-ms N  publish statistics this often while busy\n"
-"      --log-level LEVEL     error, warn, info or debug (default info)\n"
-"      --foreground          stay in the foreground (pagodad always does)\n"
-"Other:\n"
-"  -q, --quiet               no figures on standard error\n"
-"  -h, --help                this text\n"
-"      --version             the version\n", PGD_DEFAULT_CONFIG, MAX_STOP,
-		PGD_DEFAULT_SOCKET);
+"\n", out);
+	pgd_settings_help(out);
 }
 
-static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+/* The value of row s in o->cl. */
+static void *cl_slot(struct options *o, const struct pgd_setting *s)
 {
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi) {
-		fprintf(stderr, "pagodad: %s '%s': expected an integer in %d..%d\n",
-			opt, s, lo, hi);
-		return -1;
-	}
-	*out = (int)v;
-	return 0;
-}
-
-static int parse_float(const char *opt, const char *s, float *out)
-{
-	char *end;
-	float v;
-
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || end == s || *end || !isfinite(v)) {
-		fprintf(stderr, "pagodad: %s '%s': expected a number\n", opt, s);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static int parse_seed(const char *s, uint64_t *seed)
-{
-	char *end;
-
-	errno = 0;
-	*seed = strtoull(s, &end, 0);
-	if (errno || end == s || *end || *s == '-') {
-		fprintf(stderr, "pagodad: --seed '%s': expected a non-negative integer\n", s);
-		return -1;
-	}
-	return 0;
-}
-
-static int parse_sampling_opt(struct options *o, int c, const char *arg)
-{
-	struct pg_sampling *sp = &o->gen.sampling;
-
-	switch (c) {
-	case OPT_TEMP: return parse_float("--temperature", arg, &sp->temperature);
-	case OPT_TOP_K: return parse_int("--top-k", arg, 0, INT_MAX, &sp->top_k);
-	case OPT_TOP_P: return parse_float("--top-p", arg, &sp->top_p);
-	case OPT_MIN_P: return parse_float("--min-p", arg, &sp->min_p);
-	case OPT_REPEAT: return parse_float("--repeat-penalty", arg, &sp->repeat_penalty);
-	case OPT_PRESENCE: return parse_float("--presence-penalty", arg, &sp->presence_penalty);
-	case OPT_FREQUENCY: return parse_float("--frequency-penalty", arg, &sp->frequency_penalty);
-	case OPT_SEED:
-		o->seed_given = 1;
-		return parse_seed(arg, &sp->seed);
-	}
-	return 1;
-}
-
-static int parse_other_opt(struct options *o, int c, const char *arg)
-{
-	switch (c) {
-	case 'p': o->prompt = arg; return 0;
-	case OPT_PROMPT_FILE: o->prompt_file = arg; return 0;
-	case OPT_CHAT: o->chat = 1; return 0;
-	case OPT_MAX_TOKENS:
-		o->max_tokens = arg;
-		return parse_int("--max-tokens", arg, 0, 1 << 24, &o->gen.max_tokens);
-	case OPT_STOP:
-		if (o->gen.n_stop == MAX_STOP) {
-			fprintf(stderr, "pagodad: at most %d --stop strings\n", MAX_STOP);
-			return -1;
-		}
-		o->stop[o->gen.n_stop++] = arg;
-		return 0;
-	case OPT_IGNORE_EOS: o->gen.ignore_eos = 1; return 0;
-	case OPT_PLAN: o->plan_only = 1; return 0;
-	case OPT_TOKENIZE: o->tokenize = arg; return 0;
-	case OPT_TOKENIZE_FILE: o->tokenize_file = arg; return 0;
-	case OPT_PARSE_SPECIAL: o->parse_special = 1; return 0;
-	case OPT_CONFIG: o->config = arg; return 0;
-	case OPT_CHECK_CONFIG: o->check_config = 1; return 0;
-	case OPT_PRINT_CONFIG: o->print_config = 1; return 0;
-	case OPT_FOREGROUND: return 0;
-	case 'q': o->quiet = 1; return 0;
-	}
-	return 1;
+	return (char *)&o->cl + s->off;
 }
 
 /*
- * An option that stands for a configuration key (-m and -t are --model
- * and --threads): checked now, applied over the file once it is read.
+ * One option (name: as given, its alias or short form aside): a key's
+ * value goes to config.c, checked now and applied over the file; the
+ * others' are the command line's own.
  */
-static int parse_key_opt(struct options *o, int c, int index, const char *arg)
+static int parse_setting(struct options *o, const struct pgd_setting *s,
+			 const char *name, const char *arg)
 {
-	const char *name = c == 'm' ? "model" : c == 't' ? "threads" :
-			   long_opts[index].name;
-	char err[512];
+	char err[512], exp[160];
 
-	if (!pgd_conf_set_option(o->conf, name, arg ? arg : "yes", err, sizeof(err)))
+	o->given[pgd_setting_index(s)] = arg ? arg : "";
+	if (s->key) {
+		if (!pgd_conf_set_option(o->conf, name, arg ? arg : "yes", err, sizeof(err)))
+			return 0;
+		fprintf(stderr, "pagodad: %s\n", err);
+		return -1;
+	}
+	if (!pgd_setting_parse(s, arg ? arg : "", cl_slot(o, s)))
 		return 0;
-	fprintf(stderr, "pagodad: %s\n", err);
+	pgd_setting_expected(s, exp, sizeof(exp));
+	fprintf(stderr, "pagodad: --%s '%s': %s\n", name, arg ? arg : "", exp);
 	return -1;
 }
 
+/* The environment's settings: a bad value is said, and the default kept. */
+static void read_env(struct options *o)
+{
+	for (int i = 0; i < pgd_n_settings; i++) {
+		const struct pgd_setting *s = &pgd_settings[i];
+		const char *v = s->env ? getenv(s->env) : NULL;
+		char exp[160];
+
+		if (!v || !*v || !pgd_setting_parse(s, v, cl_slot(o, s)))
+			continue;
+		pgd_setting_expected(s, exp, sizeof(exp));
+		fprintf(stderr, "pagodad: warning: %s=%s: %s; using %s\n", s->env, v,
+			exp, s->def);
+	}
+}
+
+/* The table's defaults (settings.c), over the sampler's for the rest. */
 static int set_defaults(struct options *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->gen.sampling = pg_sampling_default();
-	o->gen.sampling.temperature = 0.8f;
-	o->gen.sampling.top_k = 40;
-	o->gen.sampling.top_p = 0.95f;
-	o->gen.sampling.min_p = 0.05f;
-	o->gen.max_tokens = 128;
-	o->gen.stop = o->stop;
+	o->cl.gen.sampling = pg_sampling_default();
+	for (int i = pgd_settings_keys(); i < pgd_n_settings; i++)
+		pgd_setting_default(&pgd_settings[i], cl_slot(o, &pgd_settings[i]));
 	o->conf = pgd_conf_create();
 	if (o->conf)
 		return 0;
@@ -362,38 +124,40 @@ static int set_defaults(struct options *o)
 /* Returns 0 to run, 1 to exit successfully (help), -1 on a usage error. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-	int c, rc, index;
+	struct option opts[PGD_SETTINGS_MAX + 1];
+	const struct pgd_setting *s;
+	char shortopts[64];
+	int c, index;
 
 	if (set_defaults(o))
 		return -1;
+	pgd_settings_getopt(opts, shortopts);
 	optind = 1;
 	while (index = -1,
-	       (c = getopt_long(argc, argv, "m:p:t:qh", long_opts, &index)) != -1) {
-		if (c == 'h') {
+	       (c = getopt_long(argc, argv, shortopts, opts, &index)) != -1) {
+		s = c == '?' ? NULL : pgd_setting_of_opt(c);
+		if (!s)
+			goto bad;
+		if (s->type == PGD_T_HELP) {
 			usage(stdout);
 			return 1;
 		}
-		if (c == OPT_VERSION) {
+		if (s->type == PGD_T_VERSION) {
 			printf("pagodad %s\n", PACKAGE_VERSION);
 			return 1;
 		}
-		if (c == '?')
-			goto bad;
-		if (c == OPT_KEY || c == 'm' || c == 't')
-			rc = parse_key_opt(o, c, index, optarg);
-		else
-			rc = parse_sampling_opt(o, c, optarg);
-		if (rc > 0)
-			rc = parse_other_opt(o, c, optarg);
-		if (rc)
+		if (parse_setting(o, s, index >= 0 ? opts[index].name : s->option, optarg))
 			return -1;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "pagodad: unexpected argument '%s'\n", argv[optind]);
 		goto bad;
 	}
-	if (!o->seed_given)
-		o->gen.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	o->cl.gen.stop = o->cl.stop.v;
+	o->cl.gen.n_stop = o->cl.stop.n;
+	if (!o->given[pgd_setting_index(pgd_setting_by_option("seed"))])
+		o->cl.gen.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	read_env(o);
 	return 0;
 bad:
 	fprintf(stderr, "Try 'pagodad --help' for more information.\n");
@@ -408,21 +172,27 @@ static void report_stderr(void *ctx, const char *msg)
 
 /*
  * pagodad.conf, then the options over it, every error said.  serving:
- * --max-tokens is then also the daemon's limit.  Returns 0, 1 (errors in
- * the configuration) or 2 (a bad --max-tokens for the daemon).
+ * an option that a one-shot setting shares with a key (--max-tokens) is
+ * then the key's too, the daemon's limit.  Returns 0, 1 (errors in the
+ * configuration) or 2 (a bad value of a shared option for the daemon).
  */
 static int load_config(struct options *o, int serving)
 {
-	const char *path = o->config ? o->config : PGD_DEFAULT_CONFIG;
+	const char *path = o->cl.config ? o->cl.config : PGD_DEFAULT_CONFIG;
 	char err[512];
 	int n;
 
-	if (serving && o->max_tokens &&
-	    pgd_conf_set_option(o->conf, "max-tokens", o->max_tokens, err, sizeof(err))) {
-		fprintf(stderr, "pagodad: %s (the daemon's limit)\n", err);
-		return 2;
+	for (int i = pgd_settings_keys(); serving && i < pgd_n_settings; i++) {
+		const struct pgd_setting *s = &pgd_settings[i];
+		const struct pgd_setting *k = s->option ? pgd_setting_by_option(s->option) : NULL;
+
+		if (k && k != s && o->given[i] &&
+		    pgd_conf_set_option(o->conf, k->option, o->given[i], err, sizeof(err))) {
+			fprintf(stderr, "pagodad: %s (the daemon's limit)\n", err);
+			return 2;
+		}
 	}
-	n = pgd_conf_load(o->conf, path, o->config != NULL, report_stderr, NULL);
+	n = pgd_conf_load(o->conf, path, o->cl.config != NULL, report_stderr, NULL);
 	if (!n)
 		return 0;
 	if (n < 0)
@@ -553,12 +323,12 @@ static int run_tokenize(const struct options *o, const struct pg_model *m)
 	char *buf, *line, *save = NULL;
 	int rc = 0;
 
-	if (o->tokenize)
-		return print_ids(m->tok, o->tokenize, strlen(o->tokenize),
-				 o->parse_special) ? 1 : 0;
-	buf = read_all(o->tokenize_file, &len);
+	if (o->cl.tokenize)
+		return print_ids(m->tok, o->cl.tokenize, strlen(o->cl.tokenize),
+				 o->cl.parse_special) ? 1 : 0;
+	buf = read_all(o->cl.tokenize_file, &len);
 	if (!buf) {
-		fprintf(stderr, "pagodad: cannot read %s: %s\n", o->tokenize_file,
+		fprintf(stderr, "pagodad: cannot read %s: %s\n", o->cl.tokenize_file,
 			strerror(errno ? errno : ENOMEM));
 		return 1;
 	}
@@ -569,7 +339,7 @@ static int run_tokenize(const struct options *o, const struct pg_model *m)
 		if (!nl && !*line)
 			break;
 		rc = print_ids(m->tok, line, nl ? (size_t)(nl - line) : strlen(line),
-			       o->parse_special);
+			       o->cl.parse_special);
 	}
 	free(buf);
 	return rc ? 1 : 0;
@@ -586,8 +356,8 @@ static int emit_stdout(void *ctx, const char *text, size_t len)
 /* The prompt text, as given (malloc'd; *len its length). */
 static char *prompt_text(const struct options *o, size_t *len)
 {
-	char *text = o->prompt_file ? read_all(o->prompt_file, len)
-				    : strdup(o->prompt);
+	char *text = o->cl.prompt_file ? read_all(o->cl.prompt_file, len)
+				    : strdup(o->cl.prompt);
 
 	if (text)
 		*len = strlen(text);
@@ -613,12 +383,12 @@ static int64_t chat_ids(const struct options *o, const struct pg_model *m,
 			     sizeof(warn));
 	if (warn[0])
 		fprintf(stderr, "pagodad: warning: %s\n", warn);
-	if (!o->quiet)
+	if (!o->cl.quiet)
 		fprintf(stderr, "pagodad: chat template: %s\n",
 			pg_chat_format_name(fmt));
 	sys = pg_chat_default_system(m->chat_template, tlen);
 	n = pg_chat_tokenize(m->tok, fmt, &msg, 1, 1, sys,
-			     pg_tokenizer_add_bos(m->tok), o->parse_special, ids);
+			     pg_tokenizer_add_bos(m->tok), o->cl.parse_special, ids);
 	free(sys);
 	return n;
 }
@@ -633,21 +403,21 @@ static int32_t *tokenize_prompt(const struct options *o,
 
 	if (!text) {
 		fprintf(stderr, "pagodad: cannot read the prompt%s%s: %s\n",
-			o->prompt_file ? " from " : "",
-			o->prompt_file ? o->prompt_file : "", strerror(errno ? errno : ENOMEM));
+			o->cl.prompt_file ? " from " : "",
+			o->cl.prompt_file ? o->cl.prompt_file : "", strerror(errno ? errno : ENOMEM));
 		return NULL;
 	}
-	if (o->chat) {
+	if (o->cl.chat) {
 		n = chat_ids(o, m, text, &ids);
 	} else {
 		n = pg_tokenize(m->tok, text, len, pg_tokenizer_add_bos(m->tok),
-				o->parse_special, NULL, 0);
+				o->cl.parse_special, NULL, 0);
 		if (n > 0 && n < INT_MAX)
 			ids = malloc(sizeof(*ids) * (size_t)n);
 		if (ids)
 			pg_tokenize(m->tok, text, len,
 				    pg_tokenizer_add_bos(m->tok),
-				    o->parse_special, ids, n);
+				    o->cl.parse_special, ids, n);
 	}
 	if (!ids || n <= 0 || n >= INT_MAX) {
 		fprintf(stderr, n < 0 ? "pagodad: out of memory tokenizing the prompt\n"
@@ -689,7 +459,7 @@ static void print_devices(const struct pg_forward *fw)
 static void print_figures(const struct options *o, const struct pg_forward *fw,
 			  double load_s, const struct pg_gen_stats *st)
 {
-	if (o->quiet)
+	if (o->cl.quiet)
 		return;
 	fprintf(stderr, "\n\npagodad: load %.3f s; prompt %d tokens in %.3f s (%.1f tokens/s); "
 		"generated %d tokens, decode %.1f tokens/s; finish %s; seed %llu; "
@@ -699,7 +469,7 @@ static void print_figures(const struct options *o, const struct pg_forward *fw,
 		st->n_gen,
 		st->decode_s > 0 ? (st->n_gen - 1) / st->decode_s : 0.0,
 		pg_finish_name(st->finish),
-		(unsigned long long)o->gen.sampling.seed,
+		(unsigned long long)o->cl.gen.sampling.seed,
 		pg_forward_threads(fw), pg_forward_isa_name(fw),
 		pg_forward_numerics(fw) == PG_NUMERICS_LLAMA_CPP ?
 		"; llama.cpp numerics" : "");
@@ -730,6 +500,7 @@ static int make_forward(const struct options *o, const struct pg_model *m,
 	fp.kv_fraction = c->kv_fraction;
 	fp.kv_mem = c->kv_mem;
 	fp.page_tokens = c->page_tokens;
+	fp.nccl_timeout_s = o->cl.nccl_timeout_s;
 	if (!c->kv_bytes && !c->kv_fraction)
 		fp.n_pages = (c->ctx_size + fp.page_tokens - 1) / fp.page_tokens;
 	pg_model_facts_of(m, &facts);
@@ -765,12 +536,12 @@ static int run_prompt(const struct options *o, const struct pg_model *m,
 
 	if (make_forward(o, m, &fw, &plan))
 		return 1;
-	load_s = pg_now() - t_start;	/* model mapped, backend and KV pool up */
+	load_s = pg_now_s() - t_start;	/* model mapped, backend and KV pool up */
 	kvc = pg_kvc_for_forward(fw, m);
 	ids = kvc ? tokenize_prompt(o, m, &n) : NULL;
 	if (!kvc)
 		fprintf(stderr, "pagodad: out of memory for the KV page table\n");
-	rc = ids ? pg_generate(fw, kvc, m, ids, n, &o->gen, emit_stdout, NULL,
+	rc = ids ? pg_generate(fw, kvc, m, ids, n, &o->cl.gen, emit_stdout, NULL,
 			       NULL, &st, err, sizeof(err)) : -EINVAL;
 	if (rc && ids)
 		fprintf(stderr, "pagodad: %s\n", err);
@@ -806,6 +577,7 @@ static int run_daemon(struct options *o, const struct pg_model *m)
 	c->daemon.plan_desc = pgd_conf_parallel_given(c) ? plan->reason : "one CPU device, threads not pinned";
 	c->daemon.max_batch_tokens = c->max_batch_tokens;
 	c->daemon.max_batch_seqs = c->max_batch_seqs;
+	c->daemon.fault_injection = o->cl.fault_injection;
 	rc = pgd_serve(&c->daemon, m, fw);
 	pg_forward_destroy(fw);
 	free(plan);
@@ -820,21 +592,21 @@ static int run_mode(struct options *o, double t0)
 	const char *path;
 	int rc, vocab_only, serve;
 
-	serve = !o->prompt && !o->prompt_file && !o->tokenize && !o->tokenize_file &&
-		!o->plan_only;
+	serve = !o->cl.prompt && !o->cl.prompt_file && !o->cl.tokenize && !o->cl.tokenize_file &&
+		!o->cl.plan;
 	rc = load_config(o, serve);
 	if (rc)
 		return rc;
-	if (o->check_config)
+	if (o->cl.check_config)
 		return run_check_config(o);
-	if (o->print_config) {
+	if (o->cl.print_config) {
 		pgd_conf_print(o->conf, stdout);
 		return 0;
 	}
 	path = pgd_conf_model_path(o->conf, path_buf, sizeof(path_buf));
-	if (o->plan_only)
+	if (o->cl.plan)
 		return run_plan(o, path);
-	vocab_only = (o->tokenize || o->tokenize_file) && !o->prompt && !o->prompt_file;
+	vocab_only = (o->cl.tokenize || o->cl.tokenize_file) && !o->cl.prompt && !o->cl.prompt_file;
 	if (serve)
 		pgd_notify_status("loading model %s", path);
 	rc = pg_model_load(path, vocab_only, &m, err, sizeof(err));
@@ -857,7 +629,7 @@ static int run_mode(struct options *o, double t0)
 int pagodad_main(int argc, char **argv)
 {
 	struct options o;
-	double t0 = pg_now();
+	double t0 = pg_now_s();
 	int rc = parse_options(argc, argv, &o);
 
 	if (!rc)

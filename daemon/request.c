@@ -29,6 +29,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "daemon.h"
 #include "engine/chat.h"
 #include "engine/engine.h"
@@ -163,8 +164,10 @@ int pgd_requests_drop(struct pgd *d, struct pgd_client *c)
 
 /* ---- answers ---- */
 
-void pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
-		     enum pg_error code, int last, const char *fmt, ...)
+/* pgd_reply_error - an ERROR completion, last: the request's final one. */
+static void __attribute__((format(printf, 6, 7)))
+pgd_reply_error(struct pgd *d, struct pgd_client *c, uint64_t req_id,
+		enum pg_error code, int last, const char *fmt, ...)
 {
 	struct pg_cqe cqe = { .req_id = req_id, .type = PG_CQE_ERROR,
 			      .code = (int32_t)code,
@@ -907,21 +910,12 @@ static int32_t finish_code(enum pg_engine_finish f)
 	return PG_FINISH_WIRE_ERROR;
 }
 
-/* CLOCK_MONOTONIC in ns: the time stamp of tokens (proto.h, t_ns). */
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void send_token(struct pgd *d, struct pgd_req *r,
 		       const struct pg_engine_event *ev)
 {
 	struct pg_cqe cqe = { .req_id = r->req_id, .type = PG_CQE_TOKENS,
 			      .sample = (uint8_t)ev->sample, .n_ids = 1,
-			      .t_ns = mono_ns() };
+			      .t_ns = pg_now_ns() };
 
 	cqe.ids[0] = ev->token;
 	pgd_emit(d, r->c, &cqe, ev->text, r->text ? (uint32_t)ev->text_len : 0);
@@ -955,7 +949,7 @@ static void send_done(struct pgd *d, struct pgd_req *r,
 	if (r->text && ev->text_len) {	/* text the stop matcher held back */
 		struct pg_cqe held = { .req_id = r->req_id, .type = PG_CQE_TOKENS,
 				       .sample = (uint8_t)ev->sample,
-				       .t_ns = mono_ns() };
+				       .t_ns = pg_now_ns() };
 
 		pgd_emit(d, r->c, &held, ev->text, (uint32_t)ev->text_len);
 	}

@@ -46,6 +46,8 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "common/clock.h"
+#include "common/spin.h"
 #include "daemon.h"
 #include "engine/chat.h"
 #include "engine/engine.h"
@@ -63,22 +65,6 @@
 /* How long to sleep at most while a client's backlog waits for room. */
 #define PGD_BACKLOG_POLL_NS 1000000
 
-void pgd_config_default(struct pgd_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->socket_path = PGD_DEFAULT_SOCKET;
-	cfg->socket_mode = 0660;
-	cfg->max_clients = 64;
-	cfg->max_inflight = 64;
-	cfg->max_tokens = 4096;
-	cfg->sq_slots = 256;
-	cfg->cq_slots = 1024;
-	cfg->sq_arena = 1u << 20;
-	cfg->cq_arena = 4u << 20;
-	cfg->spin_us = 50;
-	cfg->drain_timeout_s = 10.0;
-}
-
 int pgd_block_signals(void)
 {
 	sigset_t set;
@@ -90,21 +76,6 @@ int pgd_block_signals(void)
 	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
 		return -errno;
 	return -pthread_sigmask(SIG_BLOCK, &set, NULL);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
 }
 
 /* ---- io_uring operations: user_data is kind, connection serial, slot ---- */
@@ -1164,12 +1135,12 @@ static void sleep_until_woken(struct pgd *d)
 
 static void run_loop(struct pgd *d)
 {
-	double idle_since = now_s();
+	double idle_since = pg_now_s();
 
 	while (!d->stop_signal) {
 		int busy;
 
-		d->now = now_s();
+		d->now = pg_now_s();
 		busy = reap(d);
 		busy += finish_tokjobs(d);
 		busy += serve_clients(d);
@@ -1188,11 +1159,11 @@ static void run_loop(struct pgd *d)
 		if (busy) {
 			idle_since = d->now;
 		} else if (d->now - idle_since < d->cfg->spin_us * 1e-6) {	/* SIGHUP may change it */
-			cpu_relax();
+			pg_cpu_relax();
 		} else {
 			pgd_stats_tick(d, 1);	/* an idle daemon's figures are final */
 			sleep_until_woken(d);
-			idle_since = now_s();
+			idle_since = pg_now_s();
 		}
 	}
 }

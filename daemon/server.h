@@ -17,28 +17,32 @@ struct pgd_conf;
 #define PGD_DEFAULT_SOCKET "/run/pagoda/pagodad.sock"
 #define PGD_DEFAULT_GROUP "pagoda"
 
+/*
+ * The serving loop's settings; their defaults, ranges and meanings are
+ * the keys' of the same names in settings.c's table.
+ */
 struct pgd_config {
-	const char *socket_path;	/* default PGD_DEFAULT_SOCKET */
-	unsigned socket_mode;		/* default 0660 */
+	const char *socket_path;
+	unsigned socket_mode;
 	const char *socket_group;	/* NULL: "pagoda" when it exists,
 					   else the daemon's group */
 	const char *allow_users;	/* comma-separated names or uids; NULL:
 					   anyone who can open the socket */
 	const char *allow_groups;
-	int max_clients;		/* connected at once (64) */
-	int max_inflight;		/* GENERATE requests per client (64) */
+	int max_clients;		/* connected at once */
+	int max_inflight;		/* GENERATE requests per client */
 	int max_prompt;			/* tokens; 0: the KV pool's capacity */
-	int max_tokens;			/* per request (4096) */
+	int max_tokens;			/* per request */
 	uint32_t max_payload;		/* bytes of one submission's payload;
 					   0: the submission arena's size */
-	uint32_t sq_slots, cq_slots;	/* ring entries (256, 1024) */
-	uint32_t sq_arena, cq_arena;	/* arena bytes (1 MiB, 4 MiB) */
-	int spin_us;			/* polling before sleeping (50) */
+	uint32_t sq_slots, cq_slots;	/* ring entries */
+	uint32_t sq_arena, cq_arena;	/* arena bytes */
+	int spin_us;			/* polling before sleeping */
 	double drain_timeout_s;		/* a client that leaves its completion
-					   ring full this long is dropped (10) */
+					   ring full this long is dropped */
 	int max_batch_tokens;		/* engine: tokens per step (0: the
 					   forward pass's batch) */
-	int max_batch_seqs;		/* engine: sequences per step (64) */
+	int max_batch_seqs;		/* engine: sequences per step */
 	const char *admin_socket;	/* NULL: beside the socket,
 					   <name>-admin.sock; "none": none */
 	const char *admin_group;	/* NULL: pagoda-admin when it exists */
@@ -47,13 +51,12 @@ struct pgd_config {
 	int stats_interval_ms;		/* publication while busy; 0: the
 					   statistics' default (stats.h) */
 	const char *plan_desc;		/* for the start-up log line */
+	int fault_injection;		/* PAGODA_FAULT_INJECTION: the admin
+					   command FAULT is allowed (tests) */
 	struct pgd_conf *conf;		/* the configuration this is part of,
 					   read again on SIGHUP (config.h);
 					   NULL: nothing to reload */
 };
-
-/* pgd_config_default - the defaults above. */
-void pgd_config_default(struct pgd_config *cfg);
 
 /*
  * pgd_block_signals - block SIGTERM, SIGINT and SIGHUP in the calling

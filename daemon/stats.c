@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "common/clock.h"
 #include "daemon.h"
 #include "engine/engine.h"
 #include "engine/forward.h"
@@ -92,14 +93,6 @@ struct pgd_stats {
 	uint64_t seen_serial;
 	int seen_live;
 };
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int64_t unix_ns(void)
 {
@@ -239,7 +232,7 @@ void pgd_stats_admin_command(struct pgd_stats *s)
 static double event_time(struct pgd_stats *s)
 {
 	if (!s->ev_time)
-		s->ev_time = mono_s();
+		s->ev_time = pg_now_s();
 	return s->ev_time;
 }
 
@@ -285,7 +278,7 @@ void pgd_stats_event(struct pgd_stats *s, struct pgd_req *r,
 void pgd_stats_step_begin(struct pgd_stats *s)
 {
 	if (s) {
-		s->step_t0 = mono_s();
+		s->step_t0 = pg_now_s();
 		s->ev_time = 0;
 	}
 }
@@ -299,7 +292,7 @@ void pgd_stats_step_end(struct pgd *d, int rc)
 
 	if (!s)
 		return;
-	t1 = mono_s();
+	t1 = pg_now_s();
 	s->ev_time = 0;		/* events outside a step read the clock */
 	if (rc)
 		observe(s, PG_STATS_H_STEP, t1 - s->step_t0);
@@ -316,7 +309,7 @@ void pgd_stats_step_end(struct pgd *d, int rc)
 int pgd_stats_engine_errors(const struct pgd_stats *s, double window_s,
 			    double *since_last)
 {
-	double now = mono_s();
+	double now = pg_now_s();
 	int n = 0;
 
 	*since_last = -1;
@@ -485,7 +478,7 @@ static void publish(struct pgd *d)
 	gather_counters(d, &c);
 	for (int i = 0; i < s->n_devices; i++)
 		gather_device(d, i, &s->dev_now[i]);
-	now = mono_s();
+	now = pg_now_s();
 	seq_begin(&h->seq, s->pub.seq);
 	h->c = c;
 	memcpy(s->dev_tab, s->dev_now, sizeof(*s->dev_tab) * (size_t)s->n_devices);
@@ -533,7 +526,7 @@ void pgd_stats_reset(struct pgd *d)
 	}
 	s->submitted = s->refused = s->evicted = s->admin_commands = 0;
 	s->step_errors = 0;
-	s->t_reset = mono_s();
+	s->t_reset = pg_now_s();
 	publish(d);
 	s->t_published = d->now;
 }
@@ -817,7 +810,7 @@ static void start_clock(const struct pgd *d, struct pgd_stats *s)
 	int ms = d->cfg->stats_interval_ms > 0 ? d->cfg->stats_interval_ms
 					       : PGD_STATS_INTERVAL_MS;
 
-	s->t_start = mono_s();
+	s->t_start = pg_now_s();
 	s->unix_at_start_ns = unix_ns() - (int64_t)to_ns(s->t_start);
 	s->interval_s = ms * 1e-3;
 }
@@ -860,11 +853,6 @@ int pgd_stats_open(struct pgd *d, char *err, size_t err_len)
 out_free:
 	stats_free(s);
 	return -1;
-}
-
-const char *pgd_stats_path(const struct pgd_stats *s)
-{
-	return s ? s->pub.path : NULL;
 }
 
 void pgd_stats_close(struct pgd *d)

@@ -37,9 +37,6 @@ int pgd_stats_open(struct pgd *d, char *err, size_t err_len);
 /* pgd_stats_close - mark the segment stopped, remove it, free; NULL ok. */
 void pgd_stats_close(struct pgd *d);
 
-/* pgd_stats_path - the segment's path, or NULL without statistics. */
-const char *pgd_stats_path(const struct pgd_stats *s);
-
 /* pgd_stats_submitted - c's GENERATE of n_prompt tokens entered the engine. */
 void pgd_stats_submitted(struct pgd_stats *s, const struct pgd_client *c,
 			 int n_prompt);

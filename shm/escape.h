@@ -163,4 +163,18 @@ static inline size_t pg_escape_str(char *out, size_t out_len, const char *s, siz
 	return w;
 }
 
+/*
+ * pg_escape_fput - s (n bytes, NULs included: each one escaped) escaped
+ * in mode onto f, whole, however long.
+ */
+static inline void pg_escape_fput(FILE *f, const char *s, size_t n, int mode)
+{
+	for (size_t i = 0; i < n;) {
+		char one[PG_ESCAPE_MAX];
+
+		i += pg_escape_char(s + i, n - i, mode, one);
+		fputs(one, f);
+	}
+}
+
 #endif

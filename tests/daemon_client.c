@@ -54,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "shm/proto.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
@@ -76,22 +77,6 @@ static void die(const char *fmt, ...)
 	fputc('\n', stderr);
 	va_end(ap);
 	exit(1);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ---- a connection ---- */
@@ -317,7 +302,7 @@ static int wait_bell(struct conn *c, int timeout_ms)
  */
 static int next_reply(struct conn *c, struct reply *r, int timeout_ms, int spin)
 {
-	double deadline = now_s() + timeout_ms * 1e-3, spin_until = now_s() + 50e-6;
+	double deadline = pg_now_s() + timeout_ms * 1e-3, spin_until = pg_now_s() + 50e-6;
 	const struct pg_cqe *e;
 
 	for (;;) {
@@ -334,12 +319,12 @@ static int next_reply(struct conn *c, struct reply *r, int timeout_ms, int spin)
 			c->lost = 1;
 			return -1;
 		}
-		if (now_s() > deadline)
+		if (pg_now_s() > deadline)
 			return 0;
-		if (spin || now_s() < spin_until)
+		if (spin || pg_now_s() < spin_until)
 			continue;
 		if (pg_ring_prepare_sleep(&c->cq)) {
-			int ms = (int)((deadline - now_s()) * 1e3) + 1;
+			int ms = (int)((deadline - pg_now_s()) * 1e3) + 1;
 
 			if (wait_bell(c, ms > 100 ? 100 : ms) < 0)
 				c->lost = 1;
@@ -375,13 +360,13 @@ static int submit(struct conn *c, uint8_t op, uint64_t req_id, uint16_t flags,
 		  reply_fn sink, void *ctx)
 {
 	struct reply r;
-	double t0 = now_s();
+	double t0 = pg_now_s();
 
 	while (queue_sqe(c, op, req_id, flags, payload, len, arg)) {
 		publish(c);
 		if (next_reply(c, &r, 10, 0) > 0 && sink)
 			sink(ctx, &r);
-		if (c->lost || now_s() - t0 > 30)
+		if (c->lost || pg_now_s() - t0 > 30)
 			return -1;
 	}
 	publish(c);
@@ -537,7 +522,7 @@ static void stream_take(struct stream *s, const struct reply *r)
 			return;
 		}
 		/* stamped when the engine emitted it: in order, not ahead of us */
-		if (!e->t_ns || e->t_ns < s->t_ns[k] || e->t_ns > now_ns()) {
+		if (!e->t_ns || e->t_ns < s->t_ns[k] || e->t_ns > pg_now_ns()) {
 			s->bad++;
 			return;
 		}
@@ -834,18 +819,18 @@ static void ping_series(struct conn *c, int n, int gap_us, double *t)
 	struct reply r;
 
 	for (int i = 0; i < n; i++) {
-		double t0 = now_s();
+		double t0 = pg_now_s();
 
 		if (submit(c, PG_OP_PING, 1000 + (uint64_t)i, 0, NULL, 0, (uint64_t)i, NULL, NULL) ||
 		    next_reply(c, &r, 5000, 1) <= 0)
 			die("no PONG");
-		t[i] = (now_s() - t0) * 1e6;
+		t[i] = (pg_now_s() - t0) * 1e6;
 		CHECK(r.cqe.type == PG_CQE_PONG && r.cqe.arg == (uint64_t)i &&
 		      r.cqe.req_id == 1000 + (uint64_t)i, "a PONG that does not echo its ping");
 		if (gap_us) {
-			double until = now_s() + gap_us * 1e-6;
+			double until = pg_now_s() + gap_us * 1e-6;
 
-			while (now_s() < until)
+			while (pg_now_s() < until)
 				usleep(100);
 		}
 	}
@@ -974,17 +959,17 @@ static int cmd_bigprompt(int argc, char **argv)
 	g.text = text;
 	g.max_tokens = 1;
 	ping_series(&pc, 100, 0, t);	/* warm up */
-	t0 = now_s();
+	t0 = pg_now_s();
 	if (tokenize ? submit(&big, PG_OP_TOKENIZE, 7, 0, text, len, 0, NULL, NULL)
 		     : submit(&big, PG_OP_GENERATE, 7, 0, buf, gen_payload(&g, buf), 0, NULL, NULL))
 		die("cannot submit the big request");
-	while (!last && now_s() - t0 < 120) {
-		double p0 = now_s(), ms;
+	while (!last && pg_now_s() - t0 < 120) {
+		double p0 = pg_now_s(), ms;
 
 		if (submit(&pc, PG_OP_PING, 1, 0, NULL, 0, 0, NULL, NULL) ||
 		    next_reply(&pc, &r, 10000, 0) <= 0 || r.cqe.type != PG_CQE_PONG)
 			die("no PONG while the big prompt is tokenized");
-		ms = (now_s() - p0) * 1e3;
+		ms = (pg_now_s() - p0) * 1e3;
 		worst = ms > worst ? ms : worst;
 		n_pings++;
 		while (!last && next_reply(&big, &r, 0, 0) > 0) {
@@ -995,7 +980,7 @@ static int cmd_bigprompt(int argc, char **argv)
 		}
 	}
 	printf("bigprompt: %s of %u bytes answered in %.0f ms (%s %d); %d pings meanwhile, the longest %.2f ms\n",
-	       tokenize ? "TOKENIZE" : "GENERATE", len, (now_s() - t0) * 1e3,
+	       tokenize ? "TOKENIZE" : "GENERATE", len, (pg_now_s() - t0) * 1e3,
 	       code ? "error" : "ok", code, n_pings, worst);
 	CHECK(last, "the big request got no answer within 120 s");
 	CHECK(worst < BIG_PING_MAX_MS, "a ping took %.1f ms while a big prompt was tokenized",
@@ -1076,14 +1061,14 @@ static double victim_ttft(struct conn *c, uint64_t req_id)
 	g.text = "hello there, world";
 	g.max_tokens = 2;
 	g.flags = PG_GEN_IGNORE_EOS;
-	t0 = now_s();
+	t0 = pg_now_s();
 	if (submit(c, PG_OP_GENERATE, req_id, 0, buf, gen_payload(&g, buf), 0, NULL, NULL))
 		die("the victim cannot submit");
 	while (!last && next_reply(c, &r, 30000, 0) > 0) {
 		if (r.cqe.req_id != req_id)
 			continue;
 		if (r.cqe.type == PG_CQE_TOKENS && t < 0)
-			t = now_s() - t0;
+			t = pg_now_s() - t0;
 		last = r.cqe.type == PG_CQE_ERROR || (r.cqe.flags & PG_CQE_F_LAST);
 	}
 	if (t < 0)
@@ -1425,11 +1410,11 @@ static int cmd_stress(int argc, char **argv)
 	}
 	make_variants(vocab_size());
 	make_references();
-	t0 = now_s();
+	t0 = pg_now_s();
 	int done = workers_join(workers_start(clients, requests, 3), clients);
 
 	printf("stress: %d clients x %d requests: %d complete and equal to alone in %.2f s\n",
-	       clients, requests, done, now_s() - t0);
+	       clients, requests, done, pg_now_s() - t0);
 	return 0;
 }
 
@@ -1803,7 +1788,7 @@ static int cmd_kill(int argc, char **argv)
 	CHECK(!info_of(&c, &w) && w.n_clients == (uint32_t)n + 1 && w.n_active > 0,
 	      "before the kill: %u clients, %u active (expected %d and > 0)", w.n_clients,
 	      w.n_active, n + 1);
-	t0 = now_s();
+	t0 = pg_now_s();
 	for (int i = 0; i < n; i++) {
 		kill(pids[i], SIGKILL);
 		waitpid(pids[i], NULL, 0);
@@ -1811,9 +1796,9 @@ static int cmd_kill(int argc, char **argv)
 	do {
 		if (info_of(&c, &w))
 			die("no INFO answer");
-	} while ((w.n_clients != 1 || w.n_active) && now_s() - t0 < 5);
+	} while ((w.n_clients != 1 || w.n_active) && pg_now_s() - t0 < 5);
 	printf("kill: %d clients killed mid-stream; freed in %.1f ms (clients %u, active %u)\n",
-	       n, (now_s() - t0) * 1e3, w.n_clients, w.n_active);
+	       n, (pg_now_s() - t0) * 1e3, w.n_clients, w.n_active);
 	CHECK(w.n_clients == 1 && w.n_active == 0, "the killed clients were not freed within 5 s");
 	conn_close(&c);
 	free(pids);
@@ -1877,10 +1862,10 @@ static int cmd_orphan(void)
 		conn_must_open(&c);
 		b = fork();
 		if (b == 0) {	/* holds everything of c while its parent goes */
-			double t0 = now_s();
+			double t0 = pg_now_s();
 			char r = 'n';
 
-			while (now_s() - t0 < 10) {
+			while (pg_now_s() - t0 < 10) {
 				if (atomic_load(&c.hdr->closed)) {
 					r = 'y';
 					break;
@@ -1888,7 +1873,7 @@ static int cmd_orphan(void)
 				usleep(1000);
 			}
 			printf("orphan: the segment %s closed after %.1f ms\n",
-			       r == 'y' ? "was" : "was not", (now_s() - t0) * 1e3);
+			       r == 'y' ? "was" : "was not", (pg_now_s() - t0) * 1e3);
 			if (write(pfd[1], &r, 1) != 1)
 				_exit(1);
 			_exit(0);
@@ -2027,14 +2012,14 @@ static int silent_open(int *fds, int n)
 static double timed_handshake(int uid)
 {
 	int fds[2], status;
-	double t0 = now_s(), ms = -1;
+	double t0 = pg_now_s(), ms = -1;
 	pid_t pid;
 
 	if (uid < 0) {
 		struct conn c;
 		int rc = conn_open(&c, PG_PROTO_VERSION);
 
-		ms = (now_s() - t0) * 1e3;
+		ms = (pg_now_s() - t0) * 1e3;
 		conn_close(&c);
 		return rc ? -1 : ms;
 	}
@@ -2047,10 +2032,10 @@ static double timed_handshake(int uid)
 		close(fds[0]);
 		if (setgroups(0, NULL) || setgid((gid_t)uid) || setuid((uid_t)uid))
 			_exit(3);
-		t0 = now_s();
+		t0 = pg_now_s();
 		if (conn_open(&c, PG_PROTO_VERSION))
 			_exit(4);
-		ms = (now_s() - t0) * 1e3;
+		ms = (pg_now_s() - t0) * 1e3;
 		_exit(write(fds[1], &ms, sizeof(ms)) == (ssize_t)sizeof(ms) ? 0 : 5);
 	}
 	close(fds[1]);
@@ -2064,13 +2049,13 @@ static double timed_handshake(int uid)
 /* How many of fds got a refusal with code `want` within timeout_ms. */
 static int silent_refused(const int *fds, int n, uint32_t want, int timeout_ms)
 {
-	double deadline = now_s() + timeout_ms * 1e-3;
+	double deadline = pg_now_s() + timeout_ms * 1e-3;
 	int got = 0;
 
 	for (int i = 0; i < n; i++) {
 		struct pollfd p = { .fd = fds[i], .events = POLLIN };
 		struct pg_welcome w;
-		int ms = (int)((deadline - now_s()) * 1e3);
+		int ms = (int)((deadline - pg_now_s()) * 1e3);
 
 		if (poll(&p, 1, ms > 0 ? ms : 0) == 1 &&
 		    recv(fds[i], &w, sizeof(w), MSG_WAITALL) == (ssize_t)sizeof(w))
@@ -2254,11 +2239,11 @@ static void limits_stall(void)
 	g.max_tokens = 60;
 	g.flags = PG_GEN_IGNORE_EOS;
 	submit(&c, PG_OP_GENERATE, 1, 0, buf, gen_payload(&g, buf), 0, NULL, NULL);
-	t0 = now_s();
-	while (!atomic_load(&c.hdr->closed) && now_s() - t0 < 10)
+	t0 = pg_now_s();
+	while (!atomic_load(&c.hdr->closed) && pg_now_s() - t0 < 10)
 		usleep(10000);
 	CHECK(atomic_load(&c.hdr->closed), "a client that never reads was not dropped");
-	printf("limits: a client that never read was dropped after %.1f s\n", now_s() - t0);
+	printf("limits: a client that never read was dropped after %.1f s\n", pg_now_s() - t0);
 	conn_close(&c);
 }
 
@@ -2292,10 +2277,10 @@ static void expect_dropped(struct conn *c, int code, const char *why,
 	struct pollfd pfd = { .fd = c->sock, .events = POLLRDHUP };
 	const struct pg_goodbye_wire *b = &c->hdr->bye;
 	char msg[sizeof(b->message) + 1];
-	double t0 = now_s();
+	double t0 = pg_now_s();
 
 	while (!atomic_load_explicit(&c->hdr->closed, memory_order_acquire) &&
-	       now_s() - t0 < 30)
+	       pg_now_s() - t0 < 30)
 		usleep(10000);
 	if (!atomic_load(&c->hdr->closed)) {
 		FAIL("%s: not dropped within 30 s", what);
@@ -2306,7 +2291,7 @@ static void expect_dropped(struct conn *c, int code, const char *why,
 	      "%s: dropped with code %d '%s', not code %d '...%s...'", what,
 	      b->code, msg, code, why);
 	CHECK(poll(&pfd, 1, 10000) == 1, "%s: the socket did not hang up", what);
-	printf("unread: %s: dropped after %.1f s: %s\n", what, now_s() - t0, msg);
+	printf("unread: %s: dropped after %.1f s: %s\n", what, pg_now_s() - t0, msg);
 }
 
 /*
@@ -2430,8 +2415,8 @@ static int cmd_restart_wait(void)
 	gen1 = c.w.generation;
 	printf("connected %016" PRIx64 "\n", gen1);
 	fflush(stdout);
-	t0 = now_s();
-	while (!c.lost && now_s() - t0 < 60)
+	t0 = pg_now_s();
+	while (!c.lost && pg_now_s() - t0 < 60)
 		if (next_reply(&c, &r, 1000, 0) > 0)
 			shutdown |= r.cqe.type == PG_CQE_ERROR && r.cqe.code == PG_ESHUTDOWN;
 	CHECK(c.lost, "the daemon's stop was never seen");
@@ -2439,7 +2424,7 @@ static int cmd_restart_wait(void)
 	       shutdown ? " (PG_ESHUTDOWN)" : "");
 	fflush(stdout);
 	conn_close(&c);
-	for (t0 = now_s(); conn_open(&c, PG_PROTO_VERSION) && now_s() - t0 < 60;)
+	for (t0 = pg_now_s(); conn_open(&c, PG_PROTO_VERSION) && pg_now_s() - t0 < 60;)
 		usleep(20000);
 	if (!c.seg)
 		die("could not reconnect within 60 s");

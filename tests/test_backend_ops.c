@@ -82,6 +82,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "kernels/cpu/cpu.h"
 #ifdef HAVE_CUDA_BACKEND
 #include "kernels/cuda/backend_cuda.h"
@@ -1453,17 +1454,9 @@ static void report(void)
 	}
 }
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int main(void)
 {
-	double t0 = now();
+	double t0 = pg_now_s();
 	int cuda;
 
 	open_targets();
@@ -1482,7 +1475,7 @@ int main(void)
 	for (int t = 0; t < n_targets; t++)
 		targets[t].be->ops->destroy(targets[t].be);
 	ref->ops->destroy(ref);
-	printf("\n%d families, %.1f s\n", n_fams, now() - t0);
+	printf("\n%d families, %.1f s\n", n_fams, pg_now_s() - t0);
 	if (failures) {
 		printf("test_backend_ops: %d comparisons failed\n", failures);
 		return 1;

@@ -22,18 +22,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "kernels/cpu/comm_shm.h"
 #include "tests/check.h"
 
 #define MAX_RANKS 5
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void sleep_us(long us)
 {
@@ -501,7 +494,7 @@ static void abort_rank(struct pg_comm *c, void *arg)
 	/* A: blocked ranks, rank 0 absent, the main thread aborts. */
 	if (c->rank != 0) {
 		x->ret[c->rank] = block_in_op(c);
-		x->t_ret[c->rank] = now_ns();
+		x->t_ret[c->rank] = pg_now_ns();
 	}
 	pthread_barrier_wait(&x->sync);
 	CHECK(c->ops->barrier(c) == -ECANCELED, "barrier while aborted");
@@ -520,7 +513,7 @@ static void abort_rank(struct pg_comm *c, void *arg)
 	if (c->rank != 0) {
 		atomic_fetch_add(&x->entering, 1);
 		x->ret[c->rank] = c->ops->reset(c);
-		x->t_ret[c->rank] = now_ns();
+		x->t_ret[c->rank] = pg_now_ns();
 	}
 	pthread_barrier_wait(&x->sync);
 	pthread_barrier_wait(&x->sync);		/* the main thread checked */
@@ -531,11 +524,11 @@ static void abort_rank(struct pg_comm *c, void *arg)
 	/* C: one of the ranks aborts the group from its own thread. */
 	if (c->rank == 0) {
 		sleep_us(20000);
-		atomic_store(&x->t_abort, now_ns());
+		atomic_store(&x->t_abort, pg_now_ns());
 		c->ops->abort(c);
 	} else {
 		x->ret[c->rank] = block_in_op(c);
-		x->t_ret[c->rank] = now_ns();
+		x->t_ret[c->rank] = pg_now_ns();
 	}
 	pthread_barrier_wait(&x->sync);
 	CHECK(c->ops->reset(c) == 0, "reset");
@@ -563,7 +556,7 @@ static void abort_main(struct pg_comm **comm, int size, void *arg)
 	struct abort_ctx *x = arg;
 
 	sleep_us(20000);
-	atomic_store(&x->t_abort, now_ns());
+	atomic_store(&x->t_abort, pg_now_ns());
 	comm[0]->ops->abort(comm[0]);
 	pthread_barrier_wait(&x->sync);
 	abort_check(x, size, "abort in ops");
@@ -573,7 +566,7 @@ static void abort_main(struct pg_comm **comm, int size, void *arg)
 	while (atomic_load(&x->entering) < size - 1)
 		sleep_us(1000);
 	sleep_us(20000);
-	atomic_store(&x->t_abort, now_ns());
+	atomic_store(&x->t_abort, pg_now_ns());
 	comm[size - 1]->ops->abort(comm[size - 1]);
 	pthread_barrier_wait(&x->sync);
 	abort_check(x, size, "abort in reset");
@@ -800,7 +793,7 @@ static void test_api(void)
 
 static double since(int64_t t0)
 {
-	return (double)(now_ns() - t0) / 1e9;
+	return (double)(pg_now_ns() - t0) / 1e9;
 }
 
 int main(void)
@@ -809,31 +802,31 @@ int main(void)
 	static const int ar_rounds[] = { 300, 300, 100, 3 };
 	static const size_t ag_bytes[] = { 1, 13, 4096, 1 << 20 };
 	atomic_int count;
-	int64_t t0 = now_ns(), t, worst = 0, w;
+	int64_t t0 = pg_now_ns(), t, worst = 0, w;
 
 	test_api();
 	for (int size = 2; size <= MAX_RANKS; size++) {
 		printf("%d ranks:", size);
-		t = now_ns();
+		t = pg_now_ns();
 		for (int i = 0; i < 4; i++)
 			test_all_reduce(size, ar_n[i], ar_rounds[i]);
 		printf(" all_reduce %.2fs", since(t));
-		t = now_ns();
+		t = pg_now_ns();
 		for (int i = 0; i < 4; i++)
 			test_all_gather(size, ag_bytes[i], ar_rounds[i]);
 		run_group(size, mismatch_rank, NULL, NULL);
 		printf(", all_gather %.2fs", since(t));
-		t = now_ns();
+		t = pg_now_ns();
 		atomic_init(&count, 0);
 		run_group(size, barrier_rank, NULL, &count);
 		printf(", barrier %.2fs", since(t));
-		t = now_ns();
+		t = pg_now_ns();
 		run_group(size, ring_rank, NULL, NULL);
 		run_group(size, pipe_rank, NULL, NULL);
 		run_group(size, pairs_rank, NULL, NULL);
 		run_group(size, p2p_errors_rank, NULL, NULL);
 		printf(", send/recv %.2fs", since(t));
-		t = now_ns();
+		t = pg_now_ns();
 		w = test_abort(size);
 		worst = w > worst ? w : worst;
 		test_storm(size);

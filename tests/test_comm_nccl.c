@@ -24,6 +24,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/clock.h"
 #include "kernels/cuda/comm_nccl.h"
 #include "tests/check.h"
 
@@ -239,14 +240,6 @@ static void *rank_main(void *p)
 	return NULL;
 }
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 struct canceller {
 	atomic_int *flag;
 	int64_t after_ns;
@@ -283,12 +276,12 @@ static void check_join_gives_up(void)
 	/* the deadline: 1 s */
 	CHECK(pg_comm_nccl_unique_id(id, sizeof(id), msg, sizeof(msg)) == 0,
 	      "unique id: %s", msg);
-	w.deadline_ns = mono_ns() + 1000000000;
+	w.deadline_ns = pg_now_ns() + 1000000000;
 	c = (struct pg_comm *)&w;
 	msg[0] = 0;
-	t0 = mono_ns();
+	t0 = pg_now_ns();
 	err = pg_comm_nccl_join(2, 0, id, 0, NULL, &w, &c, msg, sizeof(msg));
-	took = mono_ns() - t0;
+	took = pg_now_ns() - t0;
 	CHECK(err == -ETIMEDOUT && !c && msg[0],
 	      "join past its deadline: %d (%s)", err, msg);
 	CHECK(took >= 900000000 && took < 30000000000,
@@ -299,13 +292,13 @@ static void check_join_gives_up(void)
 	CHECK(pg_comm_nccl_unique_id(id, sizeof(id), msg, sizeof(msg)) == 0,
 	      "unique id: %s", msg);
 	w.cancel = &flag;
-	w.deadline_ns = mono_ns() + 60000000000;
+	w.deadline_ns = pg_now_ns() + 60000000000;
 	k = (struct canceller){ .flag = &flag, .after_ns = 200000000 };
 	pthread_create(&tid, NULL, cancel_later, &k);
 	msg[0] = 0;
-	t0 = mono_ns();
+	t0 = pg_now_ns();
 	err = pg_comm_nccl_join(2, 0, id, 0, NULL, &w, &c, msg, sizeof(msg));
-	took = mono_ns() - t0;
+	took = pg_now_ns() - t0;
 	pthread_join(tid, NULL);
 	CHECK(err == -ECANCELED && !c && msg[0],
 	      "join cancelled: %d (%s)", err, msg);
@@ -336,7 +329,7 @@ static void check_destroy_after_stream(void)
 		return;
 	}
 	w.cancel = &flag;
-	w.deadline_ns = mono_ns() + 60000000000;
+	w.deadline_ns = pg_now_ns() + 60000000000;
 	CHECK(pg_comm_nccl_unique_id(id, sizeof(id), msg, sizeof(msg)) == 0,
 	      "unique id: %s", msg);
 	err = pg_comm_nccl_join(1, 0, id, 0, stream, &w, &c, msg, sizeof(msg));

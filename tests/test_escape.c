@@ -2,9 +2,11 @@
  * test_escape.c - shm/escape.h, the one way pagodad and pagodactl show a
  * string someone else chose: each mode's form of controls, DEL, C1 and
  * bidi controls, invalid UTF-8, backslash and quotes; valid UTF-8 kept;
- * cuts only at whole escapes; and, over every byte value in every
- * position, no output byte a terminal would obey.
+ * cuts only at whole escapes; the stream form (pg_escape_fput) whole,
+ * NULs included; and, over every byte value in every position, no output
+ * byte a terminal would obey.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "shm/escape.h"
@@ -63,6 +65,30 @@ static void test_cut(void)
 	CHECK(n == 0 && !out[0], "no room: empty");
 }
 
+/* pg_escape_fput: NULs are bytes like any other, and nothing is cut. */
+static void test_fput(void)
+{
+	static char big[10000];
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	CHECK(f != NULL, "open_memstream");
+	if (!f)
+		return;
+	pg_escape_fput(f, "a\0b\x1b\xc2\x9b\"", 7, PG_ESCAPE_JSON);
+	fflush(f);
+	CHECK(!strcmp(out, "a\\u0000b\\u001b\\u009b\\\""), "JSON: got '%s'", out);
+	memset(big, 0x1b, sizeof(big));
+	rewind(f);
+	pg_escape_fput(f, big, sizeof(big), PG_ESCAPE_TEXT);
+	fflush(f);
+	CHECK(len == 4 * sizeof(big) && !strncmp(out + len - 8, "\\x1b\\x1b", 8),
+	      "TEXT, %zu bytes: %zu bytes out", sizeof(big), len);
+	fclose(f);
+	free(out);
+}
+
 /* Whether out holds a byte a terminal obeys, or invalid UTF-8. */
 static int unsafe(const char *out)
 {
@@ -103,6 +129,7 @@ int main(void)
 {
 	test_forms();
 	test_cut();
+	test_fput();
 	test_every_byte();
 	if (failures)
 		fprintf(stderr, "test_escape: %d checks failed\n", (int)failures);

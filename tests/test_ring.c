@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
 
@@ -102,14 +103,6 @@ static void on_alarm(int sig)
 	(void)sig;
 	(void)!write(2, msg, sizeof(msg) - 1);
 	_exit(1);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static uint64_t scaled(uint64_t n)
@@ -656,14 +649,14 @@ static void test_oneway(uint32_t n_slots, uint32_t arena_bytes,
 	tx_init(&w->t, &c, 0x1234 + n_slots);
 	rx_init(&w->x, &c, 0x5678 + n_slots);
 	w->n = n;
-	t0 = now_s();
+	t0 = pg_now_s();
 	CHECK(pthread_create(&tc, NULL, oneway_consumer, w) == 0);
 	CHECK(pthread_create(&tp, NULL, oneway_producer, w) == 0);
 	CHECK(pthread_join(tp, NULL) == 0);
 	CHECK(pthread_join(tc, NULL) == 0);
 	CHECK(atomic_load(&h->sq.tail) == (uint32_t)(start + n));
 	CHECK(atomic_load(&h->sq.head) == (uint32_t)(start + n));
-	report(name, n, now_s() - t0, w->x.n_sleep, w->t.n_rung, w->t.n_publish);
+	report(name, n, pg_now_s() - t0, w->x.n_sleep, w->t.n_rung, w->t.n_publish);
 	check_sleeps(name, w->x.n_sleep, n);
 	close(c.bell);
 	free(w->t.end);
@@ -768,12 +761,12 @@ static void test_pingpong(uint32_t sq_slots, uint32_t cq_slots, uint64_t n)
 	tx_init(&cl->t, &sq, 13);
 	rx_init(&cl->x, &cq, 14);
 	cl->n = dm->n = n;
-	t0 = now_s();
+	t0 = pg_now_s();
 	CHECK(pthread_create(&tdm, NULL, daemon_thread, dm) == 0);
 	CHECK(pthread_create(&tcl, NULL, client_thread, cl) == 0);
 	CHECK(pthread_join(tcl, NULL) == 0);
 	CHECK(pthread_join(tdm, NULL) == 0);
-	report(name, n, now_s() - t0, cl->x.n_sleep + dm->x.n_sleep,
+	report(name, n, pg_now_s() - t0, cl->x.n_sleep + dm->x.n_sleep,
 	       cl->t.n_rung + dm->t.n_rung, cl->t.n_publish + dm->t.n_publish);
 	check_sleeps(name, cl->x.n_sleep, n);
 	check_sleeps(name, dm->x.n_sleep, n);
@@ -840,7 +833,7 @@ static void fork_client(int fd, int sq_bell, int cq_bell, pid_t parent,
 	struct pg_seg_header *h;
 	struct chan sq, cq;
 	struct side *s = calloc(1, sizeof(*s));
-	double t0 = now_s();
+	double t0 = pg_now_s();
 
 	alarm(HANG_S);
 	prctl(PR_SET_TIMERSLACK, 1UL);
@@ -851,7 +844,7 @@ static void fork_client(int fd, int sq_bell, int cq_bell, pid_t parent,
 	tx_init(&s->t, &sq, 21);
 	rx_init(&s->x, &cq, 22);
 	client_run(&s->t, &s->x, n);
-	report("fork ping-pong, client side", n, now_s() - t0, s->x.n_sleep,
+	report("fork ping-pong, client side", n, pg_now_s() - t0, s->x.n_sleep,
 	       s->t.n_rung, s->t.n_publish);
 	check_sleeps("fork ping-pong client", s->x.n_sleep, n);
 	free(s->t.end);
@@ -867,7 +860,7 @@ static void test_fork(uint32_t sq_slots, uint32_t cq_slots, uint64_t n)
 	struct chan sq, cq;
 	struct side *s;
 	pid_t child;
-	double t0 = now_s();
+	double t0 = pg_now_s();
 
 	fflush(NULL);
 	child = fork();
@@ -885,7 +878,7 @@ static void test_fork(uint32_t sq_slots, uint32_t cq_slots, uint64_t n)
 	daemon_run(&s->x, &s->t, n);
 	if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st))
 		die("fork ping-pong: the client process failed (status %#x)", st);
-	report("fork ping-pong, daemon side", n, now_s() - t0, s->x.n_sleep,
+	report("fork ping-pong, daemon side", n, pg_now_s() - t0, s->x.n_sleep,
 	       s->t.n_rung, s->t.n_publish);
 	check_sleeps("fork ping-pong daemon", s->x.n_sleep, n);
 	free(s->t.end);
@@ -1539,7 +1532,7 @@ static void test_segments(void)
 int main(void)
 {
 	const char *s = getenv("TEST_RING_SCALE");
-	double t0 = now_s();
+	double t0 = pg_now_s();
 
 	signal(SIGALRM, on_alarm);
 	alarm(HANG_S);
@@ -1562,7 +1555,7 @@ int main(void)
 	test_pingpong(8, 1024, scaled(PINGPONG_MSGS));
 	test_pingpong(1024, 8, scaled(PINGPONG_MSGS));
 	test_fork(8, 1024, scaled(FORK_MSGS));
-	printf("test_ring: all passed in %.1f s%s\n", now_s() - t0,
+	printf("test_ring: all passed in %.1f s%s\n", pg_now_s() - t0,
 	       UNDER_TSAN ? " (ThreadSanitizer build)" :
 	       UNDER_ASAN ? " (AddressSanitizer build)" : "");
 	return 0;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "daemon/engine/gguf.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
@@ -75,14 +76,6 @@ static void print_ids(const char *what, const int32_t *ids, int64_t n)
 	for (int64_t i = 0; i < n && i < 40; i++)
 		fprintf(stderr, " %d", ids[i]);
 	fprintf(stderr, n > 40 ? " ...\n" : "\n");
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- a GGUF file written in memory ---- */
@@ -775,9 +768,9 @@ static void test_speed(const struct pg_tokenizer *t)
 
 	while (len && ((unsigned char)s[len] & 0xc0) == 0x80)
 		len--;
-	t0 = now();
+	t0 = pg_now_s();
 	ids = tokenize(t, s, len, 1, 1, &k);
-	dt = now() - t0;
+	dt = pg_now_s() - t0;
 	printf("speed: %zu bytes -> %lld tokens in %.3f s (%.1f MB/s, two passes)\n",
 	       len, (long long)k, dt, (double)len / dt / 1e6);
 	CHECK(k > 0 && dt < 2.0, "1 MB took %.3f s (limit 2 s)", dt);

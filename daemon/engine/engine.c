@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "engine.h"
 #include "tokenizer.h"
 
@@ -116,27 +116,6 @@ struct pg_engine {
 	struct pg_engine_stats st;
 	char msg[256];
 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-const char *pg_engine_strerror(int err)
-{
-	switch (err) {
-	case PG_ENGINE_OK: return "success";
-	case PG_ENGINE_EINVAL: return "invalid request or configuration";
-	case PG_ENGINE_ETOOBIG: return "request too large for the KV pool";
-	case PG_ENGINE_ENOMEM: return "out of memory";
-	case PG_ENGINE_ENOENT: return "no such request";
-	case PG_ENGINE_EFORWARD: return "the forward pass failed";
-	}
-	return "unknown error";
-}
 
 const char *pg_engine_finish_name(enum pg_engine_finish f)
 {
@@ -432,7 +411,7 @@ int pg_engine_submit(struct pg_engine *e, const struct pg_request *q,
 		return fail(e, PG_ENGINE_ENOMEM, "out of memory queueing the request");
 	}
 	r->id = e->next_id++;
-	r->t_submit = now();
+	r->t_submit = pg_now_s();
 	if (q->arrived > 0 && q->arrived < r->t_submit)
 		r->t_submit = q->arrived;
 	r->next = e->reqs;
@@ -587,7 +566,7 @@ static int emit_token(struct pg_engine *e, struct seq *s, int32_t id,
 
 static void record_token(struct pg_engine *e, struct seq *s, int32_t id)
 {
-	double t = now();
+	double t = pg_now_s();
 
 	pg_sampler_accept(s->sampler, id);
 	s->toks[s->n_toks++] = id;
@@ -634,7 +613,7 @@ static void admitted(struct pg_engine *e, struct seq *s, int n_cached)
 	if (s->admitted)
 		return;
 	s->admitted = 1;
-	s->fig.queue_s = now() - s->req->t_submit;
+	s->fig.queue_s = pg_now_s() - s->req->t_submit;
 	s->fig.n_cached = n_cached;
 }
 

@@ -38,9 +38,6 @@ enum pg_engine_error {
 	PG_ENGINE_EFORWARD = -5,/* the forward pass failed */
 };
 
-/* pg_engine_strerror - a short text for an enum pg_engine_error. */
-const char *pg_engine_strerror(int err);
-
 enum pg_engine_finish {
 	PG_ENGINE_FINISH_STOP = 0,	/* end-of-generation token, stop id or
 					   stop string */

@@ -63,7 +63,13 @@ struct pg_forward_params {
 					   alloc(), logits downloaded) */
 	enum pg_numerics numerics;	/* PG_NUMERICS_PAGODA (default) or
 					   PG_NUMERICS_LLAMA_CPP */
+	int nccl_timeout_s;		/* seconds the NCCL groups of a plan
+					   of several CUDA devices have to
+					   form; <= 0: PG_FW_NCCL_TIMEOUT_S */
 };
+
+/* The default of nccl_timeout_s (pagodad's PAGODA_NCCL_TIMEOUT). */
+#define PG_FW_NCCL_TIMEOUT_S 60
 
 /* pg_forward_params_default - 2 threads, best ISA, 512 tokens, F16 KV. */
 struct pg_forward_params pg_forward_params_default(void);
@@ -167,7 +173,7 @@ const struct pg_plan *pg_forward_plan(const struct pg_forward *fw);
 /* pg_forward_n_devices - devices of the plan (1 without one). */
 int pg_forward_n_devices(const struct pg_forward *fw);
 
-/* What one device has done since creation or pg_forward_reset_stats. */
+/* What one device has done since the forward pass was created. */
 struct pg_forward_dev_stats {
 	char name[16];			/* "cpu:0" */
 	int stage, tp_rank, cp_rank;
@@ -186,9 +192,6 @@ struct pg_forward_dev_stats {
 /* pg_forward_device_stats - device i's figures (i < n_devices). */
 void pg_forward_device_stats(const struct pg_forward *fw, int i,
 			     struct pg_forward_dev_stats *st);
-
-/* pg_forward_reset_stats - start the figures again (waits for batches). */
-void pg_forward_reset_stats(struct pg_forward *fw);
 
 /*
  * pg_forward_inject_fault - for tests: device `device` fails (-EIO) the

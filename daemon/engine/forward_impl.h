@@ -1,8 +1,9 @@
 /*
  * forward_impl.h - the forward pass's internals, shared by forward.c
- * (devices, threads, weight placement, communication, the batch's course)
- * and block.c (the model math of one transformer block).  Nothing outside
- * these two files includes it.
+ * (making and ending it: devices and their threads), weights.c (where a
+ * device's weights live), comms.c (the plan's communicator groups),
+ * jobs.c (the course of a batch) and block.c (the model math of one
+ * transformer block).  Nothing outside these files includes it.
  */
 #ifndef PAGODA_FORWARD_IMPL_H
 #define PAGODA_FORWARD_IMPL_H
@@ -72,7 +73,7 @@ struct device {
 	struct pg_matrix out_w;		/* last stage: vocabulary [v0, v1) */
 	void *local;			/* slices copied to the device's node */
 	size_t local_bytes;
-	void *packed;			/* Q4 slices repacked (pack_weights) */
+	void *packed;			/* fw_pack_weights' allocation */
 	size_t packed_bytes;
 	int packed_numa;		/* from numa_alloc_onnode, else mmap */
 	int devmem;			/* the backend has memory of its own */
@@ -131,7 +132,7 @@ struct pg_forward {
 	uint64_t queued;		/* jobs handed to devices so far */
 	int stop;
 	struct job *queue[PG_FW_MAX_INFLIGHT + 1];	/* by queued % size */
-	uint64_t created_ns, stats_ns;
+	uint64_t stats_ns;		/* pg_now_ns() at creation */
 	/* GPUs: NCCL groups, which the device threads create together */
 	int gpus;			/* the plan's devices are CUDA devices */
 	uint8_t *nccl_ids;		/* world, then TP groups, then CP
@@ -142,7 +143,7 @@ struct pg_forward {
 	atomic_int nccl_cancel;		/* set on any failure of the setup, so
 					   that no rank waits for one that will
 					   never join */
-	int64_t nccl_deadline_ns;	/* now_ns(): every rank gives up then */
+	int64_t nccl_deadline_ns;	/* pg_now_ns(): every rank gives up then */
 	int nccl_timeout_s;
 };
 
@@ -153,5 +154,82 @@ struct pg_forward {
  * 0, or the communicator's error.
  */
 int pg_block_run(struct device *d, const struct job *j, int lb);
+
+/* ---- weights.c: where a device's weights live ---- */
+
+/* fw_rows_of - a view of output rows r0 .. r0 + n - 1 of m. */
+struct pg_matrix fw_rows_of(const struct pg_matrix *m, int64_t r0, int64_t n);
+
+/* fw_slice_block - o = device d's slices of block weights w (views). */
+void fw_slice_block(const struct pg_hparams *hp, const struct device *d,
+		    const struct pg_block_weights *w,
+		    struct pg_block_weights *o);
+
+/* fw_matrix_bytes - the bytes of m's rows laid end to end, unpadded. */
+size_t fw_matrix_bytes(const struct pg_matrix *m);
+
+/*
+ * fw_localize_weights - a device bound to NUMA node node: its slices
+ * copied onto that node (the token embedding stays in the mapping).
+ * Returns 0, -EINVAL (no such node) or -ENOMEM.
+ */
+int fw_localize_weights(struct device *d, int node);
+
+/*
+ * fw_pack_weights - a CPU device's matrices in one allocation (on node
+ * when >= 0): repacked for its backend's 8-row loops where it takes them,
+ * and, on a device bound to no node, the others copied onto huge pages.
+ * Returns 0 or -ENOMEM with a message in err.
+ */
+int fw_pack_weights(struct device *d, int node, char *err, size_t err_len);
+
+/*
+ * fw_upload_weights - device d's weights uploaded into its backend's own
+ * memory in one allocation (head_split: the output head is padded to
+ * d->vpad rows).  Returns 0 or -errno with a message in err.
+ */
+int fw_upload_weights(struct device *d, int head_split, char *err,
+		      size_t err_len);
+
+/* ---- comms.c: the plan's communicator groups ---- */
+
+/*
+ * fw_setup_comms - the groups over shared memory of a plan of CPU
+ * devices: one world, a TP group per (stage, c), a CP group per (stage,
+ * t); for GPUs, the NCCL ids their threads join with.  Returns 0 or
+ * -errno with a message in err.
+ */
+int fw_setup_comms(struct pg_forward *fw, char *err, size_t err_len);
+
+/*
+ * fw_join_nccl - in device d's thread: its NCCL handles, world then TP
+ * then CP, created together with the other devices' (giving up when one
+ * has failed or the deadline has passed).  Returns 0 or -errno with a
+ * message in err.
+ */
+int fw_join_nccl(struct device *d, char *err, size_t err_len);
+
+/* ---- forward.c, for the device threads ---- */
+
+/* fw_setup_failed - a device's setup failed with rc (under fw->lock):
+ * keep the first cause (msg) for pg_forward_create. */
+void fw_setup_failed(struct pg_forward *fw, int rc, const char *msg);
+
+/* fw_head_size - the ranks that share the output head by vocabulary:
+ * TP's, else CP's. */
+int fw_head_size(const struct pg_plan *pl);
+
+/* ---- jobs.c: the course of a batch ---- */
+
+/* fw_device_main - a device's thread (arg: its struct device): its NCCL
+ * handles if any, then the jobs of the ring in order until fw->stop. */
+void *fw_device_main(void *arg);
+
+/* fw_abort_device - device d's communicators aborted, so that no peer
+ * waits on it (a failed batch or setup). */
+void fw_abort_device(struct device *d);
+
+/* fw_comm_ns - the time device d's communicators have spent, in ns. */
+uint64_t fw_comm_ns(const struct device *d);
 
 #endif

@@ -5,18 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "generate.h"
 #include "tokenizer.h"
-
-double pg_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 const char *pg_finish_name(enum pg_finish f)
 {
@@ -161,7 +153,7 @@ static int decode_loop(struct gen *g, const struct pg_gen_params *p,
 		if (out_ids)
 			out_ids[st->n_gen] = id;
 		if (st->n_gen++ == 0)
-			t0 = pg_now();
+			t0 = pg_now_s();
 		rc = emit_token(g, id, &stopped);
 		if (rc < 0)
 			return rc;
@@ -175,7 +167,7 @@ static int decode_loop(struct gen *g, const struct pg_gen_params *p,
 			return rc;
 	}
 	if (st->n_gen > 1)
-		st->decode_s = pg_now() - t0;
+		st->decode_s = pg_now_s() - t0;
 	return finish_text(g, stopped);
 }
 
@@ -233,9 +225,9 @@ int pg_generate(struct pg_forward *fw, struct pg_kvc *kvc,
 		goto out;
 	for (int i = 0; i < n_prompt; i++)
 		pg_sampler_accept(g.sampler, prompt[i]);
-	t0 = pg_now();
+	t0 = pg_now_s();
 	rc = prefill(&g, prompt, n_prompt, stats);
-	stats->prefill_s = pg_now() - t0;
+	stats->prefill_s = pg_now_s() - t0;
 	if (!rc)
 		rc = decode_loop(&g, p, out_ids, stats);
 out:

@@ -82,7 +82,4 @@ int pg_generate(struct pg_forward *fw, struct pg_kvc *kvc,
 /* pg_finish_name - "length", "stop", "cancelled". */
 const char *pg_finish_name(enum pg_finish f);
 
-/* pg_now - monotonic seconds. */
-double pg_now(void);
-
 #endif

@@ -21,8 +21,6 @@ struct pg_kv_store {
 	struct pg_backend *be;		/* NULL: host mapping; else its memory */
 	void *bounce;			/* a page of host memory, for copies */
 	size_t map_bytes;
-	int n_pages;
-	int hugetlb;
 };
 
 #define HUGE_2M (2u << 20)
@@ -36,10 +34,8 @@ static void *map_pages(struct pg_kv_store *s, size_t bytes, int hugetlb)
 		s->map_bytes = (bytes + HUGE_2M - 1) / HUGE_2M * HUGE_2M;
 		p = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
-		if (p != MAP_FAILED) {
-			s->hugetlb = 1;
+		if (p != MAP_FAILED)
 			return p;
-		}
 	}
 	s->map_bytes = bytes;
 	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
@@ -83,7 +79,6 @@ static int store_new(int n_pages, int page_tokens, int n_blocks,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->n_pages = n_pages;
 	s->layout = (struct pg_kv_layout){
 		.page_bytes = pg_kv_page_bytes_for(page_tokens, n_blocks,
 						   n_kv_heads, head_dim, type),
@@ -150,11 +145,6 @@ int pg_kv_store_create(int n_pages, int page_tokens, int n_blocks,
 	return 0;
 }
 
-int pg_kv_store_hugetlb(const struct pg_kv_store *s)
-{
-	return s->hugetlb;
-}
-
 void pg_kv_store_destroy(struct pg_kv_store *s)
 {
 	if (!s)
@@ -176,11 +166,6 @@ void pg_kv_store_set_cp(struct pg_kv_store *s, int cp_size, int cp_rank)
 const struct pg_kv_layout *pg_kv_store_layout(const struct pg_kv_store *s)
 {
 	return &s->layout;
-}
-
-int pg_kv_store_n_pages(const struct pg_kv_store *s)
-{
-	return s->n_pages;
 }
 
 int pg_kv_store_copy(struct pg_kv_store *s, int32_t src, int32_t dst,

@@ -46,9 +46,6 @@ int pg_kv_store_create_on(struct pg_backend *be, int n_pages,
 			  int head_dim, enum pg_dtype type,
 			  struct pg_kv_store **out);
 
-/* pg_kv_store_hugetlb - whether the pages sit on explicit huge pages. */
-int pg_kv_store_hugetlb(const struct pg_kv_store *s);
-
 /* pg_kv_store_destroy - unmap; NULL is allowed. */
 void pg_kv_store_destroy(struct pg_kv_store *s);
 
@@ -61,9 +58,6 @@ const struct pg_kv_layout *pg_kv_store_layout(const struct pg_kv_store *s);
  * each (see struct pg_kv_layout).  cp_size 1: every position.
  */
 void pg_kv_store_set_cp(struct pg_kv_store *s, int cp_size, int cp_rank);
-
-/* pg_kv_store_n_pages - pages in the store. */
-int pg_kv_store_n_pages(const struct pg_kv_store *s);
 
 /*
  * pg_kv_store_copy - copy page src to page dst (both < n_pages).  A store

@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "fault.h"
 #include "kvcache.h"
 
@@ -213,12 +213,9 @@ static void htab_remove(struct htab *t, uint64_t key, int32_t val)
 
 static double kvc_now(const struct pg_kvc *c)
 {
-	struct timespec ts;
-
 	if (c->p.now)
 		return c->p.now(c->p.now_ctx);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+	return pg_now_s();
 }
 
 static int page_full(const struct pg_kvc *c, int32_t p)

@@ -31,9 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/spin.h"
 #include "comm_shm.h"
 
 /*
@@ -106,23 +107,6 @@ static void futex_wake(_Atomic uint32_t *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Tell rank r that something it may wait for has changed. */
 static void shm_ring(struct pg_comm_shm_group *g, int r)
 {
@@ -153,10 +137,10 @@ static int shm_spin(int64_t spin_ns, shm_done_fn done, const void *arg,
 	for (int i = 1;; i++) {
 		if (done(arg) || shm_cancelled(cancel, cancel_val))
 			return 0;
-		cpu_relax();
+		pg_cpu_relax();
 		if (i % SHM_SPIN_CHECK)
 			continue;
-		t = now_ns();
+		t = pg_now_ns();
 		if (!start)
 			start = t;
 		else if (t - start > spin_ns)
@@ -322,7 +306,7 @@ static int shm_all_reduce_sum(struct pg_comm *pc, float *buf, size_t n)
 {
 	struct shm_comm *c = shm_of(pc);
 	struct pg_comm_stats *st = &pc->stats;
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	st->n_all_reduce++;
@@ -339,7 +323,7 @@ static int shm_all_reduce_sum(struct pg_comm *pc, float *buf, size_t n)
 				(uint64_t)(pc->size - 1);
 	}
 out:
-	st->wait_ns += (uint64_t)(now_ns() - t0);
+	st->wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
@@ -366,7 +350,7 @@ static int shm_all_gather(struct pg_comm *pc, const void *send, size_t bytes,
 {
 	struct shm_comm *c = shm_of(pc);
 	struct pg_comm_stats *st = &pc->stats;
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	st->n_all_gather++;
@@ -382,18 +366,18 @@ static int shm_all_gather(struct pg_comm *pc, const void *send, size_t bytes,
 		st->bytes_in += (uint64_t)bytes * (uint64_t)(pc->size - 1);
 	}
 out:
-	st->wait_ns += (uint64_t)(now_ns() - t0);
+	st->wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
 static int shm_barrier_op(struct pg_comm *pc)
 {
 	struct shm_comm *c = shm_of(pc);
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	err = shm_barrier(c, &c->g->aborted, 0, NULL);
-	pc->stats.wait_ns += (uint64_t)(now_ns() - t0);
+	pc->stats.wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
@@ -453,7 +437,7 @@ static int shm_send(struct pg_comm *pc, int peer, const void *buf,
 		    size_t bytes)
 {
 	struct shm_comm *c = shm_of(pc);
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	pc->stats.n_send++;
@@ -462,7 +446,7 @@ static int shm_send(struct pg_comm *pc, int peer, const void *buf,
 		err = shm_post(c, peer, buf, bytes);
 	if (!err)
 		pc->stats.bytes_out += bytes;
-	pc->stats.wait_ns += (uint64_t)(now_ns() - t0);
+	pc->stats.wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
@@ -495,7 +479,7 @@ static int shm_recv(struct pg_comm *pc, int peer, void *buf, size_t bytes)
 {
 	struct shm_comm *c = shm_of(pc);
 	struct shm_box *b;
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	pc->stats.n_recv++;
@@ -512,7 +496,7 @@ static int shm_recv(struct pg_comm *pc, int peer, void *buf, size_t bytes)
 	shm_ring(c->g, peer);
 	pc->stats.bytes_in += bytes;
 out:
-	pc->stats.wait_ns += (uint64_t)(now_ns() - t0);
+	pc->stats.wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 

@@ -19,9 +19,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/spin.h"
 #include "threadpool.h"
 
 /*
@@ -65,21 +66,6 @@ static void futex_wake(void *addr, int n)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /*
  * Spin until (*word == val) == equal, or the spin time is over; 1 when
  * the condition was met.
@@ -92,10 +78,10 @@ static int spin_for(_Atomic uint32_t *word, uint32_t val, int equal)
 		if ((atomic_load_explicit(word, memory_order_acquire) == val) ==
 		    equal)
 			return 1;
-		cpu_relax();
+		pg_cpu_relax();
 		if (i % PG_POOL_SPIN_CHECK)
 			continue;
-		t = now_ns();
+		t = pg_now_ns();
 		if (!start)
 			start = t;
 		else if (t - start > PG_POOL_SPIN_NS)
@@ -172,11 +158,6 @@ void pg_pool_run(struct pg_pool *pool, pg_pool_fn fn, void *arg)
 	bump_gen(pool);
 	fn(arg, 0, pool->n_threads);
 	wait_done(pool);
-}
-
-int pg_pool_threads(const struct pg_pool *pool)
-{
-	return pool->n_threads;
 }
 
 /* Stop and join the first n_started workers. */

@@ -30,9 +30,6 @@ int pg_pool_pin(struct pg_pool *pool, const int *cpus, int n_cpus);
 /* pg_pool_destroy - stop and join the workers, free the pool.  NULL ok. */
 void pg_pool_destroy(struct pg_pool *pool);
 
-/* pg_pool_threads - the number of threads, the caller's included. */
-int pg_pool_threads(const struct pg_pool *pool);
-
 /*
  * pg_pool_run - call fn(arg, ith, n) on every thread and return when all
  * calls have returned; fn's writes are then visible to the caller.

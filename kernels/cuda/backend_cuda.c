@@ -212,11 +212,6 @@ void *pg_cuda_backend_stream(struct pg_backend *be)
 	return pg_cuda(be)->stream;
 }
 
-int pg_cuda_backend_device(struct pg_backend *be)
-{
-	return pg_cuda(be)->device;
-}
-
 /* ---- graphs' cache ---- */
 
 static void graph_drop(struct pg_cuda_graph *g)

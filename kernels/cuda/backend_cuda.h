@@ -79,9 +79,6 @@ struct pg_backend *pg_cuda_backend_create(int device, char *err,
  */
 void *pg_cuda_backend_stream(struct pg_backend *be);
 
-/* pg_cuda_backend_device - the CUDA device number of a backend. */
-int pg_cuda_backend_device(struct pg_backend *be);
-
 /*
  * pg_cuda_argmax - for each of n_rows rows of device logits
  * (n_rows, n_vocab), the lowest id holding the largest value (NaN ignored;

@@ -64,6 +64,7 @@
 #include <nccl.h>		/* the communicator */
 #pragma GCC diagnostic pop
 
+#include "common/clock.h"
 #include "comm_nccl.h"
 
 _Static_assert(sizeof(ncclUniqueId) == PG_COMM_NCCL_ID_BYTES,
@@ -101,20 +102,12 @@ static struct nccl_comm *nccl_of(struct pg_comm *c)
 	return (struct nccl_comm *)c;
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Sleep between polls once the first NCCL_SPIN_NS since start are over. */
 static void nccl_nap(int64_t start)
 {
 	struct timespec ts = { 0, NCCL_NAP_NS };
 
-	if (now_ns() - start > NCCL_SPIN_NS)
+	if ((int64_t)pg_now_ns() - start > NCCL_SPIN_NS)
 		nanosleep(&ts, NULL);
 }
 
@@ -210,7 +203,7 @@ static int nccl_poll(struct nccl_comm *c, const char *call)
  */
 static int nccl_finish(struct nccl_comm *c, const char *call, ncclResult_t r)
 {
-	int64_t start = now_ns();
+	int64_t start = pg_now_ns();
 	int ret;
 
 	if (r == ncclInvalidArgument || r == ncclInvalidUsage) {
@@ -241,7 +234,7 @@ static int nccl_all_reduce_sum(struct pg_comm *pc, float *buf, size_t n)
 {
 	struct nccl_comm *c = nccl_of(pc);
 	struct pg_comm_stats *st = &pc->stats;
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	st->n_all_reduce++;
@@ -255,7 +248,7 @@ static int nccl_all_reduce_sum(struct pg_comm *pc, float *buf, size_t n)
 		st->bytes_in += (uint64_t)n * sizeof(float) *
 				(uint64_t)(pc->size - 1);
 	}
-	st->wait_ns += (uint64_t)(now_ns() - t0);
+	st->wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
@@ -264,7 +257,7 @@ static int nccl_all_gather(struct pg_comm *pc, const void *send, size_t bytes,
 {
 	struct nccl_comm *c = nccl_of(pc);
 	struct pg_comm_stats *st = &pc->stats;
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	st->n_all_gather++;
@@ -277,7 +270,7 @@ static int nccl_all_gather(struct pg_comm *pc, const void *send, size_t bytes,
 		st->bytes_out += bytes;
 		st->bytes_in += (uint64_t)bytes * (uint64_t)(pc->size - 1);
 	}
-	st->wait_ns += (uint64_t)(now_ns() - t0);
+	st->wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
@@ -285,7 +278,7 @@ static int nccl_send(struct pg_comm *pc, int peer, const void *buf,
 		     size_t bytes)
 {
 	struct nccl_comm *c = nccl_of(pc);
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	pc->stats.n_send++;
@@ -298,14 +291,14 @@ static int nccl_send(struct pg_comm *pc, int peer, const void *buf,
 					   c->stream));
 	if (!err)
 		pc->stats.bytes_out += bytes;
-	pc->stats.wait_ns += (uint64_t)(now_ns() - t0);
+	pc->stats.wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
 static int nccl_recv(struct pg_comm *pc, int peer, void *buf, size_t bytes)
 {
 	struct nccl_comm *c = nccl_of(pc);
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	pc->stats.n_recv++;
@@ -318,7 +311,7 @@ static int nccl_recv(struct pg_comm *pc, int peer, void *buf, size_t bytes)
 					   c->stream));
 	if (!err)
 		pc->stats.bytes_in += bytes;
-	pc->stats.wait_ns += (uint64_t)(now_ns() - t0);
+	pc->stats.wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
@@ -326,7 +319,7 @@ static int nccl_recv(struct pg_comm *pc, int peer, void *buf, size_t bytes)
 static int nccl_barrier(struct pg_comm *pc)
 {
 	struct nccl_comm *c = nccl_of(pc);
-	int64_t t0 = now_ns();
+	int64_t t0 = pg_now_ns();
 	int err;
 
 	err = nccl_enter(c);
@@ -334,7 +327,7 @@ static int nccl_barrier(struct pg_comm *pc)
 		err = nccl_finish(c, "ncclAllReduce (barrier)",
 				  ncclAllReduce(c->one, c->one, 1, ncclFloat,
 						ncclSum, c->comm, c->stream));
-	pc->stats.wait_ns += (uint64_t)(now_ns() - t0);
+	pc->stats.wait_ns += (uint64_t)(pg_now_ns() - t0);
 	return err;
 }
 
@@ -375,7 +368,7 @@ static int nccl_reset(struct pg_comm *pc)
  */
 static void nccl_finalize(struct nccl_comm *c)
 {
-	int64_t start = now_ns();
+	int64_t start = pg_now_ns();
 	ncclResult_t r, state = ncclInProgress;
 
 	if (nccl_enter(c))
@@ -491,7 +484,7 @@ static int nccl_give_up(const struct pg_comm_nccl_wait *w)
 		return 0;
 	if (w->cancel && atomic_load(w->cancel))
 		return -ECANCELED;
-	if (w->deadline_ns && now_ns() >= w->deadline_ns)
+	if (w->deadline_ns && (int64_t)pg_now_ns() >= w->deadline_ns)
 		return -ETIMEDOUT;
 	return 0;
 }
