@@ -1315,7 +1315,7 @@ static void log_start(const struct pgd *d)
 		m->name, pg_arch_name(m->hp.arch), m->hp.n_blocks, m->hp.n_vocab,
 		m->path ? m->path : "?");
 	if (pg_forward_packed_bytes(d->fw))
-		snprintf(packed, sizeof(packed), "; Q4 weights repacked (%.1f MiB)",
+		snprintf(packed, sizeof(packed), "; weights repacked or on huge pages (%.1f MiB)",
 			 (double)pg_forward_packed_bytes(d->fw) / (1 << 20));
 	pgd_log(PGD_LOG_INFO, "plan: pipeline %d x tensor %d x context %d%s%s; KV pool %d pages of %d tokens; %d threads (%s)%s%s",
 		plan->pp, plan->tp, plan->cp, d->cfg->plan_desc ? "; " : "",

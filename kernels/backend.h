@@ -327,6 +327,26 @@ struct pg_backend_ops {
 			     int n_heads, int head_dim, int n_rot,
 			     const int32_t *pos, float freq_base,
 			     enum pg_rope_mode mode, const float *factors);
+
+	/*
+	 * n_threads, kernels - optional figures for the operator: the threads
+	 * this backend runs on (NULL: 1) and the name of the kernels it runs,
+	 * e.g. the CPU's table "avx2" (NULL: name).
+	 */
+	int (*n_threads)(const struct pg_backend *be);
+	const char *(*kernels)(const struct pg_backend *be);
+
+	/*
+	 * pack_bytes, pack - optional: matrices this backend runs faster in a
+	 * layout of its own (the CPU: Q4_0, Q4_1, Q5_0 in groups of 8 rows,
+	 * PG_LAYOUT_Q4X8).  pack_bytes: the bytes m takes so, or 0 when it is
+	 * not to be repacked.  pack: m repacked into dst (pack_bytes bytes,
+	 * 32-byte aligned, not overlapping m), m then describing dst; its
+	 * products give the same bits as before.  Only this backend may then
+	 * be given m.
+	 */
+	size_t (*pack_bytes)(struct pg_backend *be, const struct pg_matrix *m);
+	void (*pack)(struct pg_backend *be, struct pg_matrix *m, void *dst);
 };
 
 /* The handle every backend's own struct starts with. */

@@ -15,13 +15,7 @@
 #include <string.h>
 
 #include "../../kernels/comm.h"
-#include "../../kernels/cpu/comm_shm.h"
-#ifdef HAVE_CUDA_BACKEND
-#include "../../kernels/cuda/backend_cuda.h"
-#endif
-#ifdef HAVE_NCCL_COMM
-#include "../../kernels/cuda/comm_nccl.h"
-#endif
+#include "../../kernels/registry.h"
 #include "common/clock.h"
 #include "forward_impl.h"
 
@@ -53,13 +47,16 @@ static int64_t comm_spin_ns(const struct pg_forward *fw)
  */
 static int make_nccl_ids(struct pg_forward *fw, char *err, size_t err_len)
 {
-#ifdef HAVE_NCCL_COMM
 	const struct pg_plan *pl = &fw->plan;
 	int n_tp = pl->pp * pl->cp;	/* ids 1 .. n_tp: the TP groups */
 	int n = 1 + n_tp + pl->pp * pl->tp;	/* then the CP groups */
 	char why[256];
 
-	fw->nccl_ids = calloc((size_t)n, PG_COMM_NCCL_ID_BYTES);
+	if (!pg_device_groups_built()) {
+		snprintf(err, err_len, "a plan of several CUDA devices needs NCCL, which this pagodad was built without; install NCCL and rebuild");
+		return -ENOTSUP;
+	}
+	fw->nccl_ids = calloc((size_t)n, PG_DEVICE_GROUP_ID_BYTES);
 	if (!fw->nccl_ids) {
 		snprintf(err, err_len, "cannot make the GPUs' NCCL groups: out of memory");
 		return -ENOMEM;
@@ -67,20 +64,16 @@ static int make_nccl_ids(struct pg_forward *fw, char *err, size_t err_len)
 	for (int i = 0; i < n; i++) {
 		if (i > 0 && (i <= n_tp ? pl->tp == 1 : pl->cp == 1))
 			continue;	/* a group that this plan has not */
-		if (pg_comm_nccl_unique_id(fw->nccl_ids +
-					   (size_t)i * PG_COMM_NCCL_ID_BYTES,
-					   PG_COMM_NCCL_ID_BYTES, why,
-					   sizeof(why))) {
+		if (pg_device_group_id(fw->nccl_ids +
+				       (size_t)i * PG_DEVICE_GROUP_ID_BYTES,
+				       PG_DEVICE_GROUP_ID_BYTES, why,
+				       sizeof(why))) {
 			snprintf(err, err_len, "cannot make the GPUs' NCCL groups: %s",
 				 why);
 			return -EIO;
 		}
 	}
 	return 0;
-#else
-	snprintf(err, err_len, "a plan of several CUDA devices needs NCCL, which this pagodad was built without; install NCCL and rebuild");
-	return -ENOTSUP;
-#endif
 }
 
 /*
@@ -93,36 +86,34 @@ static int make_nccl_ids(struct pg_forward *fw, char *err, size_t err_len)
  */
 int fw_join_nccl(struct device *d, char *err, size_t err_len)
 {
-#if defined(HAVE_NCCL_COMM) && defined(HAVE_CUDA_BACKEND)
 	struct pg_forward *fw = d->fw;
 	const struct pg_plan *pl = &fw->plan;
 	const uint8_t *ids = fw->nccl_ids;
-	const struct pg_comm_nccl_wait w = {
-		.cancel = &fw->nccl_cancel,
-		.deadline_ns = fw->nccl_deadline_ns,
-	};
-	void *stream = pg_cuda_backend_stream(d->be);
 	int dev = d->info->index, g, rc;
-	size_t B = PG_COMM_NCCL_ID_BYTES;
+	size_t B = PG_DEVICE_GROUP_ID_BYTES;
 	const char *what = "the world group";
 	char why[256] = "";
 
-	rc = pg_comm_nccl_join(fw->n_dev, d->index, ids, dev, stream, &w,
-			       &d->world, why, sizeof(why));
+	rc = pg_device_group_join(fw->n_dev, d->index, ids, d->be, dev,
+				  &fw->nccl_cancel, fw->nccl_deadline_ns,
+				  &d->world, why, sizeof(why));
 	if (!rc && pl->tp > 1) {
 		what = "its tensor-parallel group";
 		g = d->stage * pl->cp + d->c;
-		rc = pg_comm_nccl_join(pl->tp, d->t, ids + (size_t)(1 + g) * B,
-				       dev, stream, &w, &d->tp, why,
-				       sizeof(why));
+		rc = pg_device_group_join(pl->tp, d->t,
+					  ids + (size_t)(1 + g) * B, d->be,
+					  dev, &fw->nccl_cancel,
+					  fw->nccl_deadline_ns, &d->tp, why,
+					  sizeof(why));
 	}
 	if (!rc && pl->cp > 1) {
 		what = "its context-parallel group";
 		g = d->stage * pl->tp + d->t;
-		rc = pg_comm_nccl_join(pl->cp, d->c,
-				       ids + (size_t)(1 + pl->pp * pl->cp + g) * B,
-				       dev, stream, &w, &d->cp, why,
-				       sizeof(why));
+		rc = pg_device_group_join(pl->cp, d->c,
+					  ids + (size_t)(1 + pl->pp * pl->cp + g) * B,
+					  d->be, dev, &fw->nccl_cancel,
+					  fw->nccl_deadline_ns, &d->cp, why,
+					  sizeof(why));
 	}
 	if (!rc)
 		return 0;
@@ -134,11 +125,6 @@ int fw_join_nccl(struct device *d, char *err, size_t err_len)
 	else
 		snprintf(err, err_len, "%s: %s", what, why);
 	return rc;
-#else
-	(void)d;
-	snprintf(err, err_len, "built without NCCL");
-	return -ENOTSUP;
-#endif
 }
 
 /* The communicator groups: one world, a TP group per (stage, c), a CP
@@ -151,7 +137,7 @@ int fw_setup_comms(struct pg_forward *fw, char *err, size_t err_len)
 
 	if (fw->gpus)
 		return make_nccl_ids(fw, err, err_len);
-	rc = pg_comm_shm_group_create(fw->n_dev, &fw->g_world);
+	rc = pg_host_group_create(fw->n_dev, &fw->g_world);
 	fw->n_g_tp = pl->pp * pl->cp;
 	fw->n_g_cp = pl->pp * pl->tp;
 	fw->g_tp = calloc((size_t)fw->n_g_tp, sizeof(*fw->g_tp));
@@ -159,28 +145,28 @@ int fw_setup_comms(struct pg_forward *fw, char *err, size_t err_len)
 	if (rc || !fw->g_tp || !fw->g_cp)
 		goto fail;
 	for (int i = 0; i < fw->n_g_tp && pl->tp > 1; i++)
-		if ((rc = pg_comm_shm_group_create(pl->tp, &fw->g_tp[i])))
+		if ((rc = pg_host_group_create(pl->tp, &fw->g_tp[i])))
 			goto fail;
 	for (int i = 0; i < fw->n_g_cp && pl->cp > 1; i++)
-		if ((rc = pg_comm_shm_group_create(pl->cp, &fw->g_cp[i])))
+		if ((rc = pg_host_group_create(pl->cp, &fw->g_cp[i])))
 			goto fail;
 	spin = comm_spin_ns(fw);
-	pg_comm_shm_group_set_spin(fw->g_world, spin);
+	pg_host_group_set_spin(fw->g_world, spin);
 	for (int i = 0; i < fw->n_g_tp && pl->tp > 1; i++)
-		pg_comm_shm_group_set_spin(fw->g_tp[i], spin);
+		pg_host_group_set_spin(fw->g_tp[i], spin);
 	for (int i = 0; i < fw->n_g_cp && pl->cp > 1; i++)
-		pg_comm_shm_group_set_spin(fw->g_cp[i], spin);
+		pg_host_group_set_spin(fw->g_cp[i], spin);
 	for (int i = 0; i < fw->n_dev; i++) {
 		struct device *d = &fw->dev[i];
 
-		d->world = pg_comm_shm_join(fw->g_world, i);
+		d->world = pg_host_group_join(fw->g_world, i);
 		if (!d->world)
 			goto fail_errno;
 		if (pl->tp > 1 &&
-		    !(d->tp = pg_comm_shm_join(fw->g_tp[d->stage * pl->cp + d->c], d->t)))
+		    !(d->tp = pg_host_group_join(fw->g_tp[d->stage * pl->cp + d->c], d->t)))
 			goto fail_errno;
 		if (pl->cp > 1 &&
-		    !(d->cp = pg_comm_shm_join(fw->g_cp[d->stage * pl->tp + d->t], d->c)))
+		    !(d->cp = pg_host_group_join(fw->g_cp[d->stage * pl->tp + d->t], d->c)))
 			goto fail_errno;
 	}
 	return 0;

@@ -74,10 +74,7 @@
 #include <sys/mman.h>
 
 #include "../../kernels/comm.h"
-#include "../../kernels/cpu/comm_shm.h"
-#ifdef HAVE_CUDA_BACKEND
-#include "../../kernels/cuda/backend_cuda.h"
-#endif
+#include "../../kernels/registry.h"
 #include "common/clock.h"
 #include "forward_impl.h"
 #include "kv.h"
@@ -287,14 +284,12 @@ static int plan_ok(const struct pg_forward *fw, char *err, size_t err_len)
 			snprintf(err, err_len, "pipeline stage %d has no block", s);
 			return -EINVAL;
 		}
-#ifndef HAVE_NCCL_COMM
-	for (int i = 0; i < pl->n_devices; i++)
+	for (int i = 0; i < pl->n_devices && !pg_device_groups_built(); i++)
 		if (pl->dev[i].kind != PG_DEV_CPU && pl->n_devices > 1) {
 			snprintf(err, err_len, "device %s: a plan of several CUDA devices needs NCCL, which this pagodad was built without; install NCCL and rebuild, or run on one CUDA device",
 				 pl->dev[i].name);
 			return -ENOTSUP;
 		}
-#endif
 	if (pl->cp > 1 && fw->p.page_tokens % pl->cp) {
 		snprintf(err, err_len, "context parallelism %d must divide the KV page size (%d tokens)",
 			 pl->cp, fw->p.page_tokens);
@@ -367,21 +362,17 @@ static int setup_devmem(struct pg_forward *fw, struct device *d, char *err,
 static int setup_gpu(struct pg_forward *fw, struct device *d, char *err,
 		     size_t err_len)
 {
-#ifdef HAVE_CUDA_BACKEND
+	const struct pg_backend_spec spec = {
+		.kind = PG_BACKEND_CUDA, .index = d->info->index,
+	};
 	char why[256];
+	int rc = pg_backend_open(&spec, &d->be, why, sizeof(why));
 
-	d->be = pg_cuda_backend_create(d->info->index, why, sizeof(why));
-	if (!d->be) {
+	if (rc) {
 		snprintf(err, err_len, "device %s: %s", d->info->name, why);
-		return -ENODEV;
+		return rc;
 	}
 	return setup_devmem(fw, d, err, err_len);
-#else
-	(void)fw;
-	snprintf(err, err_len, "device %s: this pagodad was built without CUDA; rebuild with ./configure --with-cuda",
-		 d->info->name);
-	return -ENOTSUP;
-#endif
 }
 
 /*
@@ -424,6 +415,7 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	const struct pg_hparams *hp = &m->hp;
 	const struct pg_plan *pl = &fw->plan;
 	struct pg_kv_mem mem = fw->p.kv_mem;
+	struct pg_backend_spec spec;
 	int n_threads = fw->p.n_threads, h1, k1, f1, rc;
 
 	d->fw = fw;
@@ -456,19 +448,15 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 	}
 	if (d->info && d->info->n_threads > 0)
 		n_threads = d->info->n_threads;
-	d->be = pg_cpu_backend_create(n_threads, fw->p.isa);
-	if (!d->be) {
-		rc = -errno;
-		if (pg_cpu_isa_forced(NULL, err, err_len) < 0)
-			return rc;	/* PAGODA_CPU_KERNELS: err says why */
-		snprintf(err, err_len, "cannot start the CPU backend with %d threads: %s",
-			 n_threads, strerror(-rc));
+	spec = (struct pg_backend_spec){
+		.kind = PG_BACKEND_CPU, .n_threads = n_threads,
+		.isa = fw->p.isa,
+		.llama_numerics = fw->p.numerics == PG_NUMERICS_LLAMA_CPP,
+		.cpus = d->info ? d->info->cpus : NULL,
+		.n_cpus = d->info ? d->info->n_cpus : 0,
+	};
+	if ((rc = pg_backend_open(&spec, &d->be, err, err_len)))
 		return rc;
-	}
-	pg_cpu_backend_llama_numerics(d->be,
-				      fw->p.numerics == PG_NUMERICS_LLAMA_CPP);
-	if (d->info && d->info->n_cpus > 0)
-		pg_cpu_backend_pin(d->be, d->info->cpus, d->info->n_cpus);
 	if (fw->p.device_path)
 		return setup_devmem(fw, d, err, err_len);
 	if (d->info && d->info->numa_node >= 0 &&
@@ -548,13 +536,6 @@ static int llama_numerics_ok(const struct pg_model *m,
 	if (p->plan || p->device_path || p->kv_type != PG_F16) {
 		snprintf(err, err_len, "llama.cpp numerics run on one CPU device with an F16 KV cache only: drop the parallel plan or --kv-type");
 		return -EINVAL;
-	}
-	if (pg_cpu_isa_best() < PG_ISA_AVX2) {
-		snprintf(err, err_len, "llama.cpp numerics need a CPU with AVX2, FMA and F16C (they reproduce llama.cpp's AVX2 build); this one has only %s%s",
-			 pg_cpu_isa_name(pg_cpu_isa_best()),
-			 pg_cpu_isa_hw() != pg_cpu_isa_best() ?
-			 " (" PG_CPU_KERNELS_ENV " says so: unset it or set avx2)" : "");
-		return -ENOTSUP;
 	}
 	for (int b = 0; b < m->hp.n_blocks; b++) {
 		const struct pg_block_weights *w = &m->blocks[b];
@@ -739,10 +720,10 @@ void pg_forward_destroy(struct pg_forward *fw)
 		pthread_mutex_destroy(&d->be_lock);
 	}
 	for (int i = 0; fw->g_tp && i < fw->n_g_tp; i++)
-		pg_comm_shm_group_destroy(fw->g_tp[i]);
+		pg_host_group_destroy(fw->g_tp[i]);
 	for (int i = 0; fw->g_cp && i < fw->n_g_cp; i++)
-		pg_comm_shm_group_destroy(fw->g_cp[i]);
-	pg_comm_shm_group_destroy(fw->g_world);
+		pg_host_group_destroy(fw->g_cp[i]);
+	pg_host_group_destroy(fw->g_world);
 	free(fw->g_tp);
 	free(fw->g_cp);
 	free(fw->nccl_ids);
@@ -802,16 +783,16 @@ int pg_forward_threads(const struct pg_forward *fw)
 	int n = 0;
 
 	for (int i = 0; i < fw->n_dev; i++)
-		n += fw->dev[i].be->ops->host_memory ?
-		     pg_cpu_backend_threads(fw->dev[i].be) : 1;
+		n += fw->dev[i].be->ops->n_threads ?
+		     fw->dev[i].be->ops->n_threads(fw->dev[i].be) : 1;
 	return n;
 }
 
 const char *pg_forward_isa_name(const struct pg_forward *fw)
 {
-	if (!fw->dev[0].be->ops->host_memory)
-		return fw->dev[0].be->ops->name;
-	return pg_cpu_isa_name(pg_cpu_backend_isa(fw->dev[0].be));
+	const struct pg_backend *be = fw->dev[0].be;
+
+	return be->ops->kernels ? be->ops->kernels(be) : be->ops->name;
 }
 
 enum pg_numerics pg_forward_numerics(const struct pg_forward *fw)

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "../../kernels/cpu/cpu.h"
+#include "../../kernels/registry.h"
 #include "kv.h"
 #include "model.h"
 #include "plan.h"
@@ -126,9 +126,9 @@ const char *pg_forward_isa_name(const struct pg_forward *fw);
 enum pg_numerics pg_forward_numerics(const struct pg_forward *fw);
 
 /*
- * pg_forward_packed_bytes - the memory the CPU devices took for their Q4
- * matrices repacked for the backend's 8-row loops (pg_cpu_q4x8_pack), all
- * devices together; 0 when none was.
+ * pg_forward_packed_bytes - the memory the CPU devices took for their
+ * weights repacked for the backend's 8-row loops (its pack op) or copied
+ * onto huge pages, all devices together; 0 when none was.
  */
 size_t pg_forward_packed_bytes(const struct pg_forward *fw);
 

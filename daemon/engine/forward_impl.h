@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "../../kernels/comm.h"
-#include "../../kernels/cpu/comm_shm.h"
+#include "../../kernels/registry.h"
 #include "forward.h"
 #include "kv.h"
 
@@ -119,7 +119,7 @@ struct pg_forward {
 	struct pg_plan plan;
 	int n_dev;
 	struct device *dev;
-	struct pg_comm_shm_group *g_world, **g_tp, **g_cp;
+	struct pg_host_group *g_world, **g_tp, **g_cp;
 	int n_g_tp, n_g_cp;
 	int threaded;			/* devices run on their own threads */
 	/* in-flight jobs, FIFO: jobs[(head + i) % n_slots] */

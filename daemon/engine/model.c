@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cpu/cpu.h"
+#include "../../kernels/cpu/cpu.h"	/* pg_dequantize_row */
 #include "gguf.h"
 #include "model.h"
 #include "tokenizer.h"

@@ -23,9 +23,7 @@
 #include "model.h"
 #include "plan.h"
 #include "plan_impl.h"
-#ifdef HAVE_CUDA_BACKEND
-#include "../../kernels/cuda/backend_cuda.h"
-#endif
+#include "../../kernels/registry.h"
 
 /*
  * What a device may fill with weights and KV: a CPU device this share of
@@ -203,14 +201,11 @@ static int check_kinds(const char *spec, const struct dev_name *names, int n,
 	if (cuda >= 0 && cpu >= 0)
 		return fail(err, err_len, "devices '%s': cpu:%d and cuda:%d in one plan: CPU and CUDA devices cannot be mixed; name only cpu:N or only cuda:N devices",
 			    spec, names[cpu].index, names[cuda].index);
-#ifdef HAVE_CUDA_BACKEND
-	if (cuda >= 0)
+	if (cuda >= 0 && pg_backend_built(PG_BACKEND_CUDA))
 		return 0;
-#else
 	if (cuda >= 0)
 		return fail(err, err_len, "cuda:%d: this pagodad was built without CUDA; rebuild with ./configure --with-cuda",
 			    names[cuda].index);
-#endif
 	for (int i = 0; i < n; i++)
 		if (names[i].index >= n)
 			return n == 1 ?
@@ -310,11 +305,10 @@ static void resolve_cpus(const struct dev_name *names, int k, int n_threads,
 static int resolve_cuda(const struct dev_name *names, int k,
 			struct pg_device *out, char *err, size_t err_len)
 {
-#ifdef HAVE_CUDA_BACKEND
-	int count = pg_cuda_device_count();
+	int count = pg_gpu_count();
 
 	for (int i = 0; i < k; i++) {
-		struct pg_cuda_device_info info;
+		struct pg_gpu_info info;
 		struct pg_device *d = &out[i];
 		char why[256];
 
@@ -325,7 +319,7 @@ static int resolve_cuda(const struct dev_name *names, int k,
 			return fail(err, err_len, "cuda:%d: this host has %d CUDA device%s (cuda:0 .. cuda:%d)",
 				    names[i].index, count, count == 1 ? "" : "s",
 				    count - 1);
-		if (pg_cuda_device_info(names[i].index, &info, why, sizeof(why)))
+		if (pg_gpu_info(names[i].index, &info, why, sizeof(why)))
 			return fail(err, err_len, "cuda:%d: %s", names[i].index,
 				    why);
 		memset(d, 0, sizeof(*d));
@@ -338,12 +332,6 @@ static int resolve_cuda(const struct dev_name *names, int k,
 		d->mem_bytes = info.free_bytes;
 	}
 	return k;
-#else
-	(void)names;
-	(void)k;
-	(void)out;
-	return fail(err, err_len, "this pagodad was built without CUDA; rebuild with ./configure --with-cuda");
-#endif
 }
 
 int pg_devices_parse(const char *spec, int n_threads, struct pg_device *out,

@@ -16,8 +16,13 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../../kernels/cpu/cpu.h"
 #include "forward_impl.h"
+
+/* The bytes m takes repacked by d's backend, or 0 (not, or no such op). */
+static size_t pack_bytes(struct device *d, const struct pg_matrix *m)
+{
+	return d->be->ops->pack_bytes ? d->be->ops->pack_bytes(d->be, m) : 0;
+}
 
 /* ---- weight slices (views into the model's mapping) ---- */
 
@@ -119,7 +124,7 @@ int fw_localize_weights(struct device *d, int node)
 	if (!ms)
 		return -ENOMEM;
 	for (int i = 0; i < n; i++)	/* fw_pack_weights places the others */
-		if (!pg_cpu_q4x8_bytes(d->be, ms[i]))
+		if (!pack_bytes(d, ms[i]))
 			ms[k++] = ms[i];
 	n = k;
 	for (int i = 0; i < n; i++)
@@ -164,7 +169,7 @@ int fw_localize_weights(struct device *d, int node)
 static size_t placed_bytes(struct device *d, const struct pg_matrix *m,
 			   int node)
 {
-	size_t b = pg_cpu_q4x8_bytes(d->be, m);
+	size_t b = pack_bytes(d, m);
 
 	if (!b && node < 0)
 		b = fw_matrix_bytes(m);
@@ -173,7 +178,7 @@ static size_t placed_bytes(struct device *d, const struct pg_matrix *m,
 
 /*
  * A CPU device's matrices in one allocation, made once: those its backend
- * takes repacked for its 8-row loops (pg_cpu_q4x8_pack: the same bits,
+ * takes repacked for its 8-row loops (its pack op: the same bits,
  * faster) repacked, and on a device bound to no node (node < 0) the others
  * copied as rows, so that a decode's sweep over every weight reads huge
  * pages (MADV_HUGEPAGE) rather than the file's 4 KiB ones: Gemma 3 270M,
@@ -228,8 +233,8 @@ int fw_pack_weights(struct device *d, int node, char *err,
 		size_t rb = pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
 
 		b = placed_bytes(d, m, node);
-		if (pg_cpu_q4x8_bytes(d->be, m)) {
-			pg_cpu_q4x8_pack(d->be, m, p);
+		if (pack_bytes(d, m)) {
+			d->be->ops->pack(d->be, m, p);
 		} else if (b) {
 			for (int64_t r = 0; r < m->n_rows; r++)
 				memcpy(p + (size_t)r * rb, (const uint8_t *)m->data +

@@ -180,6 +180,11 @@ static int cpu_sync(struct pg_backend *be, char *err, size_t err_len)
 	return 0;
 }
 
+static const char *cpu_kernels_name(const struct pg_backend *be)
+{
+	return pg_cpu_isa_name(pg_cpu_backend_isa(be));
+}
+
 static const struct pg_backend_ops cpu_ops = {
 	.name = "cpu",
 	.host_memory = 1,
@@ -208,6 +213,10 @@ static const struct pg_backend_ops cpu_ops = {
 	.softcap = pg_cpu_softcap,
 	.attn_window = 1,
 	.attn_softcap = 1,
+	.n_threads = pg_cpu_backend_threads,
+	.kernels = cpu_kernels_name,
+	.pack_bytes = pg_cpu_q4x8_bytes,
+	.pack = pg_cpu_q4x8_pack,
 };
 
 static const struct pg_cpu_kernels *kernels_for(enum pg_cpu_isa isa)
