@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "access.h"
+#include "daemon/access.h"
 
 /* A decimal id, or -1 when s is not one. */
 static long long parse_id(const char *s)

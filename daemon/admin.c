@@ -1,5 +1,5 @@
 /*
- * admin.c - the admin socket (admin.h, protocol in shm/admin.h).
+ * admin.c - the admin socket (admin.h, protocol in wire/admin_proto.h).
  *
  * A connection's life, all through the daemon's io_uring:
  *   accept -> SO_PEERCRED check (refused: a short answer saying which
@@ -31,19 +31,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "admin.h"
 #include "common/clock.h"
-#include "daemon.h"
-#include "engine/engine.h"
-#include "engine/fault.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
-#include "log.h"
-#include "shm/admin.h"
-#include "shm/escape.h"
-#include "shm/stats.h"
-#include "stats.h"
+#include "common/escape.h"
+#include "daemon/admin.h"
+#include "daemon/daemon.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/fault.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/tokenizer.h"
+#include "daemon/log.h"
+#include "daemon/stats.h"
+#include "wire/admin_proto.h"
+#include "wire/stats_layout.h"
 
 /* Connections being served at once; more wait in the kernel's backlog. */
 #define MAX_CONN 16
@@ -225,7 +225,7 @@ static void out_printf(struct out *o, const char *fmt, ...)
 	}
 }
 
-/* s in mode (shm/escape.h): what a client chose is never sent as itself. */
+/* s in mode (common/escape.h): what a client chose is never sent as itself. */
 static void out_escaped(struct out *o, const char *s, int mode)
 {
 	size_t n = strlen(s);
@@ -579,9 +579,9 @@ static void cmd_health(struct pgd *d, struct out *o)
 }
 
 /*
- * FAULT (tests only, shm/admin.h): report the last arming, then arm anew.
- * The arming itself waits until the answer is built (on_read), so that
- * the answer's own allocations do not count.
+ * FAULT (tests only, wire/admin_proto.h): report the last arming, then
+ * arm anew.  The arming itself waits until the answer is built (on_read),
+ * so that the answer's own allocations do not count.
  */
 static void cmd_fault(struct pgd *d, struct conn *k, struct out *o)
 {

@@ -1,7 +1,8 @@
 /*
- * admin.h - pagodad's admin socket (protocol: shm/admin.h): evict, drain,
- * resume, clients, disconnect, log level, statistics reset and health,
- * for root, the daemon's user and the admin group only (SO_PEERCRED).
+ * admin.h - pagodad's admin socket (protocol: wire/admin_proto.h): evict,
+ * drain, resume, clients, disconnect, log level, statistics reset and
+ * health, for root, the daemon's user and the admin group only
+ * (SO_PEERCRED).
  *
  * Served by the loop thread through its io_uring: accepts, reads of the
  * one request (2 s to arrive) and writes of the answer are io_uring

@@ -16,7 +16,7 @@
  * sees key lines only.  The reader also strips leading whitespace, which
  * turns off inih's continuation lines: one key, one line.
  *
- * Not here: the one-shot modes' options (oneshot.c), and what the daemon
+ * Not here: the one-shot modes' options (pagodad.c), and what the daemon
  * does with a reloaded configuration (reload.c).
  */
 #include <errno.h>
@@ -30,13 +30,13 @@
 #include <string.h>
 #include <sys/un.h>
 
-#include "access.h"
-#include "config.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/plan.h"
-#include "log.h"
-#include "settings.h"
+#include "daemon/access.h"
+#include "daemon/config.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/plan.h"
+#include "daemon/log.h"
+#include "daemon/settings.h"
 
 /* The keys: the table's first N_KEYS rows (settings.h). */
 static const struct pgd_setting *const keys = pgd_settings;

@@ -6,7 +6,7 @@
  *
  * Each key's option, type, range and default are its row in the table of
  * settings (settings.h).  Not the one-shot modes' options (prompt,
- * sampling, tokenizing: rows of that table too, their values oneshot.c's),
+ * sampling, tokenizing: rows of that table too, their values pagodad.c's),
  * and not the serving loop: server.c takes the struct pgd_config inside a
  * struct pgd_conf.  Nothing here prints: every error
  * goes to the caller's report function, one call per error, and loading
@@ -22,9 +22,9 @@
 
 #include <stdio.h>
 
-#include "engine/kv.h"
+#include "daemon/engine/kv.h"
+#include "daemon/server.h"
 #include "kernels/dtype.h"
-#include "server.h"
 
 #define PGD_DEFAULT_CONFIG "/etc/pagoda/pagodad.conf"
 

@@ -15,12 +15,12 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "access.h"
-#include "engine/engine.h"
-#include "server.h"
-#include "shm/proto.h"
+#include "daemon/access.h"
+#include "daemon/engine/engine.h"
+#include "daemon/server.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
+#include "wire/client_proto.h"
 
 struct pg_engine;
 struct pg_forward;

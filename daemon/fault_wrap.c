@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stddef.h>
 
-#include "engine/fault.h"
+#include "daemon/engine/fault.h"
 
 void *__real_malloc(size_t size);
 void *__real_calloc(size_t n, size_t size);

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "daemon/log.h"
 
 static enum pgd_log_level log_level = PGD_LOG_INFO;
 

@@ -1,4 +1,5 @@
-/* main.c - pagodad: everything lives in libpagodad (see pagodad.h). */
+/* main.c - pagodad: everything lives in libpagodad; its command line is
+   pagodad_main (pagodad.h, pagodad.c), the modes oneshot.c and server.c. */
 #include "daemon/pagodad.h"
 
 int main(int argc, char **argv)

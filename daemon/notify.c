@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "log.h"
-#include "notify.h"
+#include "daemon/log.h"
+#include "daemon/notify.h"
 
 /* Longest notification; systemd reads up to a page. */
 #define NOTIFY_MAX_BYTES 1024

@@ -1,6 +1,6 @@
 /*
- * pagodad.h - the daemon's entry point, kept out of main.c so that tests
- * link the real code.
+ * pagodad.h - the daemon's entry point (pagodad.c), kept out of main.c so
+ * that tests link the real code.
  */
 #ifndef PAGODA_PAGODAD_H
 #define PAGODA_PAGODAD_H

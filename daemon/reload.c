@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "daemon.h"
-#include "log.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
 
 static void log_error(void *ctx, const char *msg)
 {

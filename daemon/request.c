@@ -30,14 +30,14 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "daemon.h"
-#include "engine/chat.h"
-#include "engine/engine.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
-#include "log.h"
-#include "stats.h"
+#include "daemon/daemon.h"
+#include "daemon/engine/chat.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/tokenizer.h"
+#include "daemon/log.h"
+#include "daemon/stats.h"
 
 /* ---- the tables ---- */
 
@@ -327,7 +327,7 @@ static int gen_params(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 	sp->frequency_penalty = g->frequency_penalty;
 	sp->seed = g->flags & PG_GEN_SEED_RANDOM ? fresh_seed() : g->seed;
 	if (g->temperature < 0.0f)
-		sp->temperature = 0.0f;	/* proto.h: <= 0 is greedy */
+		sp->temperature = 0.0f;	/* client_proto.h: <= 0 is greedy */
 	if (pg_sampling_check(sp, msg, sizeof(msg))) {
 		BAD(d, c, e, "%s", msg);
 		return -1;
@@ -926,7 +926,7 @@ static void send_token(struct pgd *d, struct pgd_req *r,
 		struct pg_logprob_wire w[1 + PG_MAX_LOGPROBS];
 		int n = ev->n_top < PG_MAX_LOGPROBS ? ev->n_top : PG_MAX_LOGPROBS;
 
-		/* proto.h: the sampled token's own first, then the top n */
+		/* client_proto.h: the sampled token's own first, then the top n */
 		w[0] = (struct pg_logprob_wire){ .id = ev->token,
 						 .logprob = ev->logprob };
 		for (int i = 0; i < n; i++)

@@ -45,19 +45,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "admin.h"
 #include "common/clock.h"
 #include "common/spin.h"
-#include "daemon.h"
-#include "engine/chat.h"
-#include "engine/engine.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/plan.h"
-#include "engine/tokenizer.h"
-#include "log.h"
-#include "notify.h"
-#include "stats.h"
+#include "daemon/admin.h"
+#include "daemon/daemon.h"
+#include "daemon/engine/chat.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/plan.h"
+#include "daemon/engine/tokenizer.h"
+#include "daemon/log.h"
+#include "daemon/notify.h"
+#include "daemon/stats.h"
 
 /* Seconds a new connection has to send its hello. */
 #define PGD_HELLO_TIMEOUT_S 1

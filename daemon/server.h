@@ -1,8 +1,8 @@
 /*
  * server.h - the serving daemon: a Unix socket for handshakes, one
- * shared-memory segment per client (shm/proto.h), and one thread that runs
- * the io_uring loop and the engine.  pagodad's command line (oneshot.c)
- * fills a struct pgd_config, loads the model, builds the forward pass and
+ * shared-memory segment per client (wire/client_proto.h), and one thread
+ * that runs the io_uring loop and the engine.  pagodad's command line
+ * (pagodad.c) fills a struct pgd_config, loads the model, builds the forward pass and
  * calls pgd_serve(); tests drive the daemon through its socket.
  */
 #ifndef PAGODA_DAEMON_SERVER_H

@@ -20,9 +20,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon.h"
-#include "engine/model.h"
-#include "log.h"
+#include "daemon/daemon.h"
+#include "daemon/engine/model.h"
+#include "daemon/log.h"
 
 /* Bounds of one client's backlog: beyond either it is dropped. */
 #define PGD_BACKLOG_MAX_ENTRIES 65536u
@@ -363,9 +363,9 @@ void pgd_mark_dead(struct pgd *d, struct pgd_client *c, enum pg_error code,
 }
 
 /*
- * The reason in the header, where it needs no room in the ring (proto.h,
- * pg_goodbye_wire): visible to the client with closed, which is stored
- * after it with release order.
+ * The reason in the header, where it needs no room in the ring
+ * (client_proto.h, pg_goodbye_wire): visible to the client with closed,
+ * which is stored after it with release order.
  */
 static void write_bye(struct pgd_client *c, enum pg_error code, const char *msg)
 {

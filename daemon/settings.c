@@ -14,14 +14,14 @@
 #include <string.h>
 #include <strings.h>
 
-#include "admin.h"
-#include "config.h"
-#include "engine/forward.h"
-#include "engine/plan.h"
-#include "log.h"
-#include "settings.h"
+#include "daemon/admin.h"
+#include "daemon/config.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/plan.h"
+#include "daemon/log.h"
+#include "daemon/settings.h"
+#include "daemon/stats.h"
 #include "shm/segment.h"
-#include "stats.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)

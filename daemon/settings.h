@@ -4,7 +4,7 @@
  * that pagodad reads itself, with its type, range, default and help text.
  *
  * From the table come the getopt_long options and pagodad --help
- * (oneshot.c), the file's keys and their checks (config.c), and every
+ * (pagodad.c), the file's keys and their checks (config.c), and every
  * default: the first pgd_settings_keys() rows are the file's keys, their values in
  * struct pgd_conf (config.h); the others are the command line's own
  * settings and the environment's, their values in struct pgd_cmdline.
@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "engine/generate.h"
+#include "daemon/engine/generate.h"
 
 /* The kinds of value, and how each reads (and writes) as text. */
 enum pgd_type {

@@ -1,7 +1,7 @@
 /*
  * stats.c - the daemon's statistics (stats.h): accumulators kept on the
  * loop thread, and their publication into the statistics segment
- * (shm/stats.h), a file in the runtime directory mapped shared.
+ * (wire/stats_layout.h), a file in the runtime directory mapped shared.
  *
  * Publication gathers everything first (engine figures, the KV pool's
  * written slots, the devices' times) and only then opens the seqlock, so
@@ -31,16 +31,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "admin.h"
 #include "common/clock.h"
-#include "daemon.h"
-#include "engine/engine.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/plan.h"
-#include "log.h"
-#include "shm/stats.h"
-#include "stats.h"
+#include "daemon/admin.h"
+#include "daemon/daemon.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/plan.h"
+#include "daemon/log.h"
+#include "daemon/stats.h"
+#include "wire/stats_layout.h"
 
 /* Forward-pass failures remembered for health's window. */
 #define ERR_RING 64

@@ -1,8 +1,8 @@
 /*
  * stats.h - the daemon's live statistics: counters and histograms kept on
  * the loop thread, published into the read-only statistics segment
- * (shm/stats.h) for pagodactl.  Publication never waits for a reader: one
- * seqlock, written by this thread only.
+ * (wire/stats_layout.h) for pagodactl.  Publication never waits for a
+ * reader: one seqlock, written by this thread only.
  *
  * Not the engine's own figures (pg_engine_stats, pg_forward_device_stats):
  * this module reads those at each publication, subtracts the baseline of

@@ -40,11 +40,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "daemon.h"
-#include "engine/chat.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
-#include "log.h"
+#include "daemon/daemon.h"
+#include "daemon/engine/chat.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/tokenizer.h"
+#include "daemon/log.h"
 
 /* Jobs of at most this many bytes may also go to the second thread. */
 #define PGD_TOK_SMALL_BYTES (8u << 10)

@@ -51,7 +51,7 @@ extern "C" {
 /* The socket pagoda_connect(NULL, ...) uses unless $PAGODA_SOCKET is set. */
 #define PAGODA_DEFAULT_SOCKET "/run/pagoda/pagodad.sock"
 
-/* Errors: the daemon's codes (shm/proto.h's enum pg_error), negated. */
+/* Errors: the daemon's codes (wire/client_proto.h's enum pg_error), negated. */
 enum pagoda_error {
 	PAGODA_OK = 0,
 	PAGODA_EINVAL = -1,	/* malformed request or argument */

@@ -4,8 +4,10 @@
  * by their constructors, so that the engine names no backend: it asks for
  * "a CPU device with these threads" or "a CUDA device N", a host group or
  * a device group, and the registry says, in words, when this build or
- * this host has none.  It is the one file of kernels/ that knows which
- * backends were built (HAVE_CUDA_BACKEND, HAVE_NCCL_COMM).
+ * this host has none.  The CPU backend is linked in; the CUDA backend and
+ * NCCL are a module of their own (pagoda-cuda.so in $(pkglibdir), built
+ * with ./configure --with-cuda), loaded the first time a GPU is asked
+ * for, so that a CPU-only process maps no CUDA library.
  *
  * Nothing here runs a kernel; every call is made at set-up.
  */
@@ -19,6 +21,12 @@
 #include "backend.h"
 #include "comm.h"
 #include "cpu/cpu.h"	/* enum pg_cpu_isa, the CPU's kernel levels */
+
+/*
+ * Where the CUDA module is looked for instead of the installed folder: a
+ * build tree's kernels/.libs (make check sets it).
+ */
+#define PG_MODULE_DIR_ENV "PAGODA_MODULE_DIR"
 
 /* The kinds of device a backend drives. */
 enum pg_backend_kind {
@@ -49,7 +57,8 @@ struct pg_backend_spec {
 int pg_backend_open(const struct pg_backend_spec *spec,
 		    struct pg_backend **out, char *err, size_t err_len);
 
-/* pg_backend_built - whether this build has backends of kind k. */
+/* pg_backend_built - whether this process can open backends of kind k
+ * (CUDA: the module loads). */
 int pg_backend_built(enum pg_backend_kind k);
 
 /* One GPU as the planner sees it. */
@@ -83,7 +92,7 @@ void pg_host_group_destroy(struct pg_host_group *g);
 
 /*
  * Device groups: GPUs' ranks (NCCL).  pg_device_groups_built says whether
- * this build has them.  A group is named by an id of
+ * this process has them (the CUDA module loads and was built with NCCL).  A group is named by an id of
  * PG_DEVICE_GROUP_ID_BYTES that one place makes (pg_device_group_id) and
  * every rank joins with (pg_device_group_join: rank `rank` of `size` on
  * the backend be, which must be a CUDA backend; it returns when all ranks

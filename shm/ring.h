@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "proto.h"
+#include "wire/client_proto.h"
 
 /* One side's view of a ring. */
 struct pg_ring {

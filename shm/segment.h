@@ -1,6 +1,7 @@
 /*
- * segment.h - the layout of a client's shared-memory segment (proto.h says
- * what lies where) and the checks each side makes of it.
+ * segment.h - the layout of a client's shared-memory segment
+ * (wire/client_proto.h says what lies where) and the checks each side
+ * makes of it.
  *
  * The daemon lays a segment out with pg_seg_layout(), creates the memfd of
  * header.seg_bytes bytes, writes the header and seals the file; the client
@@ -14,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "proto.h"
+#include "wire/client_proto.h"
 
 /* Bounds on the geometry either side accepts. */
 #define PG_SEG_MIN_SLOTS 8u

@@ -1,6 +1,6 @@
 /*
- * daemon_client.c - a raw pagodad client for the tests, written over shm/
- * alone (not libpagoda): the handshake, the seals and header checks, the
+ * daemon_client.c - a raw pagodad client for the tests, written over
+ * wire/ and shm/ alone (not libpagoda): the handshake, the seals and header checks, the
  * rings, arenas and doorbells, and sub-commands that tests/test-daemon.sh
  * runs against a live daemon:
  *
@@ -55,9 +55,9 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "shm/proto.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
+#include "wire/client_proto.h"
 
 static const char *sock_path;
 static atomic_int failures;

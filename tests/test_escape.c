@@ -1,5 +1,5 @@
 /*
- * test_escape.c - shm/escape.h, the one way pagodad and pagodactl show a
+ * test_escape.c - common/escape.h, the one way pagodad and pagodactl show a
  * string someone else chose: each mode's form of controls, DEL, C1 and
  * bidi controls, invalid UTF-8, backslash and quotes; valid UTF-8 kept;
  * cuts only at whole escapes; the stream form (pg_escape_fput) whole,
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shm/escape.h"
+#include "common/escape.h"
 #include "tests/check.h"
 
 static void expect(const char *in, size_t n, int mode, const char *want)

@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "include/pagoda.h"
-#include "shm/admin.h"
+#include "wire/admin_proto.h"
 
 static int failures;
 

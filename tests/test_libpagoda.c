@@ -1,7 +1,7 @@
 /*
  * test_libpagoda.c - libpagoda without pagodad: its error texts, a missing
  * socket, and a fake daemon in a thread of this test that speaks
- * shm/proto.h over a real Unix socket and a real sealed memfd.
+ * wire/client_proto.h over a real Unix socket and a real sealed memfd.
  *
  * The fake daemon either refuses in one bad way per case (a refusal, a
  * bad version, an unsealed or short memfd, a corrupt header, a hang-up),
@@ -29,9 +29,9 @@
 #include <unistd.h>
 
 #include "include/pagoda.h"
-#include "shm/proto.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
+#include "wire/client_proto.h"
 
 static int failures;
 
@@ -663,7 +663,7 @@ static void test_refusal(enum scenario sc, int code, const char *want)
 
 /* ---- against the serving fake daemon ---- */
 
-/* The payload the library must build for req (by hand, from proto.h). */
+/* The payload the library must build for req (by hand, from client_proto.h). */
 static uint32_t expected_text_payload(uint8_t *buf)
 {
 	struct pg_gen_wire w = {

@@ -7,7 +7,9 @@
  * numerics below AVX2 are refused with a message that says what to do; a
  * CUDA device is refused clearly when this build has no CUDA (-ENOTSUP)
  * or the host no GPU (-ENODEV), and pg_gpu_count agrees; an unknown kind
- * is -EINVAL; device groups are refused without NCCL; a host group of 2
+ * is -EINVAL; device groups are refused without NCCL; after CPU backends,
+ * no CUDA library is mapped (the CUDA module loads only when a GPU is
+ * asked for); a host group of 2
  * ranks all-reduces across two threads.
  *
  * Exits 0 on success, 1 on failure.
@@ -80,6 +82,33 @@ static void test_cpu(void)
 	}
 }
 
+/* Whether a library whose file name holds name is mapped into this process. */
+static int mapped(const char *name)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[4096];
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, name) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* CPU backends opened, and nothing of CUDA is in the process. */
+static void test_no_cuda_mapped(void)
+{
+	static const char *const libs[] = {
+		"libcudart", "libcublas", "libnccl", "libcuda.so",
+		"pagoda-cuda",
+	};
+
+	for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]); i++)
+		CHECK(!mapped(libs[i]), "a CPU-only process maps %s", libs[i]);
+}
+
 static void test_cuda(void)
 {
 	struct pg_backend_spec s = { .kind = PG_BACKEND_CUDA, .index = 0 };
@@ -89,6 +118,12 @@ static void test_cuda(void)
 	int n = pg_gpu_count(), rc;
 
 	CHECK(n >= 0, "gpu count %d", n);
+#ifdef PG_TEST_CUDA_MODULE
+	/* this build made pagoda-cuda.so: it loads, whether or not a GPU is here */
+	rc = pg_gpu_info(0, &info, err, sizeof(err));
+	CHECK(pg_backend_built(PG_BACKEND_CUDA), "the CUDA module does not load: %s",
+	      err);
+#endif
 	if (!pg_backend_built(PG_BACKEND_CUDA)) {
 		rc = pg_backend_open(&s, &be, err, sizeof(err));
 		CHECK(rc == -ENOTSUP && !be && strstr(err, "--with-cuda"),
@@ -113,14 +148,17 @@ static void test_cuda(void)
 	CHECK(rc == -EINVAL && !be, "unknown kind: %d", rc);
 	CHECK(pg_backend_built(PG_BACKEND_CPU), "no CPU backend");
 	if (!pg_device_groups_built()) {
+		/* no module: how to get one; a module without NCCL: NCCL */
+		const char *why = pg_backend_built(PG_BACKEND_CUDA) ? "NCCL" :
+				  "--with-cuda";
 		unsigned char id[PG_DEVICE_GROUP_ID_BYTES];
 		struct pg_comm *c = NULL;
 
 		CHECK(pg_device_group_id(id, sizeof(id), err, sizeof(err)) ==
-		      -ENOTSUP && strstr(err, "NCCL"), "group id: %s", err);
+		      -ENOTSUP && strstr(err, why), "group id: %s", err);
 		CHECK(pg_device_group_join(2, 0, id, NULL, 0, NULL, 0, &c, err,
 					   sizeof(err)) == -ENOTSUP && !c &&
-		      strstr(err, "NCCL"), "group join: %s", err);
+		      strstr(err, why), "group join: %s", err);
 	}
 }
 
@@ -174,6 +212,7 @@ int main(void)
 {
 	unsetenv("PAGODA_CPU_KERNELS");
 	test_cpu();
+	test_no_cuda_mapped();
 	test_cuda();
 	test_host_group();
 	if (failures) {

@@ -25,9 +25,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "daemon/pagodad.h"
 #include "daemon/settings.h"
+#include "tests/check.h"
 
 static const char *const sections[] = {
 	"model", "devices", "kv", "batch", "daemon", "limits", "access", "log",

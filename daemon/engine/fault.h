@@ -12,7 +12,7 @@
  *
  * Off, the cost is one relaxed atomic load per allocation.  pagodad lets a
  * test arm it only when started with PAGODA_FAULT_INJECTION=1 in its
- * environment (the admin command FAULT, shm/admin.h); nothing else arms it.
+ * environment (the admin command FAULT, wire/admin_proto.h); nothing else arms it.
  */
 #ifndef PAGODA_ENGINE_FAULT_H
 #define PAGODA_ENGINE_FAULT_H

@@ -8,7 +8,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "client/internal.h"
+#include "client/lib/internal.h"
 
 const char *pagoda_finish_name(enum pagoda_finish f)
 {
@@ -85,7 +85,7 @@ static int to_event(struct pagoda *p, struct pagoda_event *ev)
 		ev->ids = p->ev_ids;
 		ev->n_ids = 1;
 		ev->emitted_ns = c->t_ns;
-		ev->logprob = lp[0].logprob;	/* proto.h: the token's own first */
+		ev->logprob = lp[0].logprob;	/* client_proto.h: the token's own first */
 		ev->logprobs = lp + 1;
 		ev->n_logprobs = rx->len / sizeof(*lp) - 1;
 		return 1;

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/cli.h"
-#include "shm/escape.h"
+#include "client/cli/cli.h"
+#include "common/escape.h"
 
 void cli_buf_add(struct cli_buf *b, const char *s, size_t n)
 {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/lib/internal.h"
 #include "common/clock.h"
-#include "client/internal.h"
 
 struct payload {
 	const void *data;

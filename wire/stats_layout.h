@@ -1,5 +1,5 @@
 /*
- * stats.h - the layout of pagodad's statistics segments: the one
+ * stats_layout.h - the layout of pagodad's statistics segments: the one
  * definition that the daemon (daemon/stats.c, the writer) and pagodactl
  * (the readers) share.  Not an API for requests: nothing here is sent
  * over a socket.
@@ -43,10 +43,10 @@
  * last publication.  Times are nanoseconds in integers, so that no field
  * needs floating point to be exact.  Strings are as their source gave
  * them (a client's command name is its own choice): show them through
- * shm/escape.h.
+ * common/escape.h.
  */
-#ifndef PAGODA_SHM_STATS_H
-#define PAGODA_SHM_STATS_H
+#ifndef PAGODA_WIRE_STATS_LAYOUT_H
+#define PAGODA_WIRE_STATS_LAYOUT_H
 
 #include <assert.h>
 #include <stddef.h>

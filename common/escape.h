@@ -5,7 +5,7 @@
  * in its name ever reaches a terminal, a log or a parser as itself.
  *
  * Not a general text library: no allocation, no locale; header-only so
- * that pagodactl (shm/ and libc only) and the daemon share it.
+ * that pagodactl (wire/, shm/, common/ and libc only) and the daemon share it.
  *
  * What is escaped, in every mode: C0 controls and DEL, C1 controls
  * (U+0080..U+009F, which some terminals obey), bidirectional overrides
@@ -27,8 +27,8 @@
  * (the daemon's admin answers), so that only what a terminal would obey
  * is neutralised.
  */
-#ifndef PAGODA_SHM_ESCAPE_H
-#define PAGODA_SHM_ESCAPE_H
+#ifndef PAGODA_COMMON_ESCAPE_H
+#define PAGODA_COMMON_ESCAPE_H
 
 #include <stddef.h>
 #include <stdio.h>

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/cli.h"
+#include "client/cli/cli.h"
 #include "config.h"
 
 #define MAX_STOP 16

@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/lib/internal.h"
 #include "common/clock.h"
 #include "common/spin.h"
-#include "client/internal.h"
 
 /* ring - add one to an eventfd (a doorbell). */
 static void ring(int efd)
@@ -109,8 +109,8 @@ static int fail_closed(struct pagoda *p, int code, const char *why)
 }
 
 /*
- * header_bye - the daemon's last word in the segment's header (proto.h,
- * pg_goodbye_wire): its code as a libpagoda error and its message in why
+ * header_bye - the daemon's last word in the segment's header
+ * (wire/client_proto.h, pg_goodbye_wire): its code as a libpagoda error and its message in why
  * (why_len bytes), or 0 when the segment is not closed or gives no
  * reason.  The daemon wrote it before closed, which is read first.
  */

@@ -3,7 +3,7 @@
  * redrawn every interval like top(1): load, rates, KV pool, latency
  * percentiles over the last interval, devices and a per-client table
  * (for a user who may read it; a note saying who may otherwise).  What
- * the files hold is shown escaped (shm/escape.h): a client's command
+ * the files hold is shown escaped (common/escape.h): a client's command
  * name cannot write to the terminal.
  *
  * Plain ANSI escapes (alternate screen, home, erase to end of line), so
@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "client/ctl/ctl.h"
 
 static volatile sig_atomic_t stop_flag;
 

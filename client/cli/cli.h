@@ -6,8 +6,8 @@
  * The command is a user of libpagoda like any other: it includes only the
  * public header.
  */
-#ifndef PAGODA_CLIENT_CLI_H
-#define PAGODA_CLIENT_CLI_H
+#ifndef PAGODA_CLIENT_CLI_CLI_H
+#define PAGODA_CLIENT_CLI_CLI_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -40,8 +40,9 @@ struct cli_buf {
 /* cli_buf_add - append n bytes; exits on ENOMEM (a command may). */
 void cli_buf_add(struct cli_buf *b, const char *s, size_t n);
 
-/* cli_json_string - s (n bytes) as a JSON string, escaped as shm/escape.h
-   does (PG_ESCAPE_JSON: controls, C1, bidi; invalid UTF-8 as U+FFFD). */
+/* cli_json_string - s (n bytes) as a JSON string, escaped as
+   common/escape.h does (PG_ESCAPE_JSON: controls, C1, bidi; invalid UTF-8
+   as U+FFFD). */
 void cli_json_string(FILE *f, const char *s, size_t n);
 
 /* cli_json_event - one event as a JSON line; for DONE, text is the

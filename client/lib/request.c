@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/internal.h"
+#include "client/lib/internal.h"
 
 #define PGC_MAX_N 16
 #define PGC_MAX_LOGPROBS 20
@@ -328,8 +328,8 @@ static int add_tokens(struct pagoda_sample *s, struct gather *g,
 	return 0;
 }
 
-/* add_logprobs - a LOGPROBS payload (proto.h: the token's own, then the
-   top ones) onto the sample's last token. */
+/* add_logprobs - a LOGPROBS payload (wire/client_proto.h: the token's own,
+   then the top ones) onto the sample's last token. */
 static int add_logprobs(struct pagoda_sample *s, struct gather *g,
 			const struct pgc_rx *rx)
 {

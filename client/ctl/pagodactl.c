@@ -7,7 +7,8 @@
  *     pagodactl [--socket P] [--stats-path P] [--admin-socket P] COMMAND ...
  *
  * This file is the command line; ctl_stats.c, ctl_metrics.c, ctl_top.c
- * and ctl_admin.c do the work.  It links shm/ and libc only.
+ * and ctl_admin.c do the work.  It links libc only (wire/, common/ and
+ * the default socket of include/pagoda.h are headers).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -16,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/ctl.h"
+#include "client/ctl/ctl.h"
 #include "config.h"
 #include "include/pagoda.h"
-#include "shm/admin.h"
+#include "wire/admin_proto.h"
 
 static void usage(FILE *out)
 {

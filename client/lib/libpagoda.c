@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/internal.h"
+#include "client/lib/internal.h"
 #include "shm/segment.h"
 
 #define PGC_HANDSHAKE_MS 10000	/* the daemon's welcome, at most */

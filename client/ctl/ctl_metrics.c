@@ -8,7 +8,7 @@
  * _bucket{le=...} lines ending with le="+Inf", then _sum and _count.
  * Label values are escaped as the format says (\\, \", \n), after the
  * controls and invalid bytes a client may have put in its command name
- * were made printable (shm/escape.h, PG_ESCAPE_PROM): the scraped value
+ * were made printable (common/escape.h, PG_ESCAPE_PROM): the scraped value
  * reads as `pagodactl stats` shows it.  The per-client families are
  * there only for a user who may read the per-client table; for others a
  * comment says why they are missing.
@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl.h"
-#include "shm/escape.h"
+#include "client/ctl/ctl.h"
+#include "common/escape.h"
 
 static void help_type(FILE *f, const char *name, const char *type, const char *help)
 {

@@ -1,6 +1,6 @@
 /*
- * ctl_admin.c - pagodactl's side of the admin socket (shm/admin.h): one
- * request, one answer, printed as the daemon wrote it (text or JSON),
+ * ctl_admin.c - pagodactl's side of the admin socket
+ * (wire/admin_proto.h): one request, one answer, printed as the daemon wrote it (text or JSON),
  * except that what a terminal would obey (controls, invalid UTF-8) is
  * shown escaped, whatever daemon wrote it (ctl_put_safe).
  * Connection errors become messages that say what to do: the daemon is
@@ -17,8 +17,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "ctl.h"
-#include "shm/admin.h"
+#include "client/ctl/ctl.h"
+#include "wire/admin_proto.h"
 
 /* A refused connect(): who may use the socket, from its group and mode. */
 static int connect_denied(const char *path)

@@ -1,22 +1,23 @@
 /*
  * ctl.h - pagodactl's parts: reading the statistics segments
  * (ctl_stats.c), showing them (stats, metrics, top) and the admin
- * socket's client (ctl_admin.c).  pagodactl links shm/ and libc only:
- * never the engine, never libpagoda.
+ * socket's client (ctl_admin.c).  pagodactl includes wire/ and common/
+ * and links libc only: never the engine, never libpagoda.
  *
  * Every string pagodactl shows that it did not write itself (a client's
  * command name, the model's name, the daemon's answers) goes through
- * shm/escape.h on its way out: ctl_shown, ctl_put_escaped, ctl_put_safe.
+ * common/escape.h on its way out: ctl_shown, ctl_put_escaped,
+ * ctl_put_safe.
  */
-#ifndef PAGODA_CLIENT_CTL_H
-#define PAGODA_CLIENT_CTL_H
+#ifndef PAGODA_CLIENT_CTL_CTL_H
+#define PAGODA_CLIENT_CTL_CTL_H
 
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "shm/stats.h"
+#include "wire/stats_layout.h"
 
 /* Exit statuses (pagodactl(8)). */
 enum {
@@ -138,8 +139,8 @@ int ctl_cmd_metrics(const struct ctl_opts *o);
 int ctl_cmd_top(const struct ctl_opts *o);
 
 /*
- * ctl_admin - send one admin request (shm/admin.h) and print the answer.
- * Returns the exit status.
+ * ctl_admin - send one admin request (wire/admin_proto.h) and print the
+ * answer.  Returns the exit status.
  */
 struct pg_admin_request;
 int ctl_admin(const struct ctl_opts *o, struct pg_admin_request *q);

@@ -10,8 +10,8 @@
  * daemon (io.c), so that other threads may submit or cancel meanwhile;
  * one waiting thread polls the doorbell, the others wait on cond.
  */
-#ifndef PAGODA_CLIENT_INTERNAL_H
-#define PAGODA_CLIENT_INTERNAL_H
+#ifndef PAGODA_CLIENT_LIB_INTERNAL_H
+#define PAGODA_CLIENT_LIB_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,8 +19,8 @@
 #include <stdint.h>
 
 #include "include/pagoda.h"
-#include "shm/proto.h"
 #include "shm/ring.h"
+#include "wire/client_proto.h"
 
 /* Who reads a request's completions. */
 enum pgc_owner {
@@ -178,7 +178,7 @@ int pgc_error_code(int32_t wire);
 int pgc_figures(const struct pgc_rx *rx, struct pagoda_figures *fig);
 
 /* pgc_logprobs_ok - a LOGPROBS payload is whole entries, the token's own
-   first (proto.h). */
+   first (client_proto.h). */
 int pgc_logprobs_ok(const struct pgc_rx *rx);
 
 #endif

@@ -1,7 +1,9 @@
 /*
- * proto.h - pagoda's wire protocol: the one definition of every struct that
- * pagodad and libpagoda exchange, through the Unix socket (handshake) and
- * through the shared-memory segment (rings and payload arenas).
+ * client_proto.h - pagoda's client protocol: the one definition of every
+ * struct that pagodad and libpagoda exchange, through the Unix socket
+ * (handshake) and through the shared-memory segment (rings and payload
+ * arenas).  How the rings move is shm/'s (ring.h, segment.h); what they
+ * carry is defined here.
  *
  * All integers are little-endian host order (both sides run on one host);
  * every struct has a fixed size, checked below, and no pointers.  The
@@ -24,8 +26,8 @@
  * byte rings too: a writer allocates contiguous runs in order and a run is
  * free again once the reader has consumed the ring entry that names it.
  */
-#ifndef PAGODA_SHM_PROTO_H
-#define PAGODA_SHM_PROTO_H
+#ifndef PAGODA_WIRE_CLIENT_PROTO_H
+#define PAGODA_WIRE_CLIENT_PROTO_H
 
 #include <assert.h>
 #include <stddef.h>

@@ -1,6 +1,7 @@
 /*
- * admin.h - the protocol of pagodad's admin socket, shared by the daemon
- * (daemon/admin.c) and pagodactl: one fixed-size request, one answer.
+ * admin_proto.h - the protocol of pagodad's admin socket, shared by the
+ * daemon (daemon/admin.c) and pagodactl: one fixed-size request, one
+ * answer.
  *
  * The admin socket is a Unix stream socket apart from the client socket
  * (default: beside it, /run/pagoda/pagodad-admin.sock), mode 0660 in the
@@ -17,8 +18,8 @@
  * PG_ADMIN_F_WAIT answers only once the engine is idle.  Integers are
  * host order (both ends are on one host); every struct has a fixed size.
  */
-#ifndef PAGODA_SHM_ADMIN_H
-#define PAGODA_SHM_ADMIN_H
+#ifndef PAGODA_WIRE_ADMIN_PROTO_H
+#define PAGODA_WIRE_ADMIN_PROTO_H
 
 #include <assert.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /*
  * ctl_stats.c - pagodactl's reading of the statistics segments
- * (shm/stats.h) and `pagodactl stats`: a table for people, or one JSON
- * object for scripts.
+ * (wire/stats_layout.h) and `pagodactl stats`: a table for people, or one
+ * JSON object for scripts.
  *
  * Reading never asks the daemon anything: the segments are mapped
  * read-only and copied under their seqlocks (retrying while the daemon
@@ -9,7 +9,7 @@
  * start time, so a recycled pid is not mistaken for it).  The public
  * figures are everyone's; the per-client table is read when this user
  * may (the admin group), and otherwise replaced by a note saying who
- * may.  Strings from the files are shown escaped (shm/escape.h).
+ * may.  Strings from the files are shown escaped (common/escape.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
-#include "shm/escape.h"
+#include "client/ctl/ctl.h"
+#include "common/escape.h"
 
 /* Copies a reader tries while the daemon keeps writing. */
 #define READ_TRIES 100000
