@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
+#include "kernels/dtype.h"
 
 /*
  * A weight matrix: n_rows rows (output features) of n_cols values (input

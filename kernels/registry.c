@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "registry.h"
-#include "cpu/comm_shm.h"
-#include "cuda/module.h"
+#include "kernels/registry.h"
+#include "kernels/cpu/comm_shm.h"
+#include "kernels/cuda/module.h"
 
 #ifndef PG_PKGLIBDIR
 #define PG_PKGLIBDIR "/usr/local/lib/pagoda"

@@ -18,9 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "cpu/cpu.h"	/* enum pg_cpu_isa, the CPU's kernel levels */
+#include "kernels/backend.h"
+#include "kernels/comm.h"
+#include "kernels/cpu/cpu.h"	/* enum pg_cpu_isa, the CPU's kernel levels */
 
 /*
  * Where the CUDA module is looked for instead of the installed folder: a

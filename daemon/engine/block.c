@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "forward_impl.h"
+#include "daemon/engine/forward_impl.h"
 
 /* x += out, RMS-normalised first when the sub-layer has a post-norm. */
 static void residual(struct device *d, const float *post_norm, float *out,

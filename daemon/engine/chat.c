@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "daemon/engine/chat.h"
+#include "daemon/engine/gguf.h"
+#include "daemon/engine/tokenizer.h"
 
 /*
  * A growing NUL-terminated string, and beside it one byte per character:

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/comm.h"
-#include "../../kernels/registry.h"
+#include "kernels/comm.h"
+#include "kernels/registry.h"
 #include "common/clock.h"
-#include "forward_impl.h"
+#include "daemon/engine/forward_impl.h"
 
 /*
  * How long a device waiting for its peers spins before it sleeps: long

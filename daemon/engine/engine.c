@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "engine.h"
-#include "tokenizer.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/tokenizer.h"
 
 enum seq_state {
 	SEQ_FORK = 0,	/* sample i > 0 before the prompt is computed */

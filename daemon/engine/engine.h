@@ -23,10 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "forward.h"
-#include "kvcache.h"
-#include "model.h"
-#include "sampler.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/kvcache.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/sampler.h"
 
 enum pg_engine_error {
 	PG_ENGINE_OK = 0,

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fault.h"
+#include "daemon/engine/fault.h"
 
 /* > 0: allocations left until the failing one; 0: off */
 static _Atomic long countdown;

@@ -73,11 +73,11 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../../kernels/comm.h"
-#include "../../kernels/registry.h"
+#include "kernels/comm.h"
+#include "kernels/registry.h"
 #include "common/clock.h"
-#include "forward_impl.h"
-#include "kv.h"
+#include "daemon/engine/forward_impl.h"
+#include "daemon/engine/kv.h"
 
 struct pg_forward_params pg_forward_params_default(void)
 {

@@ -17,10 +17,10 @@
 
 #include <stdint.h>
 
-#include "../../kernels/registry.h"
-#include "kv.h"
-#include "model.h"
-#include "plan.h"
+#include "kernels/registry.h"
+#include "daemon/engine/kv.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/plan.h"
 
 /*
  * How the forward pass rounds.  PG_NUMERICS_PAGODA: every parallel plan

@@ -13,10 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../kernels/comm.h"
-#include "../../kernels/registry.h"
-#include "forward.h"
-#include "kv.h"
+#include "kernels/comm.h"
+#include "kernels/registry.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/kv.h"
 
 #define PG_FW_MAX_INFLIGHT 16
 #define PG_FW_LANES 2		/* attention lanes without CP */

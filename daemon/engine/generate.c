@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "generate.h"
-#include "tokenizer.h"
+#include "daemon/engine/generate.h"
+#include "daemon/engine/tokenizer.h"
 
 const char *pg_finish_name(enum pg_finish f)
 {

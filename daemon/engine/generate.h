@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "forward.h"
-#include "kvcache.h"
-#include "sampler.h"
+#include "daemon/engine/forward.h"
+#include "daemon/engine/kvcache.h"
+#include "daemon/engine/sampler.h"
 
 struct pg_gen_params {
 	struct pg_sampling sampling;

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "daemon/engine/gguf.h"
 
 #define GGUF_MAGIC 0x46554747u	/* "GGUF" little-endian */
 #define GGUF_DEFAULT_ALIGNMENT 32

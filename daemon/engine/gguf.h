@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../kernels/dtype.h"
+#include "kernels/dtype.h"
 
 /* Metadata value types, GGUF's numbering. */
 enum gguf_type {

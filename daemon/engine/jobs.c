@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/comm.h"
+#include "kernels/comm.h"
 #include "common/clock.h"
-#include "forward_impl.h"
-#include "kv.h"
+#include "daemon/engine/forward_impl.h"
+#include "daemon/engine/kv.h"
 
 /* ---- one batch ---- */
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "kv.h"
+#include "daemon/engine/kv.h"
 
 struct pg_kv_store {
 	struct pg_kv_layout layout;

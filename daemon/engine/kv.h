@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../kernels/backend.h"
+#include "kernels/backend.h"
 
 struct pg_kv_store;
 

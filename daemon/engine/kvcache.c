@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "fault.h"
-#include "kvcache.h"
+#include "daemon/engine/fault.h"
+#include "daemon/engine/kvcache.h"
 
 #define PAGE_FREE	1u	/* on the free stack */
 #define PAGE_PUB	2u	/* in the index */

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cpu/cpu.h"	/* pg_dequantize_row */
-#include "gguf.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "kernels/cpu/cpu.h"	/* pg_dequantize_row */
+#include "daemon/engine/gguf.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/tokenizer.h"
 
 struct loader {
 	struct pg_model *m;	/* NULL: hyper-parameters only */

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../kernels/backend.h"
+#include "kernels/backend.h"
 
 struct gguf_file;
 struct pg_tokenizer;

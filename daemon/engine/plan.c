@@ -19,11 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "model.h"
-#include "plan.h"
-#include "plan_impl.h"
-#include "../../kernels/registry.h"
+#include "daemon/engine/gguf.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/plan.h"
+#include "daemon/engine/plan_impl.h"
+#include "kernels/registry.h"
 
 /*
  * What a device may fill with weights and KV: a CPU device this share of

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plan.h"
+#include "daemon/engine/plan.h"
 
 /* The request's figures with defaults filled in. */
 struct sizing {

@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan.h"
-#include "plan_impl.h"
+#include "daemon/engine/plan.h"
+#include "daemon/engine/plan_impl.h"
 
 /* "0-7,16-23" into buf; "-" when not pinned. */
 static const char *fmt_cpus(char *buf, size_t len, const struct pg_device *d)

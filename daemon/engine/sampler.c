@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler.h"
+#include "daemon/engine/sampler.h"
 
 /* A candidate token. */
 struct cand {

@@ -31,8 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "daemon/engine/gguf.h"
+#include "daemon/engine/tokenizer.h"
 
 /* Token attributes (bit set), from tokenizer.ggml.token_type. */
 enum {

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "forward_impl.h"
+#include "daemon/engine/forward_impl.h"
 
 /* The bytes m takes repacked by d's backend, or 0 (not, or no such op). */
 static size_t pack_bytes(struct device *d, const struct pg_matrix *m)

@@ -4,7 +4,7 @@
  *
  * Long vectors are split among threads; short ones are done by the caller.
  */
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 #define PG_ADD_PAR_MIN 65536
 

@@ -16,7 +16,7 @@
  */
 #include <math.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 #define PG_ATTN_CHUNK 64
 #define PG_ATTN_MAX_HEAD_DIM 1024

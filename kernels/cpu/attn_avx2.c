@@ -12,8 +12,8 @@
  */
 #include <math.h>
 
-#include "cpu_impl.h"
-#include "simd_avx2.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 /* 8 values of KV type t at p (element index i) as floats. */
 static inline __m256 load8(enum pg_dtype t, const void *p, size_t i)

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 /* Quantised activations' first allocation; matmul grows it on demand. */
 #define PG_CPU_SCRATCH_BYTES (1u << 20)

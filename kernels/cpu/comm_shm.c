@@ -35,7 +35,7 @@
 
 #include "common/clock.h"
 #include "common/spin.h"
-#include "comm_shm.h"
+#include "kernels/cpu/comm_shm.h"
 
 /*
  * Spin this long before sleeping, by default: enough to catch a peer that

@@ -8,7 +8,7 @@
 #ifndef PAGODA_KERNELS_CPU_H
 #define PAGODA_KERNELS_CPU_H
 
-#include "../backend.h"
+#include "kernels/backend.h"
 
 /*
  * Instruction-set levels, from the portable scalar reference upwards: one

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "threadpool.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/threadpool.h"
 
 /*
  * Dot of one weight row with one activation row of n values (n a multiple

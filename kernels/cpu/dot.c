@@ -9,7 +9,7 @@
  */
 #include <math.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 /* w: (n) floats; x: (n) floats */
 float pg_dot_f32_ref(int64_t n, const void *w, const void *x)

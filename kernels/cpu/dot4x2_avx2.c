@@ -12,8 +12,8 @@
  * dot_avx2.c's 4-row dots, bit for bit.
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
-#include "cpu_impl.h"
-#include "simd_avx2.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 enum tile_kind { TILE_Q8_0, TILE_Q4_1 };
 

@@ -12,8 +12,8 @@
  */
 #include <math.h>
 
-#include "cpu_impl.h"
-#include "simd_avx2.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 static inline float h2f(uint16_t h)
 {

@@ -5,7 +5,7 @@
  * whole vectors with their own instructions.  Quantisation is in quant.c.
  */
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 const char *pg_dtype_name(enum pg_dtype t)
 {

@@ -17,8 +17,8 @@
 #include <math.h>
 #include <pthread.h>
 
-#include "cpu.h"
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 
 #define PG_GELU_PAR_MIN 32768
 #define SQRT_2_OVER_PI 0.79788456080286535587989211986876f

@@ -50,8 +50,8 @@
  *
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
-#include "cpu_impl.h"
-#include "simd_avx2.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 /* G_LLAMA: Q4_1 weights in llama.cpp's numerics; G_Q5_0: Q5_0 weights
  * in pagoda's (below) */

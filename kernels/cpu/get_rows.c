@@ -5,7 +5,7 @@
  * Dequantisation is the reference one from quant.c: a few rows per batch
  * do not need SIMD or threads.
  */
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 /* m: (n_rows, n_cols) of m->type; ids: (n); out: (n, n_cols) floats */
 void pg_cpu_get_rows(struct pg_backend *be, const struct pg_matrix *m,

@@ -28,8 +28,8 @@
  */
 #include <stddef.h>
 
-#include "cpu_impl.h"
-#include "simd_avx2.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 enum kq { KQ_Q5_0, KQ_Q5_1, KQ_Q2_K, KQ_Q3_K, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
 

@@ -5,7 +5,7 @@
  * The page layout is backend.h's [block][K,V][kv_head][slot][head_dim].
  * It does not allocate pages: slots come from the caller's page tables.
  */
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 /* src: (n_kv_heads * head_dim) floats of one token. */
 static void store_token(const struct pg_kv_layout *kv, int block, int which,

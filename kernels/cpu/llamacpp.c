@@ -29,7 +29,7 @@
  */
 #include <math.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 /* ggml_vec_dot_f16's sum of x . y over hd dims (AVX2 build). */
 static float fa16_dot(int hd, const uint16_t *x, const uint16_t *y)

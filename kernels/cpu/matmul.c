@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 #define PG_MM_ROWS 16		/* weight rows kept hot over the tokens */
 #define PG_MM_CHUNKS 8		/* chunks per thread, for load balance */

@@ -28,8 +28,8 @@
  *
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
-#include "cpu_impl.h"
-#include "simd_avx2.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 enum q4_kind { Q4_0, Q4_1 };
 

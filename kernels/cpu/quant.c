@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 static float absmax(const float *x, int n)
 {

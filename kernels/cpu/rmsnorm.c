@@ -9,7 +9,7 @@
  */
 #include <math.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 struct rmsnorm_ctx {
 	const struct pg_cpu_kernels *k;

@@ -14,7 +14,7 @@
  */
 #include <math.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 /* Pairs whose sin/cos one pass holds on the stack. */
 #define PG_ROPE_CHUNK 64

@@ -8,7 +8,7 @@
  * Long vectors (prompts) are split among threads; one token's vector is
  * done by the caller alone.
  */
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 /* Below this many values the hand-off costs more than it saves. */
 #define PG_SILU_PAR_MIN 32768

@@ -23,7 +23,7 @@
 
 #include "common/clock.h"
 #include "common/spin.h"
-#include "threadpool.h"
+#include "kernels/cpu/threadpool.h"
 
 /*
  * Wait this long before sleeping: far more than the gaps between the ops

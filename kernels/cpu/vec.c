@@ -6,7 +6,7 @@
  */
 #include <math.h>
 
-#include "cpu_impl.h"
+#include "kernels/cpu/cpu_impl.h"
 
 /* v: (n) floats; acc: (n) */
 void pg_axpy_f32_ref(int n, float a, const void *v, float *acc)

@@ -5,8 +5,8 @@
  * Tails shorter than a vector go to the reference loops of vec.c.
  * Compiled with -mavx2 -mfma -mf16c; reached only through the table.
  */
-#include "cpu_impl.h"
-#include "simd_avx2.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 /* v: (n) floats; acc: (n) */
 void pg_axpy_f32_avx2(int n, float a, const void *v, float *acc)

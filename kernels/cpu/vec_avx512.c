@@ -13,8 +13,8 @@
  */
 #include <pthread.h>
 
-#include "cpu_impl.h"
-#include "simd_avx2.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 static inline __m512 load_f16x16(const uint16_t *p)
 {

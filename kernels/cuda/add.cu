@@ -8,7 +8,7 @@
  * pointers read from the op's staged copy; the same additions in the same
  * order as add.c's, so the CPU's bits.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define ADD_THREADS 256
 

@@ -34,7 +34,7 @@
  * kernel's tiles at its first query's), so pages before the window are
  * never read.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define ATT_WARPS 4
 #define ATT_THREADS (ATT_WARPS * 32)

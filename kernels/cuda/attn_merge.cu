@@ -7,7 +7,7 @@
  * products and sums, so that every device merging the same parts gets the
  * same bits (expf aside: the device's may differ from the host's).
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define MERGE_THREADS 128
 

@@ -34,8 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cuda.h"
-#include "cuda_impl.h"
+#include "kernels/cuda/backend_cuda.h"
+#include "kernels/cuda/cuda_impl.h"
 
 #define CUDA_UP_CHUNK_BYTES (4u << 20)	/* per pinned upload chunk */
 #define CUDA_META_BYTES (4u << 20)	/* initial index ring */

@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../backend.h"
+#include "kernels/backend.h"
 
 /* What pg_cuda_device_info() tells of a device. */
 struct pg_cuda_device_info {

@@ -65,7 +65,7 @@
 #pragma GCC diagnostic pop
 
 #include "common/clock.h"
-#include "comm_nccl.h"
+#include "kernels/cuda/comm_nccl.h"
 
 _Static_assert(sizeof(ncclUniqueId) == PG_COMM_NCCL_ID_BYTES,
 	       "PG_COMM_NCCL_ID_BYTES is not NCCL's unique id size");

@@ -14,7 +14,7 @@
 #include <cuda_bf16.h>		/* __nv_bfloat16 */
 #include <stdint.h>
 
-#include "cuda_impl.h"
+#include "kernels/cuda/cuda_impl.h"
 
 #define PG_FULL_MASK 0xffffffffu
 

@@ -27,7 +27,7 @@
 #include <cuda_runtime_api.h>	/* streams, events, graphs */
 #include <cublas_v2.h>		/* the prefill GEMMs */
 
-#include "../backend.h"
+#include "kernels/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

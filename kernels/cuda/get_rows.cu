@@ -8,7 +8,7 @@
  * arithmetic (pg_dequant32, common.cuh), so the rows are the CPU's bits.
  * The ids come from the op's staged copy.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define ROWS_THREADS 256
 

@@ -7,7 +7,7 @@
  * rank's token) is skipped.  Rounding to F16/BF16 is to nearest even, as
  * quant.c's.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define KVW_THREADS 256
 

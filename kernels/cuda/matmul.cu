@@ -31,7 +31,7 @@
  * W^T-view (K x N, lda = row stride)^T times X (K x n): cuBLAS's
  * (OP_T, OP_N) with m = N, n = tokens, k = K.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define MM_WARPS 4			/* rows (warps) per GEMV block */
 #define MM_QUANT_WARPS 8		/* activation blocks per block */

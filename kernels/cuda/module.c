@@ -5,9 +5,9 @@
  */
 #include "config.h"
 
-#include "module.h"
+#include "kernels/cuda/module.h"
 #ifdef HAVE_NCCL_COMM
-#include "comm_nccl.h"
+#include "kernels/cuda/comm_nccl.h"
 
 /* pg_comm_nccl_join on the backend's own stream. */
 static int nccl_join(int size, int rank, const void *id,

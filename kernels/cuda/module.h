@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../backend.h"
-#include "../comm.h"
-#include "backend_cuda.h"
+#include "kernels/backend.h"
+#include "kernels/comm.h"
+#include "kernels/cuda/backend_cuda.h"
 
 /* The file the registry loads, and the symbol it looks up in it. */
 #define PG_CUDA_MODULE_FILE "pagoda-cuda.so"

@@ -7,7 +7,7 @@
  * out = (x * s) * w with s = 1 / sqrtf(ms + eps) as rmsnorm.c computes it.
  * In place is fine: each element is read by the thread that writes it.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define RMS_THREADS 256
 

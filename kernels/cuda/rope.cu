@@ -11,7 +11,7 @@
  * (rope.c): x0 cos - x1 sin as one fused multiply-add less a rounded
  * product, x0 sin + x1 cos likewise.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define ROPE_THREADS 128
 #define ROPE_MAX_PAIRS 512		/* n_rot <= 1024 */

@@ -10,7 +10,7 @@
  */
 #include <limits.h>
 
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define SAMPLE_THREADS 256
 

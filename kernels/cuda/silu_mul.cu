@@ -13,7 +13,7 @@
  * tanhf can move that last rounding by one F16 step, rarely).  scale is
  * one rounded product, the CPU's bits.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define SILU_THREADS 256
 
