@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#ifndef HAVE_CUDA_BACKEND
+#ifndef HAVE_CUDA
 int main(void)
 {
 	printf("gpu-pagoda: this build has no CUDA backend (configure found no "

@@ -11,13 +11,13 @@
  * operations is in flight, so the io_uring never writes into a slot that
  * has been reused.
  *
- * The commands act on the daemon's own structures (the engine's
+ * The commands act on the daemon through control.h alone (the engine's
  * eviction, the draining flag request.c checks, the clients' dead mark,
- * the log level, the statistics' baselines); each answer says what was
- * done, as text or as one JSON object.
+ * the statistics' baselines) and on the log level; each answer says what
+ * was done, as text or as one JSON object.  The sockets are listen.h's,
+ * the io_uring loop.h's.
  */
 #include <errno.h>
-#include <grp.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
@@ -34,14 +33,13 @@
 #include "common/clock.h"
 #include "common/escape.h"
 #include "daemon/admin.h"
-#include "daemon/daemon.h"
-#include "daemon/engine/engine.h"
+#include "daemon/control.h"
 #include "daemon/engine/fault.h"
-#include "daemon/engine/forward.h"
-#include "daemon/engine/model.h"
-#include "daemon/engine/tokenizer.h"
+#include "daemon/engine/kvcache.h"
+#include "daemon/listen.h"
 #include "daemon/log.h"
-#include "daemon/stats.h"
+#include "daemon/loop.h"
+#include "daemon/server.h"
 #include "wire/admin_proto.h"
 #include "wire/stats_layout.h"
 
@@ -86,9 +84,10 @@ struct pgd_admin {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	char group[64];			/* "" when root only */
 	gid_t gid;			/* (gid_t)-1 when root only */
-	int listen_fd;
-	dev_t sock_dev;
-	ino_t sock_ino;			/* to unlink only our own socket */
+	struct pgd_listener listener;	/* listen.h */
+	struct pgd *d;			/* the daemon it administers */
+	struct pgd_loop *loop;		/* the daemon's (loop.h) */
+	int owner;			/* its owner in the loop */
 	int accept_armed;
 	uint32_t next_serial;
 	struct __kernel_timespec read_ts, send_ts;
@@ -106,66 +105,38 @@ struct out {
 
 /* ---- io_uring operations ---- */
 
-static uint64_t tag(enum sub_op op, uint32_t slot, uint32_t serial)
+static uint64_t tag(const struct pgd_admin *a, enum sub_op op, uint32_t slot,
+		    uint32_t serial)
 {
-	return (uint64_t)PGD_OP_ADMIN << 56 | (uint64_t)op << 48 |
-	       (uint64_t)serial << 16 | (slot & 0xffff);
+	return pgd_loop_tag(a->owner, op, slot, serial);
 }
 
-static struct io_uring_sqe *get_sqe(struct pgd *d)
+static void arm_accept(struct pgd_admin *a)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
-
-	if (!sqe) {
-		io_uring_submit(&d->ring);
-		sqe = io_uring_get_sqe(&d->ring);
-	}
-	if (!sqe)
-		pgd_log(PGD_LOG_ERROR, "admin: the io_uring submission queue is full");
-	return sqe;
-}
-
-static void arm_accept(struct pgd *d)
-{
-	struct pgd_admin *a = d->admin;
-	struct io_uring_sqe *sqe;
-
-	if (a->accept_armed || d->stop_signal)
+	if (a->accept_armed || pgd_ctl_stopping(a->d))
 		return;
-	sqe = get_sqe(d);
-	if (!sqe)
-		return;
-	io_uring_prep_accept(sqe, a->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-	sqe->user_data = tag(SUB_ACCEPT, 0, 0);
-	a->accept_armed = 1;
+	if (!pgd_loop_accept(a->loop, a->listener.fd, tag(a, SUB_ACCEPT, 0, 0)))
+		a->accept_armed = 1;
 }
 
 /* An operation on k's socket, linked to a timeout (two free slots first). */
-static int arm_linked(struct pgd *d, struct conn *k, enum sub_op op,
+static int arm_linked(struct pgd_admin *a, struct conn *k, enum sub_op op,
 		      void *buf, size_t len, struct __kernel_timespec *ts)
 {
-	uint32_t slot = (uint32_t)(k - d->admin->conn);
-	struct io_uring_sqe *sqe, *op_sqe;
+	uint32_t slot = (uint32_t)(k - a->conn);
+	uint64_t ud = tag(a, op, slot, k->serial);
+	struct io_uring_sqe *sqe;
 
-	if (io_uring_sq_space_left(&d->ring) < 2)
-		io_uring_submit(&d->ring);
-	sqe = get_sqe(d);
+	pgd_loop_reserve(a->loop, 2);
+	sqe = pgd_loop_sqe(a->loop, ud);
 	if (!sqe)
 		return -1;
 	if (op == SUB_READ)
 		io_uring_prep_recv(sqe, k->fd, buf, len, MSG_WAITALL);
 	else
 		io_uring_prep_send(sqe, k->fd, buf, len, MSG_NOSIGNAL);
-	sqe->user_data = tag(op, slot, k->serial);
-	sqe->flags |= IOSQE_IO_LINK;
-	op_sqe = sqe;
-	sqe = get_sqe(d);
-	if (!sqe) {	/* it goes without its timeout, linked to nothing */
-		op_sqe->flags &= (uint8_t)~IOSQE_IO_LINK;
-		return 0;
-	}
-	io_uring_prep_link_timeout(sqe, ts, 0);
-	sqe->user_data = tag(SUB_TIMEOUT, 0, 0);
+	sqe->user_data = ud;
+	pgd_loop_link_timeout(a->loop, sqe, ts, tag(a, SUB_TIMEOUT, 0, 0));
 	return 0;
 }
 
@@ -276,7 +247,7 @@ static void answer(struct out *o, const char *cmd, int status,
 }
 
 /* Send o (status and text) on k; k is closed once it is sent. */
-static void reply(struct pgd *d, struct conn *k, struct out *o)
+static void reply(struct pgd_admin *a, struct conn *k, struct out *o)
 {
 	struct pg_admin_reply h = { .magic = PG_ADMIN_MAGIC,
 				    .version = PG_ADMIN_VERSION,
@@ -296,7 +267,7 @@ static void reply(struct pgd *d, struct conn *k, struct out *o)
 	k->out_len = sizeof(h) + o->len;
 	k->out_sent = 0;
 	k->state = CONN_SEND;
-	if (arm_linked(d, k, SUB_SEND, k->out, k->out_len, &d->admin->send_ts))
+	if (arm_linked(a, k, SUB_SEND, k->out, k->out_len, &a->send_ts))
 		conn_close(k);
 }
 
@@ -307,19 +278,20 @@ static const char *const by_names[] = { "all", "age", "pages", "client", "prefix
 static int evict_prefix_ids(struct pgd *d, const struct pg_admin_request *q,
 			    struct pg_kvc_evict *ev, struct out *o)
 {
-	int64_t n = pg_tokenize(d->m->tok, q->text, q->text_len, 1, 1, d->ids,
-				d->ids_cap);
+	const int32_t *ids;
+	int cap;
+	int64_t n = pgd_ctl_tokenize_prefix(d, q->text, q->text_len, &ids, &cap);
 
 	if (n < 0) {
 		answer(o, "evict", ENOMEM, NULL, "pagodad is out of memory tokenizing the prefix");
 		return -1;
 	}
-	if (n < 1 || n > d->ids_cap) {
+	if (n < 1 || n > cap) {
 		answer(o, "evict", EINVAL, NULL, "the prefix gives %lld tokens: give 1 to %d",
-		       (long long)n, d->ids_cap);
+		       (long long)n, cap);
 		return -1;
 	}
-	ev->prefix = d->ids;
+	ev->prefix = ids;
 	ev->n_prefix = (int)n;
 	return 0;
 }
@@ -327,7 +299,8 @@ static int evict_prefix_ids(struct pgd *d, const struct pg_admin_request *q,
 static void cmd_evict(struct pgd *d, const struct pg_admin_request *q, struct out *o)
 {
 	struct pg_kvc_evict ev = { .by = PG_KVC_EVICT_ALL };
-	struct pg_engine_stats st;
+	struct pgd_ctl_load st;
+	const char *why = "";
 	char fields[256];
 	int n;
 
@@ -354,64 +327,60 @@ static void cmd_evict(struct pgd *d, const struct pg_admin_request *q, struct ou
 		       by_names[q->evict_by]);
 		return;
 	}
-	n = pg_engine_evict(d->engine, &ev);
+	n = pgd_ctl_evict(d, &ev, &why);
 	if (n < 0) {
-		answer(o, "evict", EINVAL, NULL, "evict: %s", pg_engine_last_error(d->engine));
+		answer(o, "evict", EINVAL, NULL, "evict: %s", why);
 		return;
 	}
-	pgd_stats_evicted(d->stats, n);
-	pg_engine_stats(d->engine, &st);
+	pgd_ctl_load(d, &st);
 	snprintf(fields, sizeof(fields),
 		 "\"by\":\"%s\",\"evicted_pages\":%d,\"evicted_tokens\":%lld,\"cached_pages\":%d,\"used_pages\":%d,\"free_pages\":%d",
-		 by_names[q->evict_by], n, (long long)n * pg_forward_page_tokens(d->fw),
-		 st.kv.n_cached, st.kv.n_used, st.kv.n_free);
+		 by_names[q->evict_by], n, (long long)n * st.page_tokens,
+		 st.kv_cached, st.kv_used, st.kv_free);
 	pgd_log(PGD_LOG_INFO, "admin: evicted %d cached pages (%s)", n, by_names[q->evict_by]);
 	answer(o, "evict", 0, fields,
 	       "evicted %d pages (%lld tokens) by %s; now %d cached, %d used, %d free of %d",
-	       n, (long long)n * pg_forward_page_tokens(d->fw), by_names[q->evict_by],
-	       st.kv.n_cached, st.kv.n_used, st.kv.n_free, st.kv.n_pages);
+	       n, (long long)n * st.page_tokens, by_names[q->evict_by],
+	       st.kv_cached, st.kv_used, st.kv_free, st.kv_pages);
 }
 
 /* The engine's load, for drain and health answers (and JSON members). */
 static void load_fields(struct pgd *d, char *buf, size_t len, int *running,
 			int *waiting, int *inflight)
 {
-	struct pg_engine_stats st;
+	struct pgd_ctl_load st;
 
-	pg_engine_stats(d->engine, &st);
-	*running = st.n_running;
-	*waiting = st.n_waiting;
-	*inflight = 0;
-	for (int i = 0; i < d->n_live; i++)
-		*inflight += d->live[i]->n_inflight;
+	pgd_ctl_load(d, &st);
+	*running = st.running;
+	*waiting = st.waiting;
+	*inflight = st.inflight;
 	snprintf(buf, len, "\"draining\":%s,\"running\":%d,\"waiting\":%d,\"inflight\":%d,\"clients\":%d",
-		 d->draining ? "true" : "false", *running, *waiting, *inflight, d->n_live);
+		 st.draining ? "true" : "false", *running, *waiting, *inflight, st.clients);
 }
 
-static void answer_drained(struct pgd *d, struct out *o)
+static void answer_drained(struct pgd_admin *a, struct out *o)
 {
 	char fields[256];
 	int running, waiting, inflight;
 
-	load_fields(d, fields, sizeof(fields), &running, &waiting, &inflight);
+	load_fields(a->d, fields, sizeof(fields), &running, &waiting, &inflight);
 	answer(o, "drain", 0, fields, "drained: the engine is idle after %.1f s; new requests are refused until pagodactl resume",
-	       pg_now_s() - d->admin->drain_since);
+	       pg_now_s() - a->drain_since);
 }
 
-static void cmd_drain(struct pgd *d, struct conn *k, struct out *o)
+static void cmd_drain(struct pgd_admin *a, struct conn *k, struct out *o)
 {
-	struct pgd_admin *a = d->admin;
+	struct pgd *d = a->d;
 	char fields[256];
 	int running, waiting, inflight;
 
-	if (!d->draining) {
-		d->draining = 1;
+	if (!pgd_ctl_set_draining(d, 1)) {
 		a->drain_since = pg_now_s();
 		pgd_log(PGD_LOG_INFO, "admin: draining (uid %u): new requests are refused", (unsigned)k->uid);
 	}
 	if (k->req.flags & PG_ADMIN_F_WAIT) {
-		if (pgd_idle(d)) {
-			answer_drained(d, o);
+		if (pgd_ctl_idle(d)) {
+			answer_drained(a, o);
 			return;
 		}
 		k->state = CONN_WAIT;	/* pgd_admin_tick answers */
@@ -423,30 +392,27 @@ static void cmd_drain(struct pgd *d, struct conn *k, struct out *o)
 	       running, waiting, inflight);
 }
 
-static void cmd_resume(struct pgd *d, const struct conn *k, struct out *o)
+static void cmd_resume(struct pgd_admin *a, const struct conn *k, struct out *o)
 {
 	char fields[64];
-	double was = d->draining ? pg_now_s() - d->admin->drain_since : 0;
+	int draining = pgd_ctl_set_draining(a->d, 0);
+	double was = draining ? pg_now_s() - a->drain_since : 0;
 
-	snprintf(fields, sizeof(fields), "\"was_draining\":%s", d->draining ? "true" : "false");
-	if (!d->draining) {
+	snprintf(fields, sizeof(fields), "\"was_draining\":%s", draining ? "true" : "false");
+	if (!draining) {
 		answer(o, "resume", 0, fields, "not draining: requests were already admitted");
 		return;
 	}
-	d->draining = 0;
 	pgd_log(PGD_LOG_INFO, "admin: resumed (uid %u) after draining %.1f s", (unsigned)k->uid, was);
 	answer(o, "resume", 0, fields, "resumed: admitting requests again (drained for %.1f s)", was);
 }
 
-static void client_line(struct pgd *d, const struct pgd_client *c, struct out *o,
-			int first)
+static void client_line(const struct pgd_ctl_client *c, struct out *o, int first)
 {
-	uint64_t requests, tokens;
 	char comm[16], shown[16 * 4 + 1];
 	char path[64];
 	FILE *f;
 
-	pgd_stats_client(d->stats, c, &requests, &tokens);
 	snprintf(path, sizeof(path), "/proc/%d/comm", (int)c->pid);
 	comm[0] = '\0';
 	f = fopen(path, "re");
@@ -460,31 +426,36 @@ static void client_line(struct pgd *d, const struct pgd_client *c, struct out *o
 		pg_escape_str(shown, sizeof(shown), comm, sizeof(comm), PG_ESCAPE_TEXT);
 		out_printf(o, "%6u %8d %6u %-15s %8d %10llu %12llu %8.0f\n", c->id,
 			   (int)c->pid, (unsigned)c->uid, shown[0] ? shown : "?",
-			   c->n_inflight, (unsigned long long)requests,
-			   (unsigned long long)tokens, d->now - c->since);
+			   c->inflight, (unsigned long long)c->requests,
+			   (unsigned long long)c->tokens, c->connected_s);
 		return;
 	}
 	out_printf(o, "%s{\"id\":%u,\"pid\":%d,\"uid\":%u,\"gid\":%u,\"comm\":", first ? "" : ",",
 		   c->id, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid);
 	out_json_str(o, comm);
 	out_printf(o, ",\"inflight\":%d,\"requests\":%llu,\"generated_tokens\":%llu,\"connected_s\":%.3f}",
-		   c->n_inflight, (unsigned long long)requests,
-		   (unsigned long long)tokens, d->now - c->since);
+		   c->inflight, (unsigned long long)c->requests,
+		   (unsigned long long)c->tokens, c->connected_s);
 }
 
 static void cmd_clients(struct pgd *d, struct out *o)
 {
+	struct pgd_ctl_load st;
+	struct pgd_ctl_client c;
+	int rc, n = 0;
+
+	pgd_ctl_load(d, &st);
 	o->status = 0;
 	if (o->json)
 		out_printf(o, "{\"command\":\"clients\",\"ok\":true,\"status\":0,\"count\":%d,\"clients\":[",
-			   d->n_live);
+			   st.clients);
 	else
 		out_printf(o, "%d clients connected\n%6s %8s %6s %-15s %8s %10s %12s %8s\n",
-			   d->n_live, "ID", "PID", "UID", "COMMAND", "INFLIGHT",
+			   st.clients, "ID", "PID", "UID", "COMMAND", "INFLIGHT",
 			   "REQUESTS", "TOKENS", "SECONDS");
-	for (int i = 0, n = 0; i < d->cfg->max_clients; i++)
-		if (d->slots[i] && !d->slots[i]->dead)
-			client_line(d, d->slots[i], o, !n++);
+	for (int i = 0; (rc = pgd_ctl_client_at(d, i, &c)) >= 0; i++)
+		if (rc)
+			client_line(&c, o, !n++);
 	if (o->json)
 		out_printf(o, "]}\n");
 }
@@ -492,27 +463,19 @@ static void cmd_clients(struct pgd *d, struct out *o)
 static void cmd_disconnect(struct pgd *d, const struct conn *k, struct out *o)
 {
 	const struct pg_admin_request *q = &k->req;
-	struct pgd_client *c = NULL;
+	struct pgd_ctl_client c;
 	char fields[128];
 
-	/* ids are unique for the daemon's life: a client that left is not
-	   confused with a newer one in its slot */
-	for (int i = 0; i < d->cfg->max_clients && !c; i++)
-		if (d->slots[i] && d->slots[i]->id == q->arg)
-			c = d->slots[i];
-
-	if (!c || c->dead) {
+	if (pgd_ctl_disconnect(d, q->arg, k->uid, &c)) {
 		answer(o, "disconnect", ENOENT, NULL, "no client %llu is connected (pagodactl clients lists them)",
 		       (unsigned long long)q->arg);
 		return;
 	}
 	snprintf(fields, sizeof(fields), "\"id\":%u,\"pid\":%d,\"uid\":%u,\"inflight\":%d",
-		 c->id, (int)c->pid, (unsigned)c->uid, c->n_inflight);
-	pgd_mark_dead(d, c, PG_ESHUTDOWN, "disconnected by an administrator of pagodad (uid %u)",
-		      (unsigned)k->uid);
-	pgd_log(PGD_LOG_INFO, "admin: client %u disconnected by uid %u", c->id, (unsigned)k->uid);
+		 c.id, (int)c.pid, (unsigned)c.uid, c.inflight);
+	pgd_log(PGD_LOG_INFO, "admin: client %u disconnected by uid %u", c.id, (unsigned)k->uid);
 	answer(o, "disconnect", 0, fields, "client %u (pid %d, uid %u) disconnected; its %d requests in flight are cancelled",
-	       c->id, (int)c->pid, (unsigned)c->uid, c->n_inflight);
+	       c.id, (int)c.pid, (unsigned)c.uid, c.inflight);
 }
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
@@ -545,37 +508,37 @@ static void cmd_loglevel(struct pgd *d, const struct conn *k, struct out *o)
 
 static void cmd_stats_reset(struct pgd *d, const struct conn *k, struct out *o)
 {
-	if (!d->stats) {
+	if (pgd_ctl_stats_reset(d)) {
 		answer(o, "stats-reset", ENOENT, NULL, "pagodad publishes no statistics (--stats-path none): nothing to reset");
 		return;
 	}
-	pgd_stats_reset(d);
 	pgd_log(PGD_LOG_INFO, "admin: statistics reset by uid %u", (unsigned)k->uid);
 	answer(o, "stats-reset", 0, NULL, "statistics reset: counters and histograms are zero (gauges stay as they are)");
 }
 
-static void cmd_health(struct pgd *d, struct out *o)
+static void cmd_health(struct pgd_admin *a, struct out *o)
 {
+	struct pgd *d = a->d;
 	char fields[384], load[256];
 	int running, waiting, inflight, errors;
+	struct pgd_ctl_load st;
 	double last;
 
 	load_fields(d, load, sizeof(load), &running, &waiting, &inflight);
-	errors = pgd_stats_engine_errors(d->stats, HEALTH_WINDOW_S, &last);
-	if (!d->stats)
-		errors = d->step_errors > 0;
+	pgd_ctl_load(d, &st);
+	errors = pgd_ctl_engine_errors(d, HEALTH_WINDOW_S, &last);
 	snprintf(fields, sizeof(fields), "%s,\"engine_errors\":%d", load, errors);
-	if (d->stop_signal)
+	if (st.stopping)
 		answer(o, "health", ESHUTDOWN, fields, "unhealthy: pagodad is stopping");
-	else if (d->draining)
+	else if (st.draining)
 		answer(o, "health", EBUSY, fields, "unhealthy: draining since %.1f s ago, new requests are refused (pagodactl resume)",
-		       pg_now_s() - d->admin->drain_since);
+		       pg_now_s() - a->drain_since);
 	else if (errors)
 		answer(o, "health", EIO, fields, "unhealthy: the forward pass failed %d times in the last %.0f s (last %.1f s ago); see pagodad's log",
 		       errors, HEALTH_WINDOW_S, last);
 	else
 		answer(o, "health", 0, fields, "healthy: serving %s; %d clients, %d running, %d waiting",
-		       d->m->name, d->n_live, running, waiting);
+		       st.model, st.clients, running, waiting);
 }
 
 /*
@@ -588,7 +551,7 @@ static void cmd_fault(struct pgd *d, struct conn *k, struct out *o)
 	long seen = 0;
 	bool fired;
 
-	if (!d->cfg->fault_injection) {	/* PAGODA_FAULT_INJECTION (settings.c) */
+	if (!pgd_ctl_config(d)->fault_injection) {	/* PAGODA_FAULT_INJECTION (settings.c) */
 		answer(o, "fault", EPERM, NULL,
 		       "allocation failure injection is for tests: start pagodad with PAGODA_FAULT_INJECTION=1 in its environment to use it");
 		return;
@@ -608,8 +571,9 @@ static const char *const cmd_names[] = {
 	"stats-reset", "health", "fault",
 };
 
-static void run_command(struct pgd *d, struct conn *k, struct out *o)
+static void run_command(struct pgd_admin *a, struct conn *k, struct out *o)
 {
+	struct pgd *d = a->d;
 	const struct pg_admin_request *q = &k->req;
 
 	if (q->magic != PG_ADMIN_MAGIC || q->version != PG_ADMIN_VERSION) {
@@ -625,13 +589,13 @@ static void run_command(struct pgd *d, struct conn *k, struct out *o)
 		q->cmd < PG_ADMIN_CMD_MAX ? cmd_names[q->cmd] : "?", (unsigned)k->uid, (int)k->pid);
 	switch (q->cmd) {
 	case PG_ADMIN_EVICT: cmd_evict(d, q, o); return;
-	case PG_ADMIN_DRAIN: cmd_drain(d, k, o); return;
-	case PG_ADMIN_RESUME: cmd_resume(d, k, o); return;
+	case PG_ADMIN_DRAIN: cmd_drain(a, k, o); return;
+	case PG_ADMIN_RESUME: cmd_resume(a, k, o); return;
 	case PG_ADMIN_CLIENTS: cmd_clients(d, o); return;
 	case PG_ADMIN_DISCONNECT: cmd_disconnect(d, k, o); return;
 	case PG_ADMIN_LOGLEVEL: cmd_loglevel(d, k, o); return;
 	case PG_ADMIN_STATS_RESET: cmd_stats_reset(d, k, o); return;
-	case PG_ADMIN_HEALTH: cmd_health(d, o); return;
+	case PG_ADMIN_HEALTH: cmd_health(a, o); return;
 	case PG_ADMIN_FAULT: cmd_fault(d, k, o); return;
 	}
 	answer(o, "?", EINVAL, NULL, "unknown admin command %u (this pagodad knows 1 to %d)",
@@ -640,62 +604,11 @@ static void run_command(struct pgd *d, struct conn *k, struct out *o)
 
 /* ---- connections ---- */
 
-/* Whether gid is among the groups in /proc/PID/status (the fallback). */
-static int proc_in_group(pid_t pid, gid_t gid)
-{
-	char path[64], line[4096];
-	FILE *f;
-	int found = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof(line), f)) {
-		char *p = line + 7, *end;
-
-		if (strncmp(line, "Groups:", 7))
-			continue;
-		for (;;) {
-			unsigned long v = strtoul(p, &end, 10);
-
-			if (end == p)
-				break;
-			found |= (gid_t)v == gid;
-			p = end;
-		}
-	}
-	fclose(f);
-	return found;
-}
-
-static int peer_in_group(int fd, const struct ucred *cr, gid_t gid)
-{
-	if (cr->gid == gid)
-		return 1;
-#ifdef SO_PEERGROUPS
-	{
-		gid_t groups[256];
-		socklen_t len = sizeof(groups);
-
-		if (!getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len)) {
-			for (size_t i = 0; i < len / sizeof(gid_t); i++)
-				if (groups[i] == gid)
-					return 1;
-			return 0;
-		}
-	}
-#else
-	(void)fd;
-#endif
-	return proc_in_group(cr->pid, gid);
-}
-
 static int authorized(const struct pgd_admin *a, int fd, const struct ucred *cr)
 {
 	if (cr->uid == 0 || cr->uid == geteuid())
 		return 1;
-	return a->gid != (gid_t)-1 && peer_in_group(fd, cr, a->gid);
+	return a->gid != (gid_t)-1 && pgd_peer_in_group(fd, cr, a->gid);
 }
 
 /*
@@ -748,21 +661,19 @@ static struct conn *free_conn(struct pgd_admin *a)
 	return NULL;
 }
 
-static void on_accept(struct pgd *d, int res)
+static void on_accept(struct pgd_admin *a, int res)
 {
-	struct pgd_admin *a = d->admin;
 	struct ucred cr;
-	socklen_t len = sizeof(cr);
 	struct conn *k;
 
 	a->accept_armed = 0;
-	arm_accept(d);
+	arm_accept(a);
 	if (res < 0) {
 		if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN && res != -ECANCELED)
 			pgd_log(PGD_LOG_WARN, "admin: accept: %s", strerror(-res));
 		return;
 	}
-	if (getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cr, &len)) {
+	if (pgd_peer_cred(res, &cr)) {
 		close(res);
 		return;
 	}
@@ -783,11 +694,11 @@ static void on_accept(struct pgd *d, int res)
 	k->uid = cr.uid;
 	k->pid = cr.pid;
 	k->state = CONN_READ;
-	if (arm_linked(d, k, SUB_READ, &k->req, sizeof(k->req), &a->read_ts))
+	if (arm_linked(a, k, SUB_READ, &k->req, sizeof(k->req), &a->read_ts))
 		conn_close(k);
 }
 
-static void on_read(struct pgd *d, struct conn *k, int res)
+static void on_read(struct pgd_admin *a, struct conn *k, int res)
 {
 	struct out o = { 0 };
 
@@ -800,19 +711,18 @@ static void on_read(struct pgd *d, struct conn *k, int res)
 	o.json = !!(k->req.flags & PG_ADMIN_F_JSON);
 	k->json = o.json;
 	k->fault_arm = 0;
-	run_command(d, k, &o);
-	pgd_stats_admin_command(d->stats);
-	pgd_stats_tick(d, 1);	/* what the command did is in the figures */
+	run_command(a, k, &o);
+	pgd_ctl_answered(a->d);	/* what the command did is in the figures */
 	if (k->state == CONN_WAIT) {
 		free(o.buf);
 		return;
 	}
-	reply(d, k, &o);
+	reply(a, k, &o);
 	if (k->fault_arm)
 		pg_fault_arm(k->fault_arm);	/* FAULT: from the next allocation on */
 }
 
-static void on_send(struct pgd *d, struct conn *k, int res)
+static void on_send(struct pgd_admin *a, struct conn *k, int res)
 {
 	if (res > 0)
 		k->out_sent += (size_t)res;
@@ -820,22 +730,20 @@ static void on_send(struct pgd *d, struct conn *k, int res)
 		conn_close(k);
 		return;
 	}
-	if (arm_linked(d, k, SUB_SEND, k->out + k->out_sent, k->out_len - k->out_sent,
-		       &d->admin->send_ts))
+	if (arm_linked(a, k, SUB_SEND, k->out + k->out_sent, k->out_len - k->out_sent,
+		       &a->send_ts))
 		conn_close(k);
 }
 
-void pgd_admin_on_cqe(struct pgd *d, uint64_t ud, int res)
+/* The admin socket's completions (loop.h). */
+static void on_cqe(void *ctx, unsigned sub, uint32_t slot, uint32_t serial, int res)
 {
-	struct pgd_admin *a = d->admin;
-	enum sub_op op = (enum sub_op)((ud >> 48) & 0xff);
-	uint32_t slot = ud & 0xffff, serial = (uint32_t)(ud >> 16);
+	struct pgd_admin *a = ctx;
+	enum sub_op op = (enum sub_op)sub;
 	struct conn *k;
 
-	if (!a)
-		return;
 	if (op == SUB_ACCEPT) {
-		on_accept(d, res);
+		on_accept(a, res);
 		return;
 	}
 	if ((op != SUB_READ && op != SUB_SEND) || slot >= MAX_CONN)
@@ -844,20 +752,19 @@ void pgd_admin_on_cqe(struct pgd *d, uint64_t ud, int res)
 	if (k->serial != serial)
 		return;
 	if (op == SUB_READ && k->state == CONN_READ)
-		on_read(d, k, res);
+		on_read(a, k, res);
 	else if (op == SUB_SEND && k->state == CONN_SEND)
-		on_send(d, k, res);
+		on_send(a, k, res);
 }
 
-void pgd_admin_tick(struct pgd *d)
+void pgd_admin_tick(struct pgd_admin *a)
 {
-	struct pgd_admin *a = d->admin;
 	int idle = -1;
 
 	if (!a)
 		return;
 	if (!a->accept_armed)
-		arm_accept(d);
+		arm_accept(a);
 	for (int i = 0; i < MAX_CONN; i++) {
 		struct conn *k = &a->conn[i];
 		struct out o = { .json = k->json };
@@ -865,14 +772,14 @@ void pgd_admin_tick(struct pgd *d)
 		if (k->state != CONN_WAIT)
 			continue;
 		if (idle < 0)
-			idle = pgd_idle(d);
-		if (!d->draining)
+			idle = pgd_ctl_idle(a->d);
+		if (!pgd_ctl_draining(a->d))
 			answer(&o, "drain", ECANCELED, NULL, "resumed before the engine became idle: no longer draining");
 		else if (idle)
-			answer_drained(d, &o);
+			answer_drained(a, &o);
 		else
 			continue;
-		reply(d, k, &o);
+		reply(a, k, &o);
 	}
 }
 
@@ -885,63 +792,17 @@ void pgd_admin_tick(struct pgd *d)
 int pgd_admin_group_lookup(const char *given, gid_t *gid, char *name, size_t name_len,
 			   char *err, size_t err_len)
 {
-	struct group *g = getgrnam(given ? given : PGD_DEFAULT_ADMIN_GROUP);
-	char *end;
-	unsigned long v;
-
-	*gid = (gid_t)-1;
-	if (name_len)
-		name[0] = '\0';
-	if (!g && given && *given >= '0' && *given <= '9') {
-		v = strtoul(given, &end, 10);
-		if (!*end && v < UINT_MAX)
-			g = getgrgid((gid_t)v);
-	}
-	if (g) {
-		*gid = g->gr_gid;
-		snprintf(name, name_len, "%s", g->gr_name);
+	if (!pgd_listen_group(given ? given : PGD_DEFAULT_ADMIN_GROUP, given != NULL,
+			      gid, name, name_len) || !given)
 		return 0;
-	}
-	if (given) {
-		snprintf(err, err_len, "--admin-group: no group '%s' (create it with groupadd, or give a group that exists)",
-			 given);
-		return -1;
-	}
-	return 0;
+	snprintf(err, err_len, "--admin-group: no group '%s' (create it with groupadd, or give a group that exists)",
+		 given);
+	return -1;
 }
 
 static int admin_gid(struct pgd_admin *a, const char *given, char *err, size_t err_len)
 {
 	return pgd_admin_group_lookup(given, &a->gid, a->group, sizeof(a->group), err, err_len);
-}
-
-/* Remove a socket file no daemon listens on; refuse to take a live one. */
-static int clear_stale(const struct sockaddr_un *addr, char *err, size_t err_len)
-{
-	struct stat st;
-	int fd, live;
-
-	if (lstat(addr->sun_path, &st))
-		return 0;
-	if (!S_ISSOCK(st.st_mode)) {
-		snprintf(err, err_len, "%s exists and is not a socket: remove it or choose another --admin-socket",
-			 addr->sun_path);
-		return -1;
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	live = fd >= 0 && !connect(fd, (const struct sockaddr *)addr, sizeof(*addr));
-	if (fd >= 0)
-		close(fd);
-	if (live) {
-		snprintf(err, err_len, "another pagodad listens on the admin socket %s: stop it, or choose another --admin-socket",
-			 addr->sun_path);
-		return -1;
-	}
-	if (unlink(addr->sun_path) && errno != ENOENT) {
-		snprintf(err, err_len, "cannot replace the admin socket %s: %s", addr->sun_path, strerror(errno));
-		return -1;
-	}
-	return 0;
 }
 
 /* Group and mode: 0660 in the admin group, else 0600. */
@@ -950,7 +811,7 @@ static int socket_perms(struct pgd_admin *a, int given, char *err, size_t err_le
 	unsigned mode = 0600;
 
 	if (a->gid != (gid_t)-1) {
-		if (!chown(a->path, (uid_t)-1, a->gid)) {
+		if (!pgd_listen_chown(&a->listener, a->gid)) {
 			mode = 0660;
 		} else if (given) {
 			snprintf(err, err_len, "cannot give %s to group %s: %s (run pagodad as root or as a member of the group)",
@@ -963,7 +824,7 @@ static int socket_perms(struct pgd_admin *a, int given, char *err, size_t err_le
 			a->group[0] = '\0';
 		}
 	}
-	if (chmod(a->path, mode)) {
+	if (pgd_listen_chmod(&a->listener, mode)) {
 		snprintf(err, err_len, "cannot set the mode of %s: %s", a->path, strerror(errno));
 		return -1;
 	}
@@ -972,35 +833,35 @@ static int socket_perms(struct pgd_admin *a, int given, char *err, size_t err_le
 	return 0;
 }
 
-static int admin_listen(struct pgd *d, struct pgd_admin *a, char *err, size_t err_len)
+static int admin_listen(const struct pgd_config *cfg, struct pgd_admin *a,
+			char *err, size_t err_len)
 {
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	struct stat st;
-	mode_t old_mask;
-	int rc;
-
-	memcpy(addr.sun_path, a->path, strlen(a->path) + 1);
-	if (clear_stale(&addr, err, err_len))
+	switch (pgd_listen_bind(&a->listener, a->path, NULL)) {
+	case PGD_LISTEN_OK:
+	case PGD_LISTEN_REMOVED_STALE:
+		break;
+	case PGD_LISTEN_TOO_LONG:	/* admin_path() checked it */
+	case PGD_LISTEN_NOT_SOCKET:
+		snprintf(err, err_len, "%s exists and is not a socket: remove it or choose another --admin-socket",
+			 a->path);
 		return -1;
-	a->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (a->listen_fd < 0) {
+	case PGD_LISTEN_LIVE:
+		snprintf(err, err_len, "another pagodad listens on the admin socket %s: stop it, or choose another --admin-socket",
+			 a->path);
+		return -1;
+	case PGD_LISTEN_REPLACE:
+		snprintf(err, err_len, "cannot replace the admin socket %s: %s", a->path, strerror(errno));
+		return -1;
+	case PGD_LISTEN_SOCKET:
 		snprintf(err, err_len, "cannot create the admin socket: %s", strerror(errno));
 		return -1;
-	}
-	old_mask = umask(0177);	/* nobody gets in before the mode is set */
-	rc = bind(a->listen_fd, (struct sockaddr *)&addr, sizeof(addr));
-	umask(old_mask);
-	if (rc) {
+	case PGD_LISTEN_BIND:
 		snprintf(err, err_len, "cannot bind the admin socket %s: %s", a->path, strerror(errno));
 		return -1;
 	}
-	if (!stat(a->path, &st)) {
-		a->sock_dev = st.st_dev;
-		a->sock_ino = st.st_ino;
-	}
-	if (socket_perms(a, d->cfg->admin_group != NULL, err, err_len))
+	if (socket_perms(a, cfg->admin_group != NULL, err, err_len))
 		return -1;
-	if (listen(a->listen_fd, 16)) {
+	if (pgd_listen_start(&a->listener, 16)) {
 		snprintf(err, err_len, "cannot listen on %s: %s", a->path, strerror(errno));
 		return -1;
 	}
@@ -1022,35 +883,38 @@ static int admin_path(const struct pgd_config *cfg, char *out, size_t len,
 	return -1;
 }
 
-int pgd_admin_open(struct pgd *d, char *err, size_t err_len)
+int pgd_admin_open(struct pgd *d, struct pgd_admin **out, char *err, size_t err_len)
 {
+	const struct pgd_config *cfg = pgd_ctl_config(d);
 	struct pgd_admin *a = calloc(1, sizeof(*a));
 	int rc;
 
+	*out = NULL;
 	if (!a) {
 		snprintf(err, err_len, "out of memory for the admin socket");
 		return -1;
 	}
-	a->listen_fd = -1;
+	pgd_listener_init(&a->listener);
 	for (int i = 0; i < MAX_CONN; i++)
 		a->conn[i].fd = -1;
 	a->read_ts.tv_sec = READ_TIMEOUT_S;
 	a->send_ts.tv_sec = SEND_TIMEOUT_S;
-	rc = admin_path(d->cfg, a->path, sizeof(a->path), err, err_len);
+	rc = admin_path(cfg, a->path, sizeof(a->path), err, err_len);
 	if (rc) {
 		free(a);
 		return rc < 0 ? -1 : 0;
 	}
-	pgd_make_parent_dir(a->path);
-	if (admin_gid(a, d->cfg->admin_group, err, err_len) ||
-	    admin_listen(d, a, err, err_len)) {
-		if (a->listen_fd >= 0)
-			close(a->listen_fd);
+	if (admin_gid(a, cfg->admin_group, err, err_len) ||
+	    admin_listen(cfg, a, err, err_len)) {
+		pgd_listen_close(&a->listener);
 		free(a);
 		return -1;
 	}
-	d->admin = a;
-	arm_accept(d);
+	a->d = d;
+	a->loop = pgd_ctl_loop(d);
+	a->owner = pgd_loop_register(a->loop, "admin: ", on_cqe, a);
+	*out = a;
+	arm_accept(a);
 	return 0;
 }
 
@@ -1069,11 +933,8 @@ gid_t pgd_admin_gid(const struct pgd_admin *a)
 	return a ? a->gid : (gid_t)-1;
 }
 
-void pgd_admin_close(struct pgd *d)
+void pgd_admin_close(struct pgd_admin *a)
 {
-	struct pgd_admin *a = d->admin;
-	struct stat st;
-
 	if (!a)
 		return;
 	for (int i = 0; i < MAX_CONN; i++) {
@@ -1094,12 +955,6 @@ void pgd_admin_close(struct pgd *d)
 		if (k->state != CONN_FREE)
 			conn_close(k);
 	}
-	if (a->listen_fd >= 0) {
-		if (a->sock_ino && !stat(a->path, &st) && st.st_dev == a->sock_dev &&
-		    st.st_ino == a->sock_ino)
-			unlink(a->path);
-		close(a->listen_fd);
-	}
+	pgd_listen_close(&a->listener);
 	free(a);
-	d->admin = NULL;
 }

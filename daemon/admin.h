@@ -7,8 +7,9 @@
  * Served by the loop thread through its io_uring: accepts, reads of the
  * one request (2 s to arrive) and writes of the answer are io_uring
  * operations, so a slow or silent peer never holds up the engine; the
- * commands themselves are short.  Not the client socket (server.c) nor
- * the statistics (stats.c), which pagodactl reads without asking.
+ * commands themselves are short, and reach the daemon through control.h
+ * alone.  Not the client socket (server.c) nor the statistics (stats.c),
+ * which pagodactl reads without asking.
  */
 #ifndef PAGODA_DAEMON_ADMIN_H
 #define PAGODA_DAEMON_ADMIN_H
@@ -24,36 +25,30 @@ struct pgd_admin;
 #define PGD_DEFAULT_ADMIN_GROUP "pagoda-admin"
 
 /*
- * The top byte of the user_data of the admin socket's io_uring
- * operations; server.c's own kinds stay below it and hand these to
- * pgd_admin_on_cqe.
- */
-#define PGD_OP_ADMIN 0x40u
-
-/*
  * pgd_admin_open - listen on cfg->admin_socket (NULL: beside the client
  * socket, <name>-admin.sock; "none": no admin socket) with its group and
- * mode, arm the first accept, and set d->admin.  Needs d's io_uring.
- * Returns 0, or -1 with a message in err that says what to change.
+ * mode, register its completions' handler in d's loop (control.h,
+ * loop.h), arm the first accept, and set *a (NULL with no admin socket).
+ * d is the daemon it administers, reached through control.h only; it
+ * must outlive *a.  Returns 0, or -1 with a message in err that says what
+ * to change.
  */
-int pgd_admin_open(struct pgd *d, char *err, size_t err_len);
+int pgd_admin_open(struct pgd *d, struct pgd_admin **a, char *err, size_t err_len);
 
 /*
  * pgd_admin_close - answer any `drain --wait` still waiting, close every
  * connection and the socket, remove the socket file, free.  Call it after
  * the io_uring is gone (its operations point into the connections).
- * NULL d->admin is allowed.
+ * NULL a is allowed.
  */
-void pgd_admin_close(struct pgd *d);
-
-/* pgd_admin_on_cqe - a completion whose user_data's top byte is PGD_OP_ADMIN. */
-void pgd_admin_on_cqe(struct pgd *d, uint64_t user_data, int res);
+void pgd_admin_close(struct pgd_admin *a);
 
 /*
  * pgd_admin_tick - once per loop iteration: answer `drain --wait` once
  * the engine is idle, and re-arm the accept if it could not be armed.
+ * NULL a is allowed.
  */
-void pgd_admin_tick(struct pgd *d);
+void pgd_admin_tick(struct pgd_admin *a);
 
 /* The socket's path and the admin group's name ("" when none). */
 const char *pgd_admin_path(const struct pgd_admin *a);

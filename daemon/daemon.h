@@ -1,9 +1,10 @@
 /*
  * daemon.h - the serving daemon's internal types, shared by server.c (the
- * socket, handshake and io_uring loop), session.c (a client's segment,
- * rings and completions) and request.c (requests, their validation and
- * the engine's events).  Not an API: everything here runs on the one
- * daemon thread, and nothing is locked.
+ * handshake and the loop's iteration), session.c (a client's segment,
+ * rings and completions), request.c (requests, their validation and
+ * the engine's events), tokwork.c, stats.c, reload.c and control.c.  Not
+ * an API: everything here runs on the one daemon thread, and nothing is
+ * locked.  admin.c does not include it: it goes through control.h.
  */
 #ifndef PAGODA_DAEMON_DAEMON_H
 #define PAGODA_DAEMON_DAEMON_H
@@ -17,6 +18,8 @@
 
 #include "daemon/access.h"
 #include "daemon/engine/engine.h"
+#include "daemon/listen.h"
+#include "daemon/loop.h"
 #include "daemon/server.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
@@ -156,12 +159,10 @@ struct pgd {
 	int n_vocab;
 	struct pg_seg_header layout;	/* geometry every segment gets */
 	/* the socket and the loop */
-	int listen_fd;
-	dev_t sock_dev;
-	ino_t sock_ino;			/* to unlink only our own socket */
+	struct pgd_listener listener;	/* the client socket (listen.h) */
 	int sig_fd;
-	struct io_uring ring;
-	int ring_ready;
+	struct pgd_loop loop;		/* the one io_uring (loop.h) */
+	int loop_owner;			/* the client side's owner in it */
 	int accept_armed;
 	int no_pidfd;			/* the kernel has no SO_PEERPIDFD */
 	int bell_poll;			/* the kernel answers reads of a
@@ -249,14 +250,6 @@ void pgd_publish(struct pgd_client *c);
  * and the caller must ring c->cq_bell.
  */
 int pgd_publish_quiet(struct pgd_client *c);
-
-/*
- * pgd_make_parent_dir - create the directory that holds path (the runtime
- * directory of the sockets and the statistics file, e.g. /run/pagoda)
- * when it is missing, mode 0755; logs what it created or could not.
- * (server.c)
- */
-void pgd_make_parent_dir(const char *path);
 
 /*
  * pgd_mark_dead - c must go at the end of this iteration; code (unless
@@ -428,12 +421,12 @@ struct pg_chat_msg;
 int pgd_chat_walk(const uint8_t *p, uint32_t bytes, struct pg_chat_msg *msgs,
 		  char *text, char *err, size_t err_len);
 
-/* ---- server.c and reload.c: limits and SIGHUP ---- */
+/* ---- reload.c: limits and SIGHUP ---- */
 
 /*
  * pgd_limits_resolve - d's limits as enforced (max_prompt, max_tokens,
  * max_payload) from d->cfg: the defaults resolved against the KV pool and
- * the submission arena.
+ * the submission arena.  At start (server.c) and after SIGHUP.
  */
 void pgd_limits_resolve(struct pgd *d);
 

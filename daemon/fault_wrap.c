@@ -1,6 +1,6 @@
 /*
  * fault_wrap.c - pagodad's allocation functions, wrapped at link time
- * (-Wl,--wrap=malloc and friends, Makefile.am) so that a test can make the
+ * (-Wl,--wrap=malloc and friends, daemon/local.mk) so that a test can make the
  * Nth of them fail (daemon/engine/fault.h).  Every call of malloc, calloc,
  * realloc, strdup and strndup from an object linked into pagodad comes
  * here; the real function is __real_NAME.

@@ -7,14 +7,16 @@
  * runs.  A file with errors changes nothing: every error is logged.
  *
  * Runs on the loop thread between two iterations, like everything that
- * touches struct pgd.  Which keys reload is config.c's table; how the
- * limits are enforced is server.c's and request.c's.
+ * touches struct pgd.  Which keys reload is config.c's table; the limits
+ * as enforced are resolved here, at start (server.c) and on SIGHUP;
+ * request.c enforces them.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/engine/forward.h"
 #include "daemon/log.h"
 
 static void log_error(void *ctx, const char *msg)
@@ -54,6 +56,21 @@ static enum pgd_log_level current_level(void)
 	while (l > PGD_LOG_ERROR && !pgd_log_enabled((enum pgd_log_level)l))
 		l--;
 	return (enum pgd_log_level)l;
+}
+
+void pgd_limits_resolve(struct pgd *d)
+{
+	const struct pgd_config *cfg = d->cfg;
+	int pool = pg_forward_n_pages(d->fw) * pg_forward_page_tokens(d->fw);
+
+	d->max_prompt = cfg->max_prompt > 0 ? cfg->max_prompt : pool;
+	d->max_tokens = cfg->max_tokens;
+	d->max_payload = cfg->max_payload ? cfg->max_payload : cfg->sq_arena;
+	if (d->max_payload > cfg->sq_arena) {
+		pgd_log(PGD_LOG_WARN, "--max-payload %u is more than the submission arena holds: %u bytes",
+			d->max_payload, cfg->sq_arena);
+		d->max_payload = cfg->sq_arena;
+	}
 }
 
 /* The prompt scratch must hold max_prompt ids; keep the old limit if not. */

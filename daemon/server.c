@@ -25,12 +25,11 @@
  * rings a client only when the client said so.
  *
  * Requests and completions are request.c's and session.c's; access rules
- * are access.c's.
+ * are access.c's; the io_uring, its tags and their dispatch loop.c's; the
+ * socket file and peer credentials listen.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -40,7 +39,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,7 +53,9 @@
 #include "daemon/engine/model.h"
 #include "daemon/engine/plan.h"
 #include "daemon/engine/tokenizer.h"
+#include "daemon/listen.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/notify.h"
 #include "daemon/stats.h"
 
@@ -78,7 +78,10 @@ int pgd_block_signals(void)
 	return -pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
-/* ---- io_uring operations: user_data is kind, connection serial, slot ---- */
+/*
+ * ---- io_uring operations (loop.h): op is the kind, gen the connection's
+ * serial, index its slot ----
+ */
 
 enum op_kind {
 	OP_ACCEPT = 1,
@@ -95,53 +98,32 @@ enum op_kind {
 	OP_TOKDONE,		/* a read of the tokenizing worker's eventfd */
 };
 
-#define SERIAL_MASK ((1ull << 40) - 1)
-
-static uint64_t tag(enum op_kind k, uint32_t slot, uint64_t serial)
+static uint64_t tag(const struct pgd *d, enum op_kind k, uint32_t slot, uint64_t serial)
 {
-	return (uint64_t)k << 56 | (serial & SERIAL_MASK) << 16 | (slot & 0xffff);
+	return pgd_loop_tag(d->loop_owner, k, slot, (uint32_t)serial);
 }
 
-/* A free submission slot; NULL only when the kernel refuses to submit. */
 static struct io_uring_sqe *get_sqe(struct pgd *d, uint64_t user_data)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
-
-	if (!sqe) {
-		io_uring_submit(&d->ring);
-		sqe = io_uring_get_sqe(&d->ring);
-	}
-	if (!sqe) {
-		pgd_log(PGD_LOG_ERROR, "the io_uring submission queue is full");
-		return NULL;
-	}
-	io_uring_prep_nop(sqe);
-	sqe->user_data = user_data;
-	return sqe;
+	return pgd_loop_sqe(&d->loop, user_data);
 }
 
 static void arm_accept(struct pgd *d)
 {
-	struct io_uring_sqe *sqe;
-
 	if (d->accept_armed || d->stop_signal)	/* on_accept() makes room */
 		return;
-	sqe = get_sqe(d, tag(OP_ACCEPT, 0, 0));
-	if (!sqe)
-		return;
 	/* blocking sockets: the io_uring then waits for the hello on any kernel */
-	io_uring_prep_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-	sqe->user_data = tag(OP_ACCEPT, 0, 0);
-	d->accept_armed = 1;
+	if (!pgd_loop_accept(&d->loop, d->listener.fd, tag(d, OP_ACCEPT, 0, 0)))
+		d->accept_armed = 1;
 }
 
 static void arm_signal(struct pgd *d)
 {
-	struct io_uring_sqe *sqe = get_sqe(d, tag(OP_SIGNAL, 0, 0));
+	struct io_uring_sqe *sqe = get_sqe(d, tag(d, OP_SIGNAL, 0, 0));
 
 	if (sqe) {
 		io_uring_prep_read(sqe, d->sig_fd, &d->sig_buf, sizeof(d->sig_buf), 0);
-		sqe->user_data = tag(OP_SIGNAL, 0, 0);
+		sqe->user_data = tag(d, OP_SIGNAL, 0, 0);
 	}
 }
 
@@ -155,16 +137,16 @@ static void arm_watchdog(struct pgd *d)
 
 	if (!d->watchdog_ts.tv_sec && !d->watchdog_ts.tv_nsec)
 		return;
-	sqe = get_sqe(d, tag(OP_WATCHDOG, 0, 0));
+	sqe = get_sqe(d, tag(d, OP_WATCHDOG, 0, 0));
 	if (sqe) {
 		io_uring_prep_timeout(sqe, &d->watchdog_ts, 0, 0);
-		sqe->user_data = tag(OP_WATCHDOG, 0, 0);
+		sqe->user_data = tag(d, OP_WATCHDOG, 0, 0);
 	}
 }
 
 static void arm_hup(struct pgd *d, struct pgd_client *c)
 {
-	uint64_t ud = tag(OP_HUP, c->slot, c->serial);
+	uint64_t ud = tag(d, OP_HUP, c->slot, c->serial);
 	struct io_uring_sqe *sqe = get_sqe(d, ud);
 
 	if (!sqe)
@@ -181,18 +163,18 @@ static void arm_tok(struct pgd *d)
 
 	if (d->tok_armed)
 		return;
-	sqe = get_sqe(d, tag(OP_TOKDONE, 0, 0));
+	sqe = get_sqe(d, tag(d, OP_TOKDONE, 0, 0));
 	if (!sqe)
 		return;
 	io_uring_prep_read(sqe, pgd_tok_fd(d), &d->tok_buf, sizeof(d->tok_buf), 0);
-	sqe->user_data = tag(OP_TOKDONE, 0, 0);
+	sqe->user_data = tag(d, OP_TOKDONE, 0, 0);
 	d->tok_armed = 1;
 }
 
 /* The client's process exiting: its pidfd polls readable. */
 static void arm_exit(struct pgd *d, struct pgd_client *c)
 {
-	uint64_t ud = tag(OP_EXIT, c->slot, c->serial);
+	uint64_t ud = tag(d, OP_EXIT, c->slot, c->serial);
 	struct io_uring_sqe *sqe;
 
 	if (c->pidfd < 0)
@@ -208,7 +190,7 @@ static void arm_exit(struct pgd *d, struct pgd_client *c)
 static void arm_bell(struct pgd *d, struct pgd_client *c)
 {
 	enum op_kind k = d->bell_poll ? OP_BELL_POLL : OP_BELL;
-	uint64_t ud = tag(k, c->slot, c->serial);
+	uint64_t ud = tag(d, k, c->slot, c->serial);
 	struct io_uring_sqe *sqe;
 
 	if (c->bell_armed)
@@ -227,31 +209,10 @@ static void arm_bell(struct pgd *d, struct pgd_client *c)
 
 static void cancel_op(struct pgd *d, uint64_t ud)
 {
-	struct io_uring_sqe *sqe = get_sqe(d, tag(OP_CANCEL, 0, 0));
-
-	if (sqe) {
-		io_uring_prep_cancel(sqe, (void *)(uintptr_t)ud, 0);
-		sqe->user_data = tag(OP_CANCEL, 0, 0);
-	}
+	pgd_loop_cancel(&d->loop, ud, tag(d, OP_CANCEL, 0, 0));
 }
 
-/* ---- the socket ---- */
-
-void pgd_make_parent_dir(const char *path)
-{
-	char dir[PATH_MAX];
-	char *slash;
-
-	snprintf(dir, sizeof(dir), "%s", path);
-	slash = strrchr(dir, '/');
-	if (!slash || slash == dir)
-		return;
-	*slash = '\0';
-	if (!mkdir(dir, 0755))
-		pgd_log(PGD_LOG_INFO, "created %s", dir);
-	else if (errno != EEXIST)
-		pgd_log(PGD_LOG_WARN, "cannot create %s: %s", dir, strerror(errno));
-}
+/* ---- the socket (listen.c) ---- */
 
 /*
  * Whether a pagodad answers on the socket at addr: connecting is not
@@ -278,34 +239,6 @@ static int daemon_answers(const struct sockaddr_un *addr)
 }
 
 /*
- * A socket file left by a daemon that died is removed; one a live daemon
- * answers on is not.
- */
-static int clear_stale_socket(const struct sockaddr_un *addr, char *err,
-			      size_t err_len)
-{
-	const char *path = addr->sun_path;
-	struct stat st;
-
-	if (lstat(path, &st))
-		return 0;
-	if (!S_ISSOCK(st.st_mode)) {
-		snprintf(err, err_len, "%s exists and is not a socket: remove it or choose another --socket", path);
-		return -1;
-	}
-	if (daemon_answers(addr)) {
-		snprintf(err, err_len, "another pagodad is already serving %s: stop it first, or choose another --socket", path);
-		return -1;
-	}
-	if (unlink(path) && errno != ENOENT) {
-		snprintf(err, err_len, "cannot replace the socket %s: %s", path, strerror(errno));
-		return -1;
-	}
-	pgd_log(PGD_LOG_INFO, "removed the stale socket %s", path);
-	return 0;
-}
-
-/*
  * The socket's group: --socket-group (a name or a number), else the
  * "pagoda" group when it exists.  *given: it was asked for explicitly.
  * Returns 0 (gid (gid_t)-1: leave the daemon's), or -1 with a message.
@@ -314,32 +247,17 @@ static int socket_gid(const struct pgd_config *cfg, gid_t *gid, int *given,
 		      char *err, size_t err_len)
 {
 	const char *name = cfg->socket_group ? cfg->socket_group : PGD_DEFAULT_GROUP;
-	struct group *g = getgrnam(name);
-	char *end;
-	unsigned long v;
 
 	*given = cfg->socket_group != NULL;
-	*gid = (gid_t)-1;
-	if (g) {
-		*gid = g->gr_gid;
+	if (!pgd_listen_group(name, *given ? 2 : 0, gid, NULL, 0) || !*given)
 		return 0;
-	}
-	errno = 0;
-	v = strtoul(name, &end, 10);
-	if (*given && *name >= '0' && *name <= '9' && !*end && !errno && v < UINT_MAX) {
-		*gid = (gid_t)v;
-		return 0;
-	}
-	if (*given) {
-		snprintf(err, err_len, "--socket-group: no group named '%s' (create it, or give a group name or id that exists)",
-			 name);
-		return -1;
-	}
-	return 0;
+	snprintf(err, err_len, "--socket-group: no group named '%s' (create it, or give a group name or id that exists)",
+		 name);
+	return -1;
 }
 
 /* Give the socket file its group and mode. */
-static int socket_perms(const struct pgd_config *cfg, const char *path,
+static int socket_perms(const struct pgd_config *cfg, const struct pgd_listener *l,
 			char *err, size_t err_len)
 {
 	gid_t gid;
@@ -347,17 +265,17 @@ static int socket_perms(const struct pgd_config *cfg, const char *path,
 
 	if (socket_gid(cfg, &gid, &given, err, err_len))
 		return -1;
-	if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid)) {
+	if (pgd_listen_chown(l, gid)) {
 		if (given) {
 			snprintf(err, err_len, "cannot give %s to group %u: %s (run pagodad as root or as a member of the group, or choose another --socket-group)",
-				 path, (unsigned)gid, strerror(errno));
+				 l->path, (unsigned)gid, strerror(errno));
 			return -1;
 		}
 		pgd_log(PGD_LOG_WARN, "cannot give %s to group %s: %s; it keeps the daemon's group",
-			path, PGD_DEFAULT_GROUP, strerror(errno));
+			l->path, PGD_DEFAULT_GROUP, strerror(errno));
 	}
-	if (chmod(path, cfg->socket_mode)) {
-		snprintf(err, err_len, "cannot set the mode of %s: %s", path, strerror(errno));
+	if (pgd_listen_chmod(l, cfg->socket_mode)) {
+		snprintf(err, err_len, "cannot set the mode of %s: %s", l->path, strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -366,53 +284,41 @@ static int socket_perms(const struct pgd_config *cfg, const char *path,
 static int listen_socket(struct pgd *d, char *err, size_t err_len)
 {
 	const char *path = d->cfg->socket_path;
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	struct stat st;
-	mode_t old_mask;
-	int rc;
+	struct pgd_listener *l = &d->listener;
 
-	if (strlen(path) >= sizeof(addr.sun_path)) {
+	switch (pgd_listen_bind(l, path, daemon_answers)) {
+	case PGD_LISTEN_OK:
+		break;
+	case PGD_LISTEN_REMOVED_STALE:
+		pgd_log(PGD_LOG_INFO, "removed the stale socket %s", path);
+		break;
+	case PGD_LISTEN_TOO_LONG:
 		snprintf(err, err_len, "--socket %s: the path is longer than %zu bytes",
-			 path, sizeof(addr.sun_path) - 1);
+			 path, sizeof(l->path) - 1);
 		return -1;
-	}
-	memcpy(addr.sun_path, path, strlen(path) + 1);
-	pgd_make_parent_dir(path);
-	if (clear_stale_socket(&addr, err, err_len))
+	case PGD_LISTEN_NOT_SOCKET:
+		snprintf(err, err_len, "%s exists and is not a socket: remove it or choose another --socket", path);
 		return -1;
-	d->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (d->listen_fd < 0) {
+	case PGD_LISTEN_LIVE:
+		snprintf(err, err_len, "another pagodad is already serving %s: stop it first, or choose another --socket", path);
+		return -1;
+	case PGD_LISTEN_REPLACE:
+		snprintf(err, err_len, "cannot replace the socket %s: %s", path, strerror(errno));
+		return -1;
+	case PGD_LISTEN_SOCKET:
 		snprintf(err, err_len, "cannot create a socket: %s", strerror(errno));
 		return -1;
-	}
-	old_mask = umask(0177);	/* nobody gets in before the mode is set */
-	rc = bind(d->listen_fd, (struct sockaddr *)&addr, sizeof(addr));
-	umask(old_mask);
-	if (rc) {
+	case PGD_LISTEN_BIND:
 		snprintf(err, err_len, "cannot bind %s: %s", path, strerror(errno));
 		return -1;
 	}
-	if (!stat(path, &st)) {
-		d->sock_dev = st.st_dev;
-		d->sock_ino = st.st_ino;
-	}
-	if (socket_perms(d->cfg, path, err, err_len))
+	if (socket_perms(d->cfg, l, err, err_len))
 		return -1;
-	if (listen(d->listen_fd, 128)) {
+	if (pgd_listen_start(l, 128)) {
 		snprintf(err, err_len, "cannot listen on %s: %s", path, strerror(errno));
 		return -1;
 	}
 	return 0;
-}
-
-/* Remove the socket file if it is still the one this daemon bound. */
-static void unlink_socket(struct pgd *d)
-{
-	struct stat st;
-
-	if (d->sock_ino && !stat(d->cfg->socket_path, &st) &&
-	    st.st_dev == d->sock_dev && st.st_ino == d->sock_ino)
-		unlink(d->cfg->socket_path);
 }
 
 /* ---- the handshake ---- */
@@ -484,58 +390,13 @@ static void refuse(int fd, const struct ucred *cr, enum pg_error status,
 	close(fd);
 }
 
-/*
- * SO_PEERPIDFD (Linux 6.5): a pidfd of the process that connected, so that
- * its exit is seen even when a child it forked keeps the socket open.
- * Older headers lack the number; it is asm-generic's on these machines.
- */
-#if !defined(SO_PEERPIDFD) && (defined(__x86_64__) || defined(__i386__) || \
-			       defined(__aarch64__) || defined(__arm__) || \
-			       defined(__riscv))
-#define SO_PEERPIDFD 77
-#endif
-
-/*
- * The peer's pidfd, or -1 when the kernel has none to give (older than
- * 6.5: said once in the log; client death is then seen through the socket
- * alone).
- */
-static int peer_pidfd(struct pgd *d, int fd)
-{
-	int pidfd = -1;
-#ifdef SO_PEERPIDFD
-	socklen_t len = sizeof(pidfd);
-	int e;
-
-	if (d->no_pidfd)
-		return -1;
-	/* the kernel makes it close-on-exec */
-	if (!getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) &&
-	    len == sizeof(pidfd) && pidfd >= 0)
-		return pidfd;
-	e = errno;
-	d->no_pidfd = e == ENOPROTOOPT || e == EINVAL;	/* for good */
-	pgd_log(PGD_LOG_DEBUG, "no pidfd for a client (SO_PEERPIDFD: %s): client death is seen through the socket alone",
-		strerror(e));
-#else
-	(void)fd;
-	d->no_pidfd = 1;
-#endif
-	return -1;
-}
-
 /* The peer's groups: its primary group and, where the kernel says, the rest. */
 static int peer_groups(int fd, gid_t primary, gid_t *gids, int max)
 {
-	int n = 0;
-#ifdef SO_PEERGROUPS
-	socklen_t len = (socklen_t)(sizeof(gid_t) * (size_t)(max - 1));
+	int n = pgd_peer_groups(fd, gids + 1, max - 1);
 
-	if (!getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, gids + 1, &len))
-		n = (int)(len / sizeof(gid_t));
-#endif
 	gids[0] = primary;
-	return n + 1;
+	return (n < 0 ? 0 : n) + 1;
 }
 
 static int free_slot(const struct pgd *d)
@@ -626,7 +487,7 @@ static void handshake(struct pgd *d, int fd, const struct ucred *cr,
 		refuse(fd, cr, PG_ENOMEM, "%s", err);
 		return;
 	}
-	c->pidfd = peer_pidfd(d, fd);
+	c->pidfd = pgd_peer_pidfd(fd, &d->no_pidfd);
 	w.client_id = c->id;
 	w.generation = d->generation;
 	w.seg_bytes = c->seg_bytes;
@@ -649,12 +510,11 @@ static void handshake(struct pgd *d, int fd, const struct ucred *cr,
  */
 static int admit_peer(struct pgd *d, int fd, struct ucred *cr)
 {
-	socklen_t len = sizeof(*cr);
 	gid_t gids[256];
 	char msg[224];
 	int n_gids;
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len)) {
+	if (pgd_peer_cred(fd, cr)) {
 		pgd_log(PGD_LOG_WARN, "cannot read a peer's credentials: %s", strerror(errno));
 		close(fd);
 		return -1;
@@ -766,10 +626,9 @@ static void wait_hello(struct pgd *d, int fd, const struct ucred *cr)
 		refuse_early(fd, cr, PG_ECLIENTS, "too many connections are waiting to send their hello: try again, and send the hello at once after connecting");
 		return;
 	}
-	if (io_uring_sq_space_left(&d->ring) < 2)	/* the pair stays linked */
-		io_uring_submit(&d->ring);
+	pgd_loop_reserve(&d->loop, 2);	/* the pair stays linked */
 	hs->serial = ++d->next_serial;
-	sqe = get_sqe(d, tag(OP_HELLO, (uint32_t)(hs - d->hs), hs->serial));
+	sqe = get_sqe(d, tag(d, OP_HELLO, (uint32_t)(hs - d->hs), hs->serial));
 	if (!sqe) {
 		close(fd);
 		return;
@@ -779,11 +638,9 @@ static void wait_hello(struct pgd *d, int fd, const struct ucred *cr)
 	hs->cr = *cr;
 	d->n_handshakes++;
 	io_uring_prep_recv(sqe, fd, &hs->hello, sizeof(hs->hello), MSG_WAITALL);
-	sqe->user_data = tag(OP_HELLO, (uint32_t)(hs - d->hs), hs->serial);
-	sqe->flags |= IOSQE_IO_LINK;
-	sqe = get_sqe(d, tag(OP_HELLO_TIMEOUT, 0, 0));
-	io_uring_prep_link_timeout(sqe, &d->hello_timeout, 0);
-	sqe->user_data = tag(OP_HELLO_TIMEOUT, 0, 0);
+	sqe->user_data = tag(d, OP_HELLO, (uint32_t)(hs - d->hs), hs->serial);
+	pgd_loop_link_timeout(&d->loop, sqe, &d->hello_timeout,
+			      tag(d, OP_HELLO_TIMEOUT, 0, 0));
 }
 
 /*
@@ -854,11 +711,11 @@ static void on_signal(struct pgd *d, int res)
 }
 
 /* The client an operation was for, unless it has gone since. */
-static struct pgd_client *client_of(struct pgd *d, uint32_t slot, uint64_t serial)
+static struct pgd_client *client_of(struct pgd *d, uint32_t slot, uint32_t gen)
 {
 	struct pgd_client *c = slot < (uint32_t)d->cfg->max_clients ? d->slots[slot] : NULL;
 
-	return c && (c->serial & SERIAL_MASK) == serial ? c : NULL;
+	return c && (uint32_t)c->serial == gen ? c : NULL;
 }
 
 static void on_bell(struct pgd *d, struct pgd_client *c, enum op_kind k, int res)
@@ -901,24 +758,20 @@ static void on_peer_exit(struct pgd *d, struct pgd_client *c, int res)
 	pgd_mark_dead(d, c, PG_OK, "its process %d exited", (int)c->pid);
 }
 
-static void on_cqe(struct pgd *d, uint64_t ud, int res)
+/* The client side's completions (loop.h). */
+static void on_cqe(void *ctx, unsigned op, uint32_t slot, uint32_t gen, int res)
 {
-	enum op_kind k = (enum op_kind)(ud >> 56);
-	uint32_t slot = ud & 0xffff;
-	uint64_t serial = (ud >> 16) & SERIAL_MASK;
+	struct pgd *d = ctx;
+	enum op_kind k = (enum op_kind)op;
 	struct pgd_client *c;
 
-	if ((ud >> 56) == PGD_OP_ADMIN) {
-		pgd_admin_on_cqe(d, ud, res);
-		return;
-	}
 	switch (k) {
 	case OP_ACCEPT:
 		on_accept(d, res);
 		return;
 	case OP_HELLO:
 		if (slot < PGD_HS_SLOTS && d->hs[slot].fd >= 0 &&
-		    (d->hs[slot].serial & SERIAL_MASK) == serial)
+		    (uint32_t)d->hs[slot].serial == gen)
 			on_hello(d, &d->hs[slot], res);
 		return;
 	case OP_SIGNAL:
@@ -940,7 +793,7 @@ static void on_cqe(struct pgd *d, uint64_t ud, int res)
 	case OP_EXIT:
 	case OP_BELL:
 	case OP_BELL_POLL:
-		c = client_of(d, slot, serial);
+		c = client_of(d, slot, gen);
 		if (!c)
 			return;
 		if (k == OP_BELL || k == OP_BELL_POLL)
@@ -953,20 +806,6 @@ static void on_cqe(struct pgd *d, uint64_t ud, int res)
 	default:		/* timeouts and cancellations: nothing to do */
 		return;
 	}
-}
-
-/* Take every completion the io_uring has now; no system call. */
-static int reap(struct pgd *d)
-{
-	struct io_uring_cqe *cqe;
-	unsigned head, n = 0;
-
-	io_uring_for_each_cqe(&d->ring, head, cqe) {
-		on_cqe(d, cqe->user_data, cqe->res);
-		n++;
-	}
-	io_uring_cq_advance(&d->ring, n);
-	return (int)n;
 }
 
 /* ---- clients ---- */
@@ -994,14 +833,13 @@ static void close_client(struct pgd *d, struct pgd_client *c)
 	 * Queued operations name c's fds by number: hand them to the kernel
 	 * while the numbers are still c's, not a later connection's.
 	 */
-	if (io_uring_sq_ready(&d->ring))
-		io_uring_submit(&d->ring);
+	pgd_loop_flush(&d->loop);
 	if (c->bell_armed)
-		cancel_op(d, tag(d->bell_poll ? OP_BELL_POLL : OP_BELL, slot, c->serial));
+		cancel_op(d, tag(d, d->bell_poll ? OP_BELL_POLL : OP_BELL, slot, c->serial));
 	if (c->hup_armed)
-		cancel_op(d, tag(OP_HUP, slot, c->serial));
+		cancel_op(d, tag(d, OP_HUP, slot, c->serial));
 	if (c->exit_armed)
-		cancel_op(d, tag(OP_EXIT, slot, c->serial));
+		cancel_op(d, tag(d, OP_EXIT, slot, c->serial));
 	d->slots[slot] = NULL;
 	pgd_tok_forget(d, slot);	/* its jobs not begun are dropped */
 	for (int i = 0; i < d->n_live; i++)
@@ -1076,17 +914,17 @@ static void publish_step(struct pgd *d)
 
 		if (!pgd_publish_quiet(c))
 			continue;
-		sqe = get_sqe(d, tag(OP_WAKE, 0, 0));
+		sqe = get_sqe(d, tag(d, OP_WAKE, 0, 0));
 		if (sqe) {
 			io_uring_prep_write(sqe, c->cq_bell, &one, sizeof(one), 0);
-			sqe->user_data = tag(OP_WAKE, 0, 0);
+			sqe->user_data = tag(d, OP_WAKE, 0, 0);
 			n_wake++;
 		} else if (write(c->cq_bell, &one, sizeof(one)) < 0) {
 			pgd_log(PGD_LOG_WARN, "client %u: ringing its doorbell: %s", c->id, strerror(errno));
 		}
 	}
 	if (n_wake)
-		io_uring_submit(&d->ring);
+		pgd_loop_submit(&d->loop);
 }
 
 static void engine_step(struct pgd *d)
@@ -1110,7 +948,6 @@ static void engine_step(struct pgd *d)
 static void sleep_until_woken(struct pgd *d)
 {
 	struct __kernel_timespec ts = { .tv_nsec = PGD_BACKLOG_POLL_NS };
-	struct io_uring_cqe *cqe;
 	int may_sleep = 1, backlog = 0;
 
 	for (int i = 0; i < d->n_live; i++) {
@@ -1123,12 +960,8 @@ static void sleep_until_woken(struct pgd *d)
 			may_sleep = 0;
 		backlog |= c->bl_head != NULL;
 	}
-	if (may_sleep && backlog) {
-		io_uring_submit(&d->ring);
-		io_uring_wait_cqe_timeout(&d->ring, &cqe, &ts);
-	} else if (may_sleep) {
-		io_uring_submit_and_wait(&d->ring, 1);
-	}
+	if (may_sleep)
+		pgd_loop_wait(&d->loop, backlog ? &ts : NULL);
 	for (int i = 0; i < d->n_live; i++)
 		pg_ring_awake(&d->live[i]->sq);
 }
@@ -1141,7 +974,7 @@ static void run_loop(struct pgd *d)
 		int busy;
 
 		d->now = pg_now_s();
-		busy = reap(d);
+		busy = pgd_loop_reap(&d->loop);
 		busy += finish_tokjobs(d);
 		busy += serve_clients(d);
 		if (!pg_engine_idle(d->engine)) {
@@ -1150,12 +983,11 @@ static void run_loop(struct pgd *d)
 		}
 		if (d->n_dead)
 			close_dead(d);
-		pgd_admin_tick(d);
+		pgd_admin_tick(d->admin);
 		pgd_stats_tick(d, 0);
 		pgd_notify_serving(d->n_live);
 		arm_accept(d);
-		if (io_uring_sq_ready(&d->ring))
-			io_uring_submit(&d->ring);
+		pgd_loop_flush(&d->loop);
 		if (busy) {
 			idle_since = d->now;
 		} else if (d->now - idle_since < d->cfg->spin_us * 1e-6) {	/* SIGHUP may change it */
@@ -1177,21 +1009,6 @@ static uint64_t new_generation(void)
 	if (getrandom(&g, sizeof(g), 0) != (ssize_t)sizeof(g))
 		g = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 	return g ? g : 1;
-}
-
-void pgd_limits_resolve(struct pgd *d)
-{
-	const struct pgd_config *cfg = d->cfg;
-	int pool = pg_forward_n_pages(d->fw) * pg_forward_page_tokens(d->fw);
-
-	d->max_prompt = cfg->max_prompt > 0 ? cfg->max_prompt : pool;
-	d->max_tokens = cfg->max_tokens;
-	d->max_payload = cfg->max_payload ? cfg->max_payload : cfg->sq_arena;
-	if (d->max_payload > cfg->sq_arena) {
-		pgd_log(PGD_LOG_WARN, "--max-payload %u is more than the submission arena holds: %u bytes",
-			d->max_payload, cfg->sq_arena);
-		d->max_payload = cfg->sq_arena;
-	}
 }
 
 /* The segments' geometry and the limits as enforced. */
@@ -1252,17 +1069,12 @@ static int start_ring(struct pgd *d, char *err, size_t err_len)
 {
 	unsigned entries = 64;
 	sigset_t set;
-	int rc;
 
 	while (entries < 3u * (unsigned)d->cfg->max_clients + 2u * PGD_HS_SLOTS + 16u)
 		entries <<= 1;
-	rc = io_uring_queue_init(entries, &d->ring, 0);
-	if (rc) {
-		snprintf(err, err_len, "io_uring is not available (%s): pagodad needs Linux 5.6 or later with io_uring allowed (sysctl kernel.io_uring_disabled = 0, and no seccomp filter against it)",
-			 strerror(-rc));
+	if (pgd_loop_init(&d->loop, entries, err, err_len))
 		return -1;
-	}
-	d->ring_ready = 1;
+	d->loop_owner = pgd_loop_register(&d->loop, "", on_cqe, d);
 	d->hello_timeout.tv_sec = PGD_HELLO_TIMEOUT_S;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -1276,12 +1088,33 @@ static int start_ring(struct pgd *d, char *err, size_t err_len)
 	return 0;
 }
 
+/*
+ * The statistics, which show the admin socket; without one, the
+ * per-client table is still for the admin group when it exists.
+ */
+static int open_stats(struct pgd *d, char *err, size_t err_len)
+{
+	struct pgd_stats_admin adm = { "", "", (gid_t)-1 };
+	char name[64], why[256];
+
+	if (d->admin) {
+		adm.path = pgd_admin_path(d->admin);
+		adm.group = pgd_admin_group(d->admin);
+		adm.gid = pgd_admin_gid(d->admin);
+	} else if (pgd_admin_group_lookup(d->cfg->admin_group, &adm.gid, name,
+					  sizeof(name), why, sizeof(why))) {
+		adm.gid = (gid_t)-1;
+	}
+	return pgd_stats_open(d, &adm, err, err_len);
+}
+
 static int daemon_start(struct pgd *d, char *err, size_t err_len)
 {
 	uint64_t wd_ns = pgd_notify_watchdog_ns();
 
 	d->generation = new_generation();
-	d->listen_fd = d->sig_fd = -1;
+	pgd_listener_init(&d->listener);
+	d->sig_fd = -1;
 	d->watchdog_ts.tv_sec = (long long)(wd_ns / 1000000000u);
 	d->watchdog_ts.tv_nsec = (long long)(wd_ns % 1000000000u);
 	if (resolve_limits(d, err, err_len) ||
@@ -1294,14 +1127,15 @@ static int daemon_start(struct pgd *d, char *err, size_t err_len)
 	}
 	if (start_engine(d, err, err_len) || pgd_tok_start(d, err, err_len) ||
 	    start_ring(d, err, err_len) ||
-	    listen_socket(d, err, err_len) || pgd_admin_open(d, err, err_len) ||
-	    pgd_stats_open(d, err, err_len))
+	    listen_socket(d, err, err_len) ||
+	    pgd_admin_open(d, &d->admin, err, err_len) ||
+	    open_stats(d, err, err_len))
 		return -1;
 	arm_signal(d);
 	arm_accept(d);
 	arm_watchdog(d);
 	arm_tok(d);
-	io_uring_submit(&d->ring);
+	pgd_loop_submit(&d->loop);
 	return 0;
 }
 
@@ -1353,15 +1187,12 @@ static void daemon_stop(struct pgd *d)
 	for (int i = 0; i < PGD_HS_SLOTS; i++)
 		if (d->hs[i].fd >= 0)
 			close(d->hs[i].fd);
-	if (d->ring_ready)
-		io_uring_queue_exit(&d->ring);
+	pgd_loop_exit(&d->loop);
 	pgd_tok_stop(d);	/* after the clients: frees what waits for it */
-	pgd_admin_close(d);	/* after the io_uring: it wrote into them */
+	pgd_admin_close(d->admin);	/* after the io_uring: it wrote into them */
+	d->admin = NULL;
 	pgd_stats_close(d);
-	if (d->listen_fd >= 0) {
-		unlink_socket(d);
-		close(d->listen_fd);
-	}
+	pgd_listen_close(&d->listener);
 	if (d->sig_fd >= 0)
 		close(d->sig_fd);
 	pg_engine_destroy(d->engine);	/* sends no events */

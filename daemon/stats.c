@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "daemon/admin.h"
 #include "daemon/daemon.h"
+#include "daemon/listen.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/forward.h"
 #include "daemon/engine/model.h"
@@ -606,17 +606,9 @@ static unsigned public_perms(const struct pgd_config *cfg, int fd)
  * The per-client table: for those the admin socket serves, root, the
  * daemon's user and the admin group (0640 in it), else 0600.
  */
-static unsigned clients_perms(const struct pgd *d, int fd)
+static unsigned clients_perms(const struct pgd_stats_admin *adm, int fd)
 {
-	gid_t gid = (gid_t)-1;
-	char name[64], err[256];
-
-	if (d->admin)
-		gid = pgd_admin_gid(d->admin);
-	else if (pgd_admin_group_lookup(d->cfg->admin_group, &gid, name, sizeof(name),
-					err, sizeof(err)))
-		gid = (gid_t)-1;
-	return set_perms(fd, gid, 0640, 0600, "per-client table");
+	return set_perms(fd, adm->gid, 0640, 0600, "per-client table");
 }
 
 static void copy_str(char *dst, size_t len, const char *src)
@@ -625,7 +617,8 @@ static void copy_str(char *dst, size_t len, const char *src)
 }
 
 /* The facts that do not change while the daemon runs. */
-static void write_static(const struct pgd *d, struct pgd_stats *s)
+static void write_static(const struct pgd *d, const struct pgd_stats_admin *adm,
+			 struct pgd_stats *s)
 {
 	struct pg_stats_header *h = s->h;
 	const struct pg_hparams *hp = &d->m->hp;
@@ -654,8 +647,8 @@ static void write_static(const struct pgd *d, struct pgd_stats *s)
 	copy_str(h->plan, sizeof(h->plan), cfg->plan_desc);
 	copy_str(h->isa, sizeof(h->isa), pg_forward_isa_name(d->fw));
 	copy_str(h->socket, sizeof(h->socket), cfg->socket_path);
-	copy_str(h->admin_socket, sizeof(h->admin_socket), pgd_admin_path(d->admin));
-	copy_str(h->admin_group, sizeof(h->admin_group), pgd_admin_group(d->admin));
+	copy_str(h->admin_socket, sizeof(h->admin_socket), adm->path);
+	copy_str(h->admin_group, sizeof(h->admin_group), adm->group);
 	h->n_vocab = (uint32_t)hp->n_vocab;
 	h->n_ctx_train = (uint32_t)hp->n_ctx_train;
 	h->n_blocks = (uint32_t)hp->n_blocks;
@@ -755,8 +748,8 @@ static void seg_free(struct seg_file *f)
 }
 
 /* Both files, the per-client table first: the public file announces a daemon. */
-static int create_segments(const struct pgd *d, struct pgd_stats *s, char *err,
-			   size_t err_len)
+static int create_segments(const struct pgd *d, const struct pgd_stats_admin *adm,
+			   struct pgd_stats *s, char *err, size_t err_len)
 {
 	char tmp[PATH_MAX + 32];
 	unsigned mode, cmode;
@@ -765,13 +758,13 @@ static int create_segments(const struct pgd *d, struct pgd_stats *s, char *err,
 		return -1;
 	s->ch = (struct pg_stats_clients_header *)s->cli.map;
 	write_clients_static(d, s);
-	cmode = clients_perms(d, s->cli.fd);
+	cmode = clients_perms(adm, s->cli.fd);
 	if (seg_install(&s->cli, tmp, err, err_len))
 		return -1;
 	if (seg_create(&s->pub, tmp, sizeof(tmp), err, err_len))
 		goto out_remove;
 	s->h = (struct pg_stats_header *)s->pub.map;
-	write_static(d, s);
+	write_static(d, adm, s);
 	mode = public_perms(d->cfg, s->pub.fd);
 	if (seg_install(&s->pub, tmp, err, err_len))
 		goto out_remove;
@@ -815,7 +808,8 @@ static void start_clock(const struct pgd *d, struct pgd_stats *s)
 	s->interval_s = ms * 1e-3;
 }
 
-int pgd_stats_open(struct pgd *d, char *err, size_t err_len)
+int pgd_stats_open(struct pgd *d, const struct pgd_stats_admin *adm, char *err,
+		   size_t err_len)
 {
 	struct pgd_stats *s = calloc(1, sizeof(*s));
 	pid_t other = 0;
@@ -842,7 +836,7 @@ int pgd_stats_open(struct pgd *d, char *err, size_t err_len)
 	}
 	start_clock(d, s);
 	pgd_make_parent_dir(s->pub.path);
-	if (create_segments(d, s, err, err_len))
+	if (create_segments(d, adm, s, err, err_len))
 		goto out_free;
 	pg_engine_stats(d->engine, &s->base);
 	for (int i = 0; i < s->n_devices; i++)

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct pgd;
 struct pgd_client;
@@ -26,13 +27,26 @@ struct pg_engine_event;
 #define PGD_STATS_INTERVAL_MS 100
 
 /*
+ * The admin socket as the statistics show it: its path and group ("" for
+ * none), and the group the per-client table is readable by ((gid_t)-1:
+ * root and the daemon's user only).  The caller's; copied at open.
+ */
+struct pgd_stats_admin {
+	const char *path;
+	const char *group;
+	gid_t gid;
+};
+
+/*
  * pgd_stats_open - create the segment (cfg->stats_path, or beside the
  * client socket when NULL; "none": no statistics) and set d->stats.  The
- * model, plan and forward pass must be in d.  Returns 0, or -1 with a
- * message in err (another live daemon publishes there, the directory
- * cannot be written ...).
+ * model, plan and forward pass must be in d; adm says what the figures
+ * show of the admin socket.  Returns 0, or -1 with a message in err
+ * (another live daemon publishes there, the directory cannot be written
+ * ...).
  */
-int pgd_stats_open(struct pgd *d, char *err, size_t err_len);
+int pgd_stats_open(struct pgd *d, const struct pgd_stats_admin *adm, char *err,
+		   size_t err_len);
 
 /* pgd_stats_close - mark the segment stopped, remove it, free; NULL ok. */
 void pgd_stats_close(struct pgd *d);

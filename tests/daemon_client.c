@@ -856,7 +856,14 @@ static int cmd_ping(struct conn *c, int argc, char **argv)
 
 /* ---- a huge prompt beside pings ---- */
 
-/* Longest ping allowed while the huge prompt is being tokenized. */
+/*
+ * Longest ping allowed while the huge prompt is being tokenized: this, or
+ * half the time the big request took, whichever is longer.  A loop that
+ * tokenized on its own thread would hold a ping for about the whole time
+ * (a second or more under the sanitizers); a busy shared machine (or a
+ * sanitizer build beside other work) preempts the loop for a few hundred
+ * ms at worst, which must not count as a failure.
+ */
 #define BIG_PING_MAX_MS 100.0
 
 /* len bytes of words that a word cache does not help with. */
@@ -942,7 +949,7 @@ static int cmd_bigprompt(int argc, char **argv)
 	struct reply r;
 	uint8_t *buf;
 	char *text;
-	double t0, worst = 0, t[100];
+	double t0, worst = 0, took_ms, t[100];
 	uint32_t len;
 	int n_pings = 0, last = 0, code = 0;
 
@@ -983,8 +990,10 @@ static int cmd_bigprompt(int argc, char **argv)
 	       tokenize ? "TOKENIZE" : "GENERATE", len, (pg_now_s() - t0) * 1e3,
 	       code ? "error" : "ok", code, n_pings, worst);
 	CHECK(last, "the big request got no answer within 120 s");
-	CHECK(worst < BIG_PING_MAX_MS, "a ping took %.1f ms while a big prompt was tokenized",
-	      worst);
+	took_ms = (pg_now_s() - t0) * 1e3;
+	CHECK(worst < (BIG_PING_MAX_MS > took_ms / 2 ? BIG_PING_MAX_MS : took_ms / 2),
+	      "a ping took %.1f ms while a big prompt was tokenized (in %.0f ms): the loop waited for it",
+	      worst, took_ms);
 	if (!tokenize) {
 		big_cancel(&big, buf, gen_payload(&g, buf));
 		big_death(buf, gen_payload(&g, buf), text, len);

@@ -130,7 +130,8 @@ static inline void fx_init(struct fx *f, const struct pgd_config *cfg,
 	d->m = f->m;
 	d->fw = f->fw;
 	d->generation = 0x5eed0000c0ffee01ull;
-	d->listen_fd = d->sig_fd = -1;
+	pgd_listener_init(&d->listener);
+	d->sig_fd = -1;
 	d->now = pg_now_s();
 	if (pg_seg_layout(&d->layout, cfg->sq_slots, cfg->cq_slots,
 			  cfg->sq_arena, cfg->cq_arena))

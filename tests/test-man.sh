@@ -59,8 +59,8 @@ for f in $(cat "$tmp/funcs"); do
 		sed -e 's/^\.BI* //' -e 's/"//g' -e 's/\\-/-/g' | tr -d ' \n' >"$tmp/synopsis"
 	grep -qF -- "$proto" "$tmp/synopsis" ||
 		{ echo "FAIL: man/$f.3: the SYNOPSIS lacks the header's prototype $proto"; fail=1; }
-	grep -q "man/$f\.3" "$srcdir/Makefile.am" ||
-		{ echo "FAIL: man/$f.3 is not in Makefile.am's dist_man_MANS"; fail=1; }
+	grep -q "man/$f\.3" "$srcdir/man/local.mk" ||
+		{ echo "FAIL: man/$f.3 is not in man/local.mk's dist_man_MANS"; fail=1; }
 	sed -n '/^SEE ALSO/,$p' "$tmp/libpagoda" | grep -q "$f (3)" ||
 		{ echo "FAIL: libpagoda(3) does not list $f(3) under SEE ALSO"; fail=1; }
 done

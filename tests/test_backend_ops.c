@@ -84,7 +84,7 @@
 
 #include "common/clock.h"
 #include "kernels/cpu/cpu.h"
-#ifdef HAVE_CUDA_BACKEND
+#ifdef HAVE_CUDA
 #include "kernels/cuda/backend_cuda.h"
 #endif
 #include "tests/check.h"
@@ -1364,7 +1364,7 @@ static struct pg_backend *cpu_backend(enum pg_cpu_isa isa)
 	return be;
 }
 
-#ifdef HAVE_CUDA_BACKEND
+#ifdef HAVE_CUDA
 static void add_cuda_target(const char *name, int graphs)
 {
 	struct target *t = &targets[n_targets];
@@ -1387,7 +1387,7 @@ static void add_cuda_target(const char *name, int graphs)
 /* CUDA device 0, plainly and with graphs; returns 1 when there is one. */
 static int open_cuda(void)
 {
-#ifdef HAVE_CUDA_BACKEND
+#ifdef HAVE_CUDA
 	struct pg_cuda_device_info info;
 	char err[512];
 

@@ -118,7 +118,7 @@ static void test_cuda(void)
 	int n = pg_gpu_count(), rc;
 
 	CHECK(n >= 0, "gpu count %d", n);
-#ifdef PG_TEST_CUDA_MODULE
+#ifdef HAVE_CUDA
 	/* this build made pagoda-cuda.so: it loads, whether or not a GPU is here */
 	rc = pg_gpu_info(0, &info, err, sizeof(err));
 	CHECK(pg_backend_built(PG_BACKEND_CUDA), "the CUDA module does not load: %s",

@@ -6,7 +6,7 @@
 #include "config.h"
 
 #include "kernels/cuda/module.h"
-#ifdef HAVE_NCCL_COMM
+#ifdef HAVE_NCCL
 #include "kernels/cuda/comm_nccl.h"
 
 /* pg_comm_nccl_join on the backend's own stream. */
@@ -33,7 +33,7 @@ const struct pg_cuda_module pg_cuda_module_v1 = {
 	.device_count = pg_cuda_device_count,
 	.device_info = pg_cuda_device_info,
 	.backend_create = pg_cuda_backend_create,
-#ifdef HAVE_NCCL_COMM
+#ifdef HAVE_NCCL
 	.nccl_id_bytes = PG_COMM_NCCL_ID_BYTES,
 	.nccl_unique_id = pg_comm_nccl_unique_id,
 	.nccl_join = nccl_join,
