@@ -18,6 +18,19 @@
 
 #include "daemon/engine/forward_impl.h"
 
+/* m's rows copied end to end to p (fw_matrix_bytes(m) bytes); m then
+ * describes the copy. */
+static void copy_rows(struct pg_matrix *m, uint8_t *p)
+{
+	size_t rb = pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
+
+	for (int64_t r = 0; r < m->n_rows; r++)
+		memcpy(p + (size_t)r * rb,
+		       (const uint8_t *)m->data + (size_t)r * m->row_bytes, rb);
+	m->data = p;
+	m->row_bytes = rb;
+}
+
 /* The bytes m takes repacked by d's backend, or 0 (not, or no such op). */
 static size_t pack_bytes(struct device *d, const struct pg_matrix *m)
 {
@@ -146,16 +159,8 @@ int fw_localize_weights(struct device *d, int node)
 	madvise(d->local, bytes, MADV_HUGEPAGE);	/* as fw_pack_weights' */
 	p = d->local;
 	for (int i = 0; i < n; i++) {
-		struct pg_matrix *m = ms[i];
-		size_t rb = pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
-
-		for (int64_t r = 0; r < m->n_rows; r++)
-			memcpy(p + (size_t)r * rb,
-			       (const uint8_t *)m->data + (size_t)r * m->row_bytes,
-			       rb);
-		m->data = p;
-		m->row_bytes = rb;
-		p += (fw_matrix_bytes(m) + 63) / 64 * 64;
+		copy_rows(ms[i], p);
+		p += (fw_matrix_bytes(ms[i]) + 63) / 64 * 64;
 	}
 	free(ms);
 	return 0;
@@ -167,10 +172,11 @@ int fw_localize_weights(struct device *d, int node)
  * node; fw_localize_weights copied them for the others) copied as rows.
  */
 static size_t placed_bytes(struct device *d, const struct pg_matrix *m,
-			   int node)
+			   int node, int *packed)
 {
 	size_t b = pack_bytes(d, m);
 
+	*packed = b > 0;
 	if (!b && node < 0)
 		b = fw_matrix_bytes(m);
 	return (b + 63) / 64 * 64;
@@ -199,8 +205,11 @@ int fw_pack_weights(struct device *d, int node, char *err,
 		snprintf(err, err_len, "out of memory");
 		return -ENOMEM;
 	}
-	for (int i = 0; i < n; i++)
-		bytes += placed_bytes(d, ms[i], node);
+	for (int i = 0; i < n; i++) {
+		int packed;
+
+		bytes += placed_bytes(d, ms[i], node, &packed);
+	}
 	if (!bytes) {
 		free(ms);
 		return 0;
@@ -230,18 +239,13 @@ int fw_pack_weights(struct device *d, int node, char *err,
 	d->packed_numa = node >= 0;
 	for (int i = 0; i < n; i++) {
 		struct pg_matrix *m = ms[i];
-		size_t rb = pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
+		int packed;
 
-		b = placed_bytes(d, m, node);
-		if (pack_bytes(d, m)) {
+		b = placed_bytes(d, m, node, &packed);
+		if (packed)
 			d->be->ops->pack(d->be, m, p);
-		} else if (b) {
-			for (int64_t r = 0; r < m->n_rows; r++)
-				memcpy(p + (size_t)r * rb, (const uint8_t *)m->data +
-				       (size_t)r * m->row_bytes, rb);
-			m->data = p;
-			m->row_bytes = rb;
-		}
+		else if (b)
+			copy_rows(m, p);
 		p += b;
 	}
 	free(ms);
