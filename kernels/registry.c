@@ -5,8 +5,6 @@
  * backend and NCCL live in the CUDA module (kernels/cuda/module.h),
  * loaded with dlopen() the first time a GPU is asked for.
  */
-#include "config.h"
-
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>

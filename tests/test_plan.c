@@ -15,7 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/plan.h"
 #include "tests/gen/ggufgen.h"

@@ -5,8 +5,6 @@
  * device thread creates together before its first batch (fw_join_nccl), each
  * giving up when another has failed or the deadline has passed.
  */
-#include "config.h"
-
 #include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>

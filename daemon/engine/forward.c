@@ -59,8 +59,6 @@
  * as a graph.  The host index arrays (positions, slots, page tables) stay
  * in host memory, as backend.h asks.
  */
-#include "config.h"
-
 #include <errno.h>
 #include <math.h>
 #include <numa.h>

@@ -7,8 +7,6 @@
  * devices before the next.  Up to pp jobs are in flight, so that stages
  * overlap.
  */
-#include "config.h"
-
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>

@@ -8,8 +8,6 @@
  * neither CUDA nor the kernels (a CUDA device is refused here until the
  * CUDA backend exists).
  */
-#include "config.h"
-
 #include <errno.h>
 #include <numa.h>
 #include <sched.h>

@@ -4,8 +4,6 @@
  * weights and the KV cache, the communication per token, and the
  * warnings.  The planning itself is plan.c's.
  */
-#include "config.h"
-
 #include <numa.h>
 #include <stdio.h>
 #include <string.h>

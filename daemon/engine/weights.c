@@ -7,8 +7,6 @@
  * backend that has its own (a GPU).  forward.c's setup_device calls these
  * once per device; nothing here runs a batch.
  */
-#include "config.h"
-
 #include <errno.h>
 #include <numa.h>
 #include <stdio.h>

@@ -3,8 +3,6 @@
  * and NCCL's functions in one struct that kernels/registry.c looks up
  * after dlopen().
  */
-#include "config.h"
-
 #include "kernels/cuda/module.h"
 #ifdef HAVE_NCCL
 #include "kernels/cuda/comm_nccl.h"
