@@ -32,14 +32,15 @@ struct pg_matrix {
 
 /*
  * How a matrix's bytes are laid out.  PG_LAYOUT_ROWS: row r starts at
- * data + r * row_bytes, blocks in order (the GGUF file's layout).
- * PG_LAYOUT_Q4X8: Q4_0/Q4_1 rows in groups of 8, repacked by the CPU
- * backend for its 8-row loops (pg_cpu_q4x8_pack, cpu.h); only that
- * backend's matmul takes it.
+ * data + r * row_bytes, blocks in order (the GGUF file's layout); every
+ * backend reads it.  PG_LAYOUT_PACKED: the bytes in a layout of the
+ * backend's own, made by its pack operation (below); opaque to everyone
+ * else, and only the backend that packed the matrix may be given it (what
+ * the layout is, is that backend's business: the CPU's is in cpu.h).
  */
 enum pg_layout {
 	PG_LAYOUT_ROWS = 0,
-	PG_LAYOUT_Q4X8 = 1,
+	PG_LAYOUT_PACKED = 1,
 };
 
 /*
@@ -338,8 +339,8 @@ struct pg_backend_ops {
 
 	/*
 	 * pack_bytes, pack - optional: matrices this backend runs faster in a
-	 * layout of its own (the CPU: Q4_0, Q4_1, Q5_0 in groups of 8 rows,
-	 * PG_LAYOUT_Q4X8).  pack_bytes: the bytes m takes so, or 0 when it is
+	 * layout of its own (PG_LAYOUT_PACKED; the CPU: Q4_0, Q4_1, Q5_0 in
+	 * groups of 8 rows).  pack_bytes: the bytes m takes so, or 0 when it is
 	 * not to be repacked.  pack: m repacked into dst (pack_bytes bytes,
 	 * 32-byte aligned, not overlapping m), m then describing dst; its
 	 * products give the same bits as before.  Only this backend may then

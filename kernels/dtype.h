@@ -245,4 +245,32 @@ static inline size_t pg_dtype_row_bytes(enum pg_dtype t, uint64_t n)
 	return (size_t)(n / (uint64_t)bs) * pg_dtype_block_bytes(t);
 }
 
+/*
+ * Conversions between the types and floats, on the host: for the backends,
+ * the engine (reading norms and embeddings out of a file), the tests and
+ * the benchmarks.  Scalar reference code, built into every pagoda with
+ * pg_dtype_name (kernels/cpu/dtype.c, quant.c).  fp16 conversions are
+ * IEEE round-to-nearest-even; bf16 from float rounds to nearest even, NaN
+ * kept quiet.
+ */
+float pg_fp16_to_fp32(uint16_t h);
+uint16_t pg_fp32_to_fp16(float f);
+float pg_bf16_to_fp32(uint16_t h);
+uint16_t pg_fp32_to_bf16(float f);
+
+/*
+ * pg_quantize_row - quantise n floats (a multiple of the type's block size:
+ * 32, 256 for the K-quants and Q8_K) into `type` at dst, with the reference
+ * (scalar) rounding of llama.cpp for Q4_0, Q4_1, Q8_0 and the activation
+ * types, and simple min/max or absmax scales for Q5_0, Q5_1 and the
+ * K-quants (valid blocks, not llama.cpp's searched ones; quant.c).
+ * Returns the bytes written, or 0 when type is not a storable type.
+ */
+size_t pg_quantize_row(enum pg_dtype type, const float *src, void *dst,
+		       int64_t n);
+
+/* pg_dequantize_row - the inverse: n values of `type` at src into floats. */
+void pg_dequantize_row(enum pg_dtype type, const void *src, float *dst,
+		       int64_t n);
+
 #endif

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu.h"	/* pg_dequantize_row */
+#include "kernels/dtype.h"	/* pg_dequantize_row */
 #include "daemon/engine/gguf.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"

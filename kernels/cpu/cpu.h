@@ -110,6 +110,7 @@ int pg_cpu_backend_pin(struct pg_backend *be, const int *cpus, int n_cpus);
  * nibbles (gemm_avx2.c says which weight goes where), then the 8 rows'
  * d as F16, then (Q4_1) their m as F16.
  */
+#define PG_LAYOUT_Q4X8 PG_LAYOUT_PACKED	/* the CPU's packed layout */
 size_t pg_cpu_q4x8_bytes(struct pg_backend *be, const struct pg_matrix *m);
 void pg_cpu_q4x8_pack(struct pg_backend *be, struct pg_matrix *m, void *dst);
 
@@ -118,30 +119,5 @@ enum pg_cpu_isa pg_cpu_backend_isa(const struct pg_backend *be);
 
 /* pg_cpu_backend_threads - the number of threads a CPU backend runs on. */
 int pg_cpu_backend_threads(const struct pg_backend *be);
-
-/*
- * Conversions shared by the backend, the engine (KV and sampling helpers)
- * and the tests.  fp16 conversions are IEEE round-to-nearest-even; bf16 from
- * float rounds to nearest even, NaN kept quiet.
- */
-float pg_fp16_to_fp32(uint16_t h);
-uint16_t pg_fp32_to_fp16(float f);
-float pg_bf16_to_fp32(uint16_t h);
-uint16_t pg_fp32_to_bf16(float f);
-
-/*
- * pg_quantize_row - quantise n floats (a multiple of the type's block size:
- * 32, 256 for the K-quants and Q8_K) into `type` at dst, with the reference
- * (scalar) rounding of llama.cpp for Q4_0, Q4_1, Q8_0 and the activation
- * types, and simple min/max or absmax scales for Q5_0, Q5_1 and the
- * K-quants (valid blocks, not llama.cpp's searched ones; quant.c).
- * Returns the bytes written, or 0 when type is not a storable type.
- */
-size_t pg_quantize_row(enum pg_dtype type, const float *src, void *dst,
-		       int64_t n);
-
-/* pg_dequantize_row - the inverse: n values of `type` at src into floats. */
-void pg_dequantize_row(enum pg_dtype type, const void *src, float *dst,
-		       int64_t n);
 
 #endif

@@ -542,7 +542,7 @@ static void cuda_matmul(struct pg_backend *be, const struct pg_matrix *w,
 	if (op_begin(cb, &op, PG_CUDA_OP_MATMUL) || n <= 0)
 		return;
 	if (w->layout != PG_LAYOUT_ROWS) {
-		pg_cuda_fail_msg(cb, "matmul: a matrix repacked for the CPU backend (pg_cpu_q4x8_pack) given to a CUDA device");
+		pg_cuda_fail_msg(cb, "matmul: a matrix packed by another backend (its pack operation) given to a CUDA device");
 		return;
 	}
 	if (!weight_type_ok(w->type) ||
