@@ -184,7 +184,7 @@ struct pg_cpu_kernels {
 	/*
 	 * gate[i] = GELU(gate[i]) * up[i], GELU as gelu.c defines it: 0 at
 	 * or below -10, x at or above 10, else tab[F16 bits of x] (tab is
-	 * pg_gelu_table()); every table gives the reference's bits.
+	 * gelu.c's table); every table gives the reference's bits.
 	 */
 	void (*gelu_mul)(int64_t n, float *gate, const float *up,
 			 const float *tab);
@@ -307,9 +307,6 @@ void pg_fa16_run_ref(int n, int hd, const uint16_t *k, const uint16_t *v,
 void pg_add_ref(int64_t n, float *x, const float *y);
 void pg_gelu_mul_ref(int64_t n, float *gate, const float *up,
 		     const float *tab);
-/* GELU of every F16 value, rounded to F16, as floats (gelu.c; made once,
- * thread-safe) */
-const float *pg_gelu_table(void);
 
 /* The AVX2 loops the AVX-512 table reuses where 512 bits give nothing. */
 float pg_dot_f32_avx2(int64_t n, const void *w, const void *x);

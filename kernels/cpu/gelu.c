@@ -7,7 +7,7 @@
  * computed as ggml's CPU build computes it, in both numerics: 0 at or below
  * -10, x at or above 10, and between them x rounded to F16, the GELU of
  * that (libm's tanhf) rounded to F16 again, read from a table of 65536
- * floats indexed by x's F16 bits (pg_gelu_table, made once).  The F16
+ * floats indexed by x's F16 bits (gelu_table, made once).  The F16
  * steps cost at most 2^-11 of the value, under a tenth of the 8-bit
  * quantisation of ffn_down's input that follows; the table makes the op a
  * load per value (the ISA table's loop gathers 8 at a time) instead of a
@@ -40,7 +40,9 @@ static void gelu_tab_init(void)
 			gelu(pg_fp16_to_fp32((uint16_t)h))));
 }
 
-const float *pg_gelu_table(void)
+/* GELU of every F16 value, rounded to F16, as floats: made once,
+   thread-safe. */
+static const float *gelu_table(void)
 {
 	pthread_once(&gelu_once, gelu_tab_init);
 	return gelu_tab;
@@ -63,7 +65,7 @@ enum { OP_GELU_MUL, OP_SCALE, OP_SOFTCAP };
 struct elt_ctx {
 	int op;
 	const struct pg_cpu_kernels *k;
-	const float *tab;	/* gelu_mul: pg_gelu_table() */
+	const float *tab;	/* gelu_mul: gelu_table() */
 	float *x;		/* (n): gate, or the values scaled / capped */
 	const float *up;	/* (n) gelu_mul */
 	float s;		/* scale's factor, softcap's cap */
@@ -112,7 +114,7 @@ void pg_cpu_gelu_mul(struct pg_backend *be, float *gate, const float *up,
 		     int64_t n)
 {
 	struct elt_ctx c = {
-		.op = OP_GELU_MUL, .k = pg_cpu(be)->k, .tab = pg_gelu_table(),
+		.op = OP_GELU_MUL, .k = pg_cpu(be)->k, .tab = gelu_table(),
 		.x = gate, .up = up, .n = n,
 	};
 
