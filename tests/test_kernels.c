@@ -36,6 +36,9 @@
  *     dots themselves;
  *   - Q4 matrices repacked in 8-row groups (pg_cpu_q4x8_pack): matmul and
  *     matmul_parts bit-identical to the same matrix in rows, n = 1..37;
+ *   - every quantised type's matmul (in rows and repacked, Q4_1 in both
+ *     numerics) for n = 1..19 and 64: each token's outputs bit-identical
+ *     to its one-token (decode) result;
  *   - Q5_0, Q5_1 and the K-quants: hand-built blocks dequantised exactly
  *     as a per-value formula of the layout says (pg_dequantize_row and
  *     every backend's get_rows); the scalar matmul within 1e-5 of the sum
@@ -1326,7 +1329,7 @@ static void check_gemm8_case(const struct pg_cpu_kernels *k, enum pg_dtype t,
 static void check_gemm8(void)
 {
 	static const int64_t cols[] = { 32, 96, 544, 1536, 2080 };
-	static const int ns[] = { 1, 2, 3, 8, 37 };
+	static const int ns[] = { 1, 2, 3, 8, 18, 19, 37 };
 	static const int64_t kcols[] = { 256, 768, 2048 };
 	/* Q4_0, Q4_1, Q4_1 in llama.cpp's order, Q5_0, the K-quants */
 	static const enum pg_dtype types[] = {
@@ -1549,6 +1552,85 @@ static void check_q4x8(void)
 		}
 	printf("q4x8: Q4_0/Q4_1/Q5_0 repacked, %d backend x shape cases, n = 1..37: "
 	       "matmul and matmul_parts bit for bit the rows'\n", tested);
+}
+
+/*
+ * Batched matmuls column by column: for every quantised type (Q4_1 in
+ * both numerics), in rows and repacked where the backend repacks it, on
+ * every backend, each token's outputs of a batch of n (n = 1..19 and 64:
+ * every remainder of the loops' 4-token blocks, below and above where the
+ * 8-row loops and their repacking take over) equal bit for bit those of
+ * the same token alone (n = 1, the decode path).  44 rows: five 8-row
+ * groups and a 4-row tail.
+ */
+static void check_matmul_batch(void)
+{
+	static const enum pg_dtype types[] = {
+		PG_Q4_0, PG_Q4_1, PG_Q4_1, PG_Q8_0, PG_Q5_0, PG_Q5_1, PG_Q2_K,
+		PG_Q3_K, PG_Q4_K, PG_Q5_K, PG_Q6_K,
+	};
+	enum { N = 64, ROWS = 44, COLS = 768 };
+	int tested = 0;
+
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		enum pg_dtype t = types[ti];
+		int llama = ti == 2;
+		float *wf, *x = xmalloc((size_t)N * COLS * 4);
+		float *y = xmalloc((size_t)N * ROWS * 4);
+		float *alone = xmalloc((size_t)N * ROWS * 4);
+		struct pg_matrix rows;
+
+		reseed("matmul_batch", (int64_t)ti, 0, 0);
+		rows = make_matrix(t, ROWS, COLS, &wf);
+		fill(x, (size_t)N * COLS);
+		for (int i = 0; i < n_bes; i++)
+			for (int packed = 0; packed < 2; packed++) {
+				struct pg_backend *be = bes[i];
+				struct pg_matrix m = rows;
+				void *buf = NULL;
+
+				pg_cpu_backend_llama_numerics(be, llama);
+				if (packed) {
+					size_t bytes = pg_cpu_q4x8_bytes(be, &m);
+
+					if (!bytes) {
+						pg_cpu_backend_llama_numerics(be, 0);
+						continue;
+					}
+					buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+					CHECK(buf != NULL, "out of memory");
+					if (!buf)
+						continue;
+					pg_cpu_q4x8_pack(be, &m, buf);
+				}
+				for (int j = 0; j < N; j++)
+					be->ops->matmul(be, &m, x + (size_t)j * COLS, 1,
+							NULL, alone + (size_t)j * ROWS);
+				for (int n = 1; n <= N; n = n < 19 ? n + 1 : N) {
+					for (size_t o = 0; o < (size_t)n * ROWS; o++)
+						y[o] = NAN;
+					be->ops->matmul(be, &m, x, n, NULL, y);
+					for (int j = 0; j < n; j++)
+						CHECK(!memcmp(y + (size_t)j * ROWS,
+							      alone + (size_t)j * ROWS,
+							      ROWS * 4),
+						      "matmul %s%s%s %dx%d n=%d on %s: "
+						      "token %d not its one-token result",
+						      pg_dtype_name(t), llama ? " (llama.cpp "
+						      "numerics)" : "", packed ? " packed" : "",
+						      ROWS, COLS, n, be_name(be), j);
+					if (n == N)
+						break;
+				}
+				free(buf);
+				pg_cpu_backend_llama_numerics(be, 0);
+				tested++;
+			}
+		free(wf), free((void *)rows.data), free(x), free(y), free(alone);
+	}
+	printf("matmul batch: Q4_0..Q8_0, Q5_0/Q5_1, Q2_K..Q6_K (Q4_1 both "
+	       "numerics; in rows and repacked), %d backend cases, n = 1..19, "
+	       "64: each token bit for bit its one-token result\n", tested);
 }
 
 /* ---- the thread pool ---- */
@@ -2065,6 +2147,7 @@ int main(int argc, char **argv)
 	check_matmul_tokens();
 	check_matmul_parts();
 	check_q4x8();
+	check_matmul_batch();
 	check_attention();
 	check_llama_numerics();
 	check_kquant_dequant();

@@ -48,6 +48,13 @@
  * 8 rows.  Q8_0 weights (signed bytes: one pair of products can fill an
  * int16) are left to the tiles.
  *
+ * In pagoda's numerics the sweep over a repacked buffer takes GT tokens
+ * a pass (part_q4_tok): each of a block's 8 weight vectors is loaded once
+ * for all of them, and the GT chains of fma (one a token, each block's
+ * waiting for the last) run side by side; a token alone kept the
+ * multipliers waiting on its chain and on the loads.  Each token's
+ * integers and floats are part_q4's, in the same order.
+ *
  * Compiled with -mavx2 -mfma -mf16c; reached only through the tables.
  */
 #include "kernels/cpu/cpu_impl.h"
@@ -290,6 +297,131 @@ part_q4(enum gemm_kind k, const struct gemm_block *buf, int packed,
 	return k == G_Q4_1 ? _mm256_add_ps(acc, ms) : acc;
 }
 
+#define GT 4	/* tokens a pass of part_q4_tok (register blocking) */
+
+/*
+ * part_q4's loop for nt (<= GT) tokens at xb, xs bytes apart, against
+ * the repacked blocks of buf: each weight vector loaded once for the nt
+ * tokens, and nt independent chains of fma per pass, where one token's
+ * chain (each block's fma waits for the last) left the multipliers idle.
+ * The same integers and floats as part_q4, token by token; v[t]: token
+ * t's 8 values.
+ */
+static inline __attribute__((always_inline)) void
+part_q4_tok(enum gemm_kind k, const struct gemm_block *buf, int64_t i0,
+	    int64_t i1, const uint8_t *xb, size_t xs, int nt, __m256 v[GT])
+{
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
+	__m256i ones = _mm256_set1_epi16(1);
+	__m256 acc[GT], ms[GT];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < nt; t++)
+		acc[t] = ms[t] = _mm256_setzero_ps();
+	for (int64_t i = i0; i < i1; i++, xb += pb) {
+		const struct gemm_block *b = &buf[i];
+		__m256i s0[GT];
+		__m256i wa = _mm256_load_si256(&b->wa[0]);
+		__m256i wb = _mm256_load_si256(&b->wb[0]);
+		__m256i wa1 = _mm256_load_si256(&b->wa[1]);
+		__m256i wb1 = _mm256_load_si256(&b->wb[1]);
+
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++) {	/* chunks 0, 1 (and 4, 5) */
+			const uint8_t *x = xb + (size_t)t * xs;
+
+			s0[t] = _mm256_add_epi16(
+				_mm256_add_epi16(_mm256_maddubs_epi16(wa, bcast4(x)),
+						 _mm256_maddubs_epi16(wb, bcast4(x + 4))),
+				_mm256_add_epi16(_mm256_maddubs_epi16(wa1, bcast4(x + 8)),
+						 _mm256_maddubs_epi16(wb1, bcast4(x + 12))));
+		}
+		wa = _mm256_load_si256(&b->wa[2]);
+		wb = _mm256_load_si256(&b->wb[2]);
+		wa1 = _mm256_load_si256(&b->wa[3]);
+		wb1 = _mm256_load_si256(&b->wb[3]);
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++) {	/* chunks 2, 3 (6, 7), the rest */
+			const uint8_t *x = xb + (size_t)t * xs;
+			const float *xf = (const float *)(x + 32);
+			__m256i s1 = _mm256_add_epi16(
+				_mm256_add_epi16(_mm256_maddubs_epi16(wa, bcast4(x + 16)),
+						 _mm256_maddubs_epi16(wb, bcast4(x + 20))),
+				_mm256_add_epi16(_mm256_maddubs_epi16(wa1, bcast4(x + 24)),
+						 _mm256_maddubs_epi16(wb1, bcast4(x + 28))));
+			__m256i is;
+
+			if (k == G_Q5_0) {	/* as part_q4 */
+				is = _mm256_add_epi32(_mm256_madd_epi16(s0[t], ones),
+						      _mm256_madd_epi16(s1, ones));
+				is = _mm256_add_epi32(is, _mm256_slli_epi32(
+					bcast4(x + 36), 1));
+			} else {
+				is = _mm256_madd_epi16(_mm256_add_epi16(s0[t], s1), ones);
+			}
+			if (k == G_Q4_0)
+				is = _mm256_add_epi32(is, bcast4(x + 36));
+			acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(b->d, _mm256_broadcast_ss(xf)),
+						 _mm256_cvtepi32_ps(is), acc[t]);
+			if (k == G_Q4_1)
+				ms[t] = _mm256_fmadd_ps(b->m, _mm256_broadcast_ss(xf + 1),
+							ms[t]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < nt; t++)
+		v[t] = k == G_Q4_1 ? _mm256_add_ps(acc[t], ms[t]) : acc[t];
+}
+
+/* nt tokens from token t0 against buf, part by part (sweep's outputs). */
+static inline __attribute__((always_inline)) void
+sweep_tok(enum gemm_kind k, const struct gemm_block *buf, int64_t nb,
+	  const void *xp, int t0, int nt, float *out, size_t os,
+	  const struct pg_cuts *cuts)
+{
+	int np = cuts ? cuts->n : 1;
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
+	size_t xs = (size_t)nb * pb;
+	const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xs;
+	__m256 run[GT], v[GT];
+	int64_t i = 0;
+
+#pragma GCC unroll 4
+	for (int t = 0; t < GT; t++)
+		run[t] = _mm256_setzero_ps();
+	for (int p = 0; p < np; p++) {
+		int64_t end = cuts ? cuts->end[p] : nb;
+
+		part_q4_tok(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v);
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++)
+			put8(cuts, p, out, (size_t)(t0 + t) * os, v[t], &run[t]);
+		i = end;
+	}
+	if (pg_cuts_summed(cuts))
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++)
+			_mm256_storeu_ps(out + (size_t)(t0 + t) * os, run[t]);
+}
+
+/* Every token against the repacked blocks of buf, GT a pass. */
+static inline __attribute__((always_inline)) void
+sweep_buf(enum gemm_kind k, const struct gemm_block *buf, int64_t nb,
+	  const void *xp, int n_tok, float *out, size_t os,
+	  const struct pg_cuts *cuts)
+{
+	int t = 0;
+
+	for (; t + GT <= n_tok; t += GT)
+		sweep_tok(k, buf, nb, xp, t, GT, out, os, cuts);
+	switch (n_tok - t) {
+	case 3: sweep_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
+	case 2: sweep_tok(k, buf, nb, xp, t, 2, out, os, cuts); break;
+	case 1: sweep_tok(k, buf, nb, xp, t, 1, out, os, cuts); break;
+	default: break;
+	}
+}
+
 /*
  * The same in llama.cpp's numerics, Q4_1 only (the top of the file): the
  * 8 chunk sums of a block converted and fma'd each on its own.
@@ -375,7 +507,10 @@ gemm8(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
 
 	for (int64_t i = 0; i < n / PG_QK; i++)
 		repack(k, w, ws, i, &buf[i]);
-	sweep(k, buf, 0, NULL, n / PG_QK, xp, n_tok, out, os, cuts);
+	if (k == G_LLAMA)
+		sweep(k, buf, 0, NULL, n / PG_QK, xp, n_tok, out, os, cuts);
+	else
+		sweep_buf(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
 }
 
 /*
@@ -396,7 +531,7 @@ gemm8_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
 	}
 	for (int64_t i = 0; i < n / PG_QK; i++)
 		expand(k, pk + (size_t)i * packed_bytes(k), &buf[i]);
-	sweep(k, buf, 0, NULL, n / PG_QK, xp, n_tok, out, os, cuts);
+	sweep_buf(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
 }
 
 void pg_gemm8_q4_0_avx2(int64_t n, const void *w, size_t ws, const void *xp,
