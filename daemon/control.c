@@ -1,10 +1,14 @@
 /*
- * control.c - the admin socket's narrow way into the serving daemon
- * (control.h): each function reads or changes one thing of struct pgd,
- * the engine or the statistics.  Not the admin protocol (admin.c).
+ * control.c - the narrow way into the serving daemon for the modules that
+ * do not see struct pgd (control.h): each function reads or changes one
+ * thing of struct pgd, the engine or the statistics, for the admin socket;
+ * and the statistics' publications, fed with what the daemon looks like.
+ * Not the admin protocol (admin.c) nor the figures (stats.c).  Calls
+ * session.c (pgd_mark_dead), the engine and stats.c; nothing calls back.
  */
 #include <stdint.h>
 
+#include "common/clock.h"
 #include "daemon/control.h"
 #include "daemon/daemon.h"
 #include "daemon/engine/engine.h"
@@ -96,7 +100,7 @@ static void client_info(const struct pgd *d, const struct pgd_client *c,
 	out->gid = c->gid;
 	out->inflight = c->n_inflight;
 	out->connected_s = d->now - c->since;
-	pgd_stats_client(d->stats, c, &out->requests, &out->tokens);
+	pgd_stats_client(d->stats, c->slot, c->id, &out->requests, &out->tokens);
 }
 
 int pgd_ctl_client_at(const struct pgd *d, int slot, struct pgd_ctl_client *out)
@@ -128,11 +132,46 @@ int pgd_ctl_disconnect(struct pgd *d, uint64_t id, uid_t by,
 	return 0;
 }
 
+/* One publication of the statistics, at monotonic `at`. */
+static void publish(const struct pgd *d, double at)
+{
+	struct pgd_stats_view v = { .draining = d->draining, .clients = d->n_live,
+				    .serial = d->next_serial };
+
+	for (int i = 0; i < d->n_live; i++)
+		v.inflight += (uint64_t)d->live[i]->n_inflight;
+	pgd_stats_publish_begin(d->stats, &v);
+	for (int i = 0; i < d->cfg->max_clients; i++) {
+		const struct pgd_client *c = d->slots[i];
+		struct pgd_stats_conn conn;
+
+		if (c)
+			conn = (struct pgd_stats_conn){ .id = c->id, .pid = c->pid,
+							.uid = c->uid, .gid = c->gid,
+							.since = c->since,
+							.inflight = c->n_inflight };
+		pgd_stats_publish_client(d->stats, (uint32_t)i, c ? &conn : NULL);
+	}
+	pgd_stats_publish_end(d->stats, at);
+}
+
+void pgd_ctl_publish(struct pgd *d, enum pgd_ctl_publish when)
+{
+	if (!d->stats)
+		return;
+	if (when == PGD_CTL_PUBLISH_NOW)
+		publish(d, pg_now_s());
+	else if (pgd_stats_due(d->stats, d->now, d->n_live, d->next_serial,
+			       when == PGD_CTL_PUBLISH_CHANGED))
+		publish(d, d->now);
+}
+
 int pgd_ctl_stats_reset(struct pgd *d)
 {
 	if (!d->stats)
 		return -1;
-	pgd_stats_reset(d);
+	pgd_stats_reset(d->stats);
+	publish(d, d->now);
 	return 0;
 }
 
@@ -148,5 +187,5 @@ int pgd_ctl_engine_errors(const struct pgd *d, double window_s, double *since_la
 void pgd_ctl_answered(struct pgd *d)
 {
 	pgd_stats_admin_command(d->stats);
-	pgd_stats_tick(d, 1);
+	pgd_ctl_publish(d, PGD_CTL_PUBLISH_CHANGED);
 }

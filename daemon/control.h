@@ -3,7 +3,9 @@
  * daemon, and all it may read of it: a few functions over struct pgd, so
  * that admin.c never sees the daemon's structures (daemon.h) and writes
  * none of their fields.  Each call is short and runs on the loop thread,
- * between two iterations, like everything that touches struct pgd.
+ * between two iterations, like everything that touches struct pgd.  The
+ * statistics' publications go through here too (pgd_ctl_publish), so
+ * that stats.c is handed the daemon's facts and never reads struct pgd.
  *
  * Not the admin protocol (wire/admin_proto.h) nor its wording (admin.c):
  * these functions act and report facts; admin.c words the answers and
@@ -128,5 +130,23 @@ int pgd_ctl_engine_errors(const struct pgd *d, double window_s, double *since_la
  * statistics published at once, so that what it did is in the figures.
  */
 void pgd_ctl_answered(struct pgd *d);
+
+/* When pgd_ctl_publish publishes the statistics. */
+enum pgd_ctl_publish {
+	PGD_CTL_PUBLISH_DUE,		/* something changed and the period
+					   passed (the loop, every iteration) */
+	PGD_CTL_PUBLISH_CHANGED,	/* something changed (before the loop
+					   sleeps: an idle daemon's figures are
+					   final) */
+	PGD_CTL_PUBLISH_NOW,		/* at once (a step left the engine
+					   idle: before its completions go out) */
+};
+
+/*
+ * pgd_ctl_publish - publish the statistics (stats.h) with the daemon's
+ * load and clients as they are now, when `when` says; nothing without
+ * statistics.
+ */
+void pgd_ctl_publish(struct pgd *d, enum pgd_ctl_publish when);
 
 #endif

@@ -1,10 +1,19 @@
 /*
- * daemon.h - the serving daemon's internal types, shared by server.c (the
- * handshake and the loop's iteration), session.c (a client's segment,
- * rings and completions), request.c (requests, their validation and
- * the engine's events), tokwork.c, stats.c, reload.c and control.c.  Not
- * an API: everything here runs on the one daemon thread, and nothing is
- * locked.  admin.c does not include it: it goes through control.h.
+ * daemon.h - the serving daemon's internal types: struct pgd, its clients
+ * and requests.  Not an API: everything here runs on the one daemon
+ * thread, and nothing is locked.
+ *
+ * Who may include it: server.c (the loop's iteration, the handshake, the
+ * clients table), session.c (a client's segment, rings and completions),
+ * request.c (requests, their validation, the engine's events), tokwork.c
+ * (the tokenizing workers), reload.c (the limits, the access rules,
+ * SIGHUP) and control.c (the narrow functions of control.h); and the
+ * in-process tests' fixture (tests/pgd_fixture.h).  Nothing else: admin.c
+ * goes through control.h, stats.c is handed plain facts (stats.h).
+ *
+ * Each group of struct pgd's fields names the one file that writes it;
+ * the others only read it, and nothing outside those six files writes any
+ * of it.
  */
 #ifndef PAGODA_DAEMON_DAEMON_H
 #define PAGODA_DAEMON_DAEMON_H
@@ -21,6 +30,7 @@
 #include "daemon/listen.h"
 #include "daemon/loop.h"
 #include "daemon/server.h"
+#include "daemon/stats.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
 #include "wire/client_proto.h"
@@ -30,6 +40,7 @@ struct pg_forward;
 struct pg_model;
 struct pgd_admin;
 struct pgd_stats;
+struct pgd_tok;
 
 /*
  * Connections between accept() and their hello (a hello already there at
@@ -51,6 +62,8 @@ struct pgd_stats;
 
 /* Samples of one GENERATE request (pg_gen_wire.n). */
 #define PGD_MAX_SAMPLES 16
+_Static_assert(PGD_MAX_SAMPLES <= PGD_STATS_MAX_SAMPLES,
+	       "the statistics time every sample of a request");
 
 /*
  * A completion waiting in daemon memory because the client's completion
@@ -81,7 +94,8 @@ struct pgd_req {
 	struct pgd_tokjob *job;		/* while the worker tokenizes its prompt
 					   (then in the client's table only, not
 					   the engine's); NULL once submitted */
-	double t_tok[PGD_MAX_SAMPLES];	/* stats: each sample's last token */
+	struct pgd_stats_req st;	/* stats.c's: its client (slot, id) and
+					   its samples' last tokens */
 };
 
 /* A client: its socket, doorbells, segment and requests. */
@@ -143,22 +157,35 @@ struct pgd_handshake {
 	struct pg_hello hello;		/* the io_uring receives into it */
 };
 
+/*
+ * The limits as enforced: the configuration's, defaults resolved against
+ * the KV pool and the submission arena, and what every segment gets.
+ * reload.c writes them (pgd_limits_init at start, pgd_limits_resolve
+ * again on SIGHUP); everyone else reads them.
+ */
+struct pgd_limits {
+	int max_prompt;			/* tokens of one prompt */
+	int max_tokens;			/* tokens generated per request */
+	uint32_t max_payload;		/* bytes of one submission's payload */
+	int n_vocab;			/* token ids are below it */
+	struct pg_seg_header layout;	/* geometry every segment gets */
+};
+
 struct pgd {
+	/* pgd_serve's (server.c), set once at start; read by all */
 	const struct pgd_config *cfg;
 	const struct pg_model *m;
 	struct pg_forward *fw;
 	struct pg_engine *engine;
-	struct pgd_access access;
 	uint64_t generation;		/* random, per start */
-	uint64_t next_serial;
-	uint32_t next_client_id;	/* the last client id given */
-	/* limits as enforced (the defaults resolved) */
-	int max_prompt;
-	int max_tokens;
-	uint32_t max_payload;
-	int n_vocab;
-	struct pg_seg_header layout;	/* geometry every segment gets */
-	/* the socket and the loop */
+	int chat_fmt;			/* enum pg_chat_format */
+	char *chat_system;		/* the template's default system message */
+	struct pgd_stats *stats;	/* stats.c's handle; NULL: none published */
+	struct pgd_admin *admin;	/* admin.c's; NULL: no admin socket */
+	/* reload.c's: the rules as enforced, replaced on SIGHUP */
+	struct pgd_limits lim;
+	struct pgd_access access;	/* pgd_access_set */
+	/* server.c's: the socket, the loop, the handshakes, the clients */
 	struct pgd_listener listener;	/* the client socket (listen.h) */
 	int sig_fd;
 	struct pgd_loop loop;		/* the one io_uring (loop.h) */
@@ -174,32 +201,29 @@ struct pgd {
 	struct signalfd_siginfo sig_buf;
 	struct pgd_handshake hs[PGD_HS_SLOTS];
 	int n_handshakes;		/* waiting, not closing */
-	/* clients: by slot, and the live ones packed for the loop */
-	struct pgd_client **slots;	/* (max_clients) */
+	struct pgd_client **slots;	/* (max_clients) clients by slot */
 	uint64_t *bell_buf;		/* (max_clients) sinks of doorbell reads */
-	struct pgd_client **live;	/* (max_clients) */
+	struct pgd_client **live;	/* (max_clients) the live ones, packed */
 	int n_live;
-	int n_dead;			/* clients marked dead this iteration */
-	/* requests in the engine, by engine id */
-	struct pgd_req **by_engine;	/* (by_engine_mask + 1) chains */
-	uint32_t by_engine_mask;
-	/* scratch for one request at a time */
-	uint8_t *payload;		/* (max_payload + 1) the copy of a payload */
-	int32_t *ids;			/* (ids_cap) prompt or tokenize ids */
-	int ids_cap;
-	int chat_fmt;			/* enum pg_chat_format */
-	char *chat_system;		/* the template's default system message */
+	int n_dead;			/* clients marked dead this iteration
+					   (pgd_mark_dead counts them up) */
 	int stop_signal;		/* SIGTERM or SIGINT received */
 	double now;			/* monotonic seconds, once per iteration */
 	int step_errors;		/* forward failures, for the log */
-	struct pgd_stats *stats;	/* stats.c; NULL: none published */
-	struct pgd_admin *admin;	/* admin.c; NULL: no admin socket */
-	struct pgd_tok *tok;		/* tokwork.c: the tokenizing worker */
-	int n_tokjobs;			/* jobs handed to it, not yet finished */
-	size_t tok_total;		/* their payload bytes (tokwork.c) */
-	uint64_t tok_buf;		/* the sink of its eventfd's reads */
-	int tok_armed;			/* a read of it is in the io_uring */
-	int draining;			/* admin: GENERATE is refused */
+	/* session.c's: identities (pgd_session_create, pgd_session_serial) */
+	uint64_t next_serial;		/* the last serial given */
+	uint32_t next_client_id;	/* the last client id given */
+	/* request.c's: requests in the engine by engine id, and scratch for
+	   one request at a time (pgd_requests_init) */
+	struct pgd_req **by_engine;	/* (by_engine_mask + 1) chains */
+	uint32_t by_engine_mask;
+	uint8_t *payload;		/* (sq_arena + 1) the copy of a payload */
+	int32_t *ids;			/* (ids_cap) prompt or tokenize ids */
+	int ids_cap;
+	/* tokwork.c's: the tokenizing workers, opaque (pgd_tok_busy, ...) */
+	struct pgd_tok *tok;
+	/* control.c's: set by the admin socket (pgd_ctl_set_draining) */
+	int draining;			/* GENERATE is refused */
 };
 
 /* ---- session.c: segments, completions, closing ---- */
@@ -212,6 +236,20 @@ struct pgd {
 struct pgd_client *pgd_session_create(struct pgd *d, int slot, int fd,
 				      pid_t pid, uid_t uid, gid_t gid,
 				      char *err, size_t err_len);
+
+/*
+ * pgd_session_serial - a new serial, never given before: it tags the
+ * io_uring operations of a connection waiting for its hello (server.c)
+ * or of a client.
+ */
+uint64_t pgd_session_serial(struct pgd *d);
+
+/*
+ * pgd_session_set_limits - write d's limits as enforced now (d->lim and
+ * --max-inflight) into c's segment header, where the client reads them
+ * (after SIGHUP).
+ */
+void pgd_session_set_limits(const struct pgd *d, struct pgd_client *c);
 
 /*
  * pgd_session_destroy - unmap and close everything of c and free it.  Its
@@ -279,6 +317,14 @@ void pgd_say_goodbye(struct pgd_client *c, enum pg_error code,
 #define PGD_TOK_MAX_TOTAL (32u << 20)
 
 /*
+ * pgd_tok_busy - the jobs at the tokenizing workers (tokwork.c): handed
+ * over, not yet collected (pgd_tok_collect); pgd_tok_total - their
+ * payload bytes.
+ */
+int pgd_tok_busy(const struct pgd *d);
+size_t pgd_tok_total(const struct pgd *d);
+
+/*
  * pgd_tok_held - c's submissions wait for the tokenizing workers: it has
  * PGD_TOK_MAX_BYTES there, or some while all clients have
  * PGD_TOK_MAX_TOTAL.  A client with nothing there is never held, so the
@@ -288,7 +334,7 @@ void pgd_say_goodbye(struct pgd_client *c, enum pg_error code,
 static inline int pgd_tok_held(const struct pgd *d, const struct pgd_client *c)
 {
 	return c->tok_bytes >= PGD_TOK_MAX_BYTES ||
-	       (c->tok_bytes && d->tok_total >= PGD_TOK_MAX_TOTAL);
+	       (c->tok_bytes && pgd_tok_total(d) >= PGD_TOK_MAX_TOTAL);
 }
 
 /*
@@ -320,9 +366,20 @@ void pgd_on_event(void *ctx, const struct pg_engine_event *ev);
  */
 int pgd_requests_drop(struct pgd *d, struct pgd_client *c);
 
-/* pgd_requests_init / _free - the engine-id table. */
+/*
+ * pgd_requests_init / _free - the engine-id table and the scratch (a
+ * payload of the submission arena's size, the ids of a prompt of
+ * d->lim.max_prompt tokens); after pgd_limits_init.
+ */
 int pgd_requests_init(struct pgd *d);
 void pgd_requests_free(struct pgd *d);
+
+/*
+ * pgd_requests_fit_prompt - grow the ids scratch for prompts of n tokens.
+ * Returns the ids it holds: n or more, or fewer when out of memory (it
+ * stays as it was).
+ */
+int pgd_requests_fit_prompt(struct pgd *d, int n);
 
 /*
  * pgd_tok_finish - the loop's end of a job the worker is done with (its
@@ -338,7 +395,7 @@ void pgd_tok_finish(struct pgd *d, struct pgd_tokjob *j);
  */
 static inline int pgd_idle(const struct pgd *d)
 {
-	return d->n_tokjobs == 0 && pg_engine_idle(d->engine);
+	return !pgd_tok_busy(d) && pg_engine_idle(d->engine);
 }
 
 /* ---- tokwork.c: tokenizing on worker threads ---- */
@@ -391,6 +448,14 @@ int pgd_tok_start(struct pgd *d, char *err, size_t err_len);
    for them.  After the clients are gone. */
 void pgd_tok_stop(struct pgd *d);
 
+/*
+ * pgd_tok_attach - register the workers in d's io_uring (loop.h), which
+ * then reads their eventfd, so that a job done wakes a sleeping loop; the
+ * read is armed again as it completes.  After pgd_tok_start and
+ * pgd_loop_init.  Returns 0, or -1 with a message in err.
+ */
+int pgd_tok_attach(struct pgd *d, char *err, size_t err_len);
+
 /* pgd_tok_fd - the eventfd the worker writes when a job is done. */
 int pgd_tok_fd(const struct pgd *d);
 
@@ -421,18 +486,31 @@ struct pg_chat_msg;
 int pgd_chat_walk(const uint8_t *p, uint32_t bytes, struct pg_chat_msg *msgs,
 		  char *text, char *err, size_t err_len);
 
-/* ---- reload.c: limits and SIGHUP ---- */
+/* ---- reload.c: limits, access rules and SIGHUP ---- */
 
 /*
- * pgd_limits_resolve - d's limits as enforced (max_prompt, max_tokens,
- * max_payload) from d->cfg: the defaults resolved against the KV pool and
- * the submission arena.  At start (server.c) and after SIGHUP.
+ * pgd_limits_init - d->lim from d->cfg at start: the segments' geometry,
+ * the vocabulary, and the limits (pgd_limits_resolve).  Returns 0, or -1
+ * with a message in err (bad segment geometry).
+ */
+int pgd_limits_init(struct pgd *d, char *err, size_t err_len);
+
+/*
+ * pgd_limits_resolve - the limits SIGHUP may change (max_prompt,
+ * max_tokens, max_payload) from d->cfg: the defaults resolved against the
+ * KV pool and the submission arena.  At start and after SIGHUP.
  */
 void pgd_limits_resolve(struct pgd *d);
 
 /*
+ * pgd_access_set - d's access rules become *fresh (taken over; NULL: none
+ * left, at stop); the old ones are freed.  The one way d->access changes.
+ */
+void pgd_access_set(struct pgd *d, struct pgd_access *fresh);
+
+/*
  * pgd_reload - SIGHUP: read the configuration again and apply what can
- * change at run time (reload.c); logs every change and every error.
+ * change at run time; logs every change and every error.
  */
 void pgd_reload(struct pgd *d);
 

@@ -7,16 +7,19 @@
  * runs.  A file with errors changes nothing: every error is logged.
  *
  * Runs on the loop thread between two iterations, like everything that
- * touches struct pgd.  Which keys reload is config.c's table; the limits
- * as enforced are resolved here, at start (server.c) and on SIGHUP;
- * request.c enforces them.
+ * touches struct pgd.  Which keys reload is config.c's table.  This file
+ * alone writes the rules as enforced (d->lim, d->access): resolved here
+ * at start (server.c) and on SIGHUP; request.c, session.c and server.c
+ * read them.  It calls into config.c, request.c (the prompt scratch) and
+ * session.c (the segment headers), never back into server.c.
  */
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/engine/forward.h"
+#include "daemon/engine/model.h"
 #include "daemon/log.h"
 
 static void log_error(void *ctx, const char *msg)
@@ -61,51 +64,52 @@ static enum pgd_log_level current_level(void)
 void pgd_limits_resolve(struct pgd *d)
 {
 	const struct pgd_config *cfg = d->cfg;
+	struct pgd_limits *lim = &d->lim;
 	int pool = pg_forward_n_pages(d->fw) * pg_forward_page_tokens(d->fw);
 
-	d->max_prompt = cfg->max_prompt > 0 ? cfg->max_prompt : pool;
-	d->max_tokens = cfg->max_tokens;
-	d->max_payload = cfg->max_payload ? cfg->max_payload : cfg->sq_arena;
-	if (d->max_payload > cfg->sq_arena) {
+	lim->max_prompt = cfg->max_prompt > 0 ? cfg->max_prompt : pool;
+	lim->max_tokens = cfg->max_tokens;
+	lim->max_payload = cfg->max_payload ? cfg->max_payload : cfg->sq_arena;
+	if (lim->max_payload > cfg->sq_arena) {
 		pgd_log(PGD_LOG_WARN, "--max-payload %u is more than the submission arena holds: %u bytes",
-			d->max_payload, cfg->sq_arena);
-		d->max_payload = cfg->sq_arena;
+			lim->max_payload, cfg->sq_arena);
+		lim->max_payload = cfg->sq_arena;
 	}
+}
+
+int pgd_limits_init(struct pgd *d, char *err, size_t err_len)
+{
+	const struct pgd_config *cfg = d->cfg;
+
+	if (pg_seg_layout(&d->lim.layout, cfg->sq_slots, cfg->cq_slots,
+			  cfg->sq_arena, cfg->cq_arena)) {
+		snprintf(err, err_len, "bad segment geometry: ring slots must be powers of two from %u to %u, arenas from %u bytes to %u MiB",
+			 PG_SEG_MIN_SLOTS, PG_SEG_MAX_SLOTS, PG_SEG_MIN_ARENA,
+			 PG_SEG_MAX_ARENA >> 20);
+		return -1;
+	}
+	pgd_limits_resolve(d);
+	d->lim.n_vocab = d->m->hp.n_vocab;
+	return 0;
+}
+
+void pgd_access_set(struct pgd *d, struct pgd_access *fresh)
+{
+	pgd_access_free(&d->access);
+	if (fresh)
+		d->access = *fresh;
 }
 
 /* The prompt scratch must hold max_prompt ids; keep the old limit if not. */
-static void grow_ids(struct pgd *d)
+static void fit_prompt(struct pgd *d)
 {
-	int32_t *ids;
+	int cap = pgd_requests_fit_prompt(d, d->lim.max_prompt);
 
-	if (d->max_prompt <= d->ids_cap)
+	if (cap >= d->lim.max_prompt)
 		return;
-	ids = realloc(d->ids, sizeof(*ids) * (size_t)d->max_prompt);
-	if (!ids) {
-		pgd_log(PGD_LOG_ERROR, "SIGHUP: out of memory for prompts of %d tokens: max_prompt stays %d",
-			d->max_prompt, d->ids_cap);
-		d->max_prompt = d->ids_cap;
-		return;
-	}
-	d->ids = ids;
-	d->ids_cap = d->max_prompt;
-}
-
-/*
- * Connected clients read their limits from their segment's header
- * (libpagoda checks a request against them before sending it).
- */
-static void update_headers(struct pgd *d)
-{
-	for (int i = 0; i < d->n_live; i++) {
-		struct pg_seg_header *h = d->live[i]->hdr;
-
-		__atomic_store_n(&h->max_inflight, (uint32_t)d->cfg->max_inflight,
-				 __ATOMIC_RELAXED);
-		__atomic_store_n(&h->max_prompt, (uint32_t)d->max_prompt, __ATOMIC_RELAXED);
-		__atomic_store_n(&h->max_tokens, (uint32_t)d->max_tokens, __ATOMIC_RELAXED);
-		__atomic_store_n(&h->max_payload, d->max_payload, __ATOMIC_RELAXED);
-	}
+	pgd_log(PGD_LOG_ERROR, "SIGHUP: out of memory for prompts of %d tokens: max_prompt stays %d",
+		d->lim.max_prompt, cap);
+	d->lim.max_prompt = cap;
 }
 
 /*
@@ -131,11 +135,13 @@ static void apply(struct pgd *d, struct pgd_conf *fresh,
 		return;
 	}
 	pgd_log_set_level(o.level_changed ? (enum pgd_log_level)conf->log_level : level);
-	pgd_access_free(&d->access);
-	d->access = *access;
+	pgd_access_set(d, access);
 	pgd_limits_resolve(d);
-	grow_ids(d);
-	update_headers(d);
+	fit_prompt(d);
+	/* connected clients read their limits from their segment's header
+	   (libpagoda checks a request against them before sending it) */
+	for (int i = 0; i < d->n_live; i++)
+		pgd_session_set_limits(d, d->live[i]);
 	pgd_log(PGD_LOG_INFO, "SIGHUP: %s read again: %d change%s applied, %d to apply at the next start",
 		pgd_conf_path(conf), o.n_applied, o.n_applied == 1 ? "" : "s",
 		o.n_restart);

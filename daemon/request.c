@@ -59,11 +59,32 @@ int pgd_requests_init(struct pgd *d)
 		n <<= 1;
 	d->by_engine = calloc(n, sizeof(*d->by_engine));
 	d->by_engine_mask = n - 1;
-	return d->by_engine ? 0 : -1;
+	d->payload = malloc((size_t)d->cfg->sq_arena + 1);	/* any max_payload */
+	d->ids_cap = d->lim.max_prompt;
+	d->ids = malloc(sizeof(*d->ids) * (size_t)d->ids_cap);
+	return d->by_engine && d->payload && d->ids ? 0 : -1;
+}
+
+int pgd_requests_fit_prompt(struct pgd *d, int n)
+{
+	int32_t *ids;
+
+	if (n <= d->ids_cap)
+		return d->ids_cap;
+	ids = realloc(d->ids, sizeof(*ids) * (size_t)n);
+	if (!ids)
+		return d->ids_cap;
+	d->ids = ids;
+	d->ids_cap = n;
+	return n;
 }
 
 void pgd_requests_free(struct pgd *d)
 {
+	free(d->payload);
+	free(d->ids);
+	d->payload = NULL;
+	d->ids = NULL;
 	if (!d->by_engine)
 		return;
 	for (uint32_t i = 0; i <= d->by_engine_mask; i++)
@@ -201,8 +222,9 @@ static int pool_tokens(const struct pgd *d)
 }
 
 /*
- * A prompt of n tokens over d->max_prompt: the message names the cap that
- * was hit, --max-prompt when it was set, else the KV pool it defaults to.
+ * A prompt of n tokens over d->lim.max_prompt: the message names the cap
+ * that was hit, --max-prompt when it was set, else the KV pool it
+ * defaults to.
  */
 static void prompt_too_big(struct pgd *d, struct pgd_client *c, uint64_t req_id,
 			   long long n)
@@ -210,7 +232,7 @@ static void prompt_too_big(struct pgd *d, struct pgd_client *c, uint64_t req_id,
 	if (d->cfg->max_prompt > 0)
 		pgd_reply_error(d, c, req_id, PG_ETOOBIG, 1,
 				"the prompt has %lld tokens, over the daemon's limit of %d (--max-prompt): shorten it, or raise the limit",
-				n, d->max_prompt);
+				n, d->lim.max_prompt);
 	else
 		pgd_reply_error(d, c, req_id, PG_ETOOBIG, 1,
 				"the prompt has %lld tokens, more than the KV pool holds (%d pages of %d tokens = %d): shorten it, or give pagodad a larger pool (--ctx-size or --kv-size)",
@@ -229,15 +251,15 @@ static int given_ids(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e
 		    bytes);
 		return -1;
 	}
-	if (n > (uint32_t)d->max_prompt) {
+	if (n > (uint32_t)d->lim.max_prompt) {
 		prompt_too_big(d, c, e->req_id, n);
 		return -1;
 	}
 	memcpy(d->ids, p, bytes);
 	for (uint32_t i = 0; i < n; i++)
-		if (d->ids[i] < 0 || d->ids[i] >= d->n_vocab) {
+		if (d->ids[i] < 0 || d->ids[i] >= d->lim.n_vocab) {
 			BAD(d, c, e, "prompt token %u (id %d) is out of range: the vocabulary has %d tokens",
-			    i, d->ids[i], d->n_vocab);
+			    i, d->ids[i], d->lim.n_vocab);
 			return -1;
 		}
 	return (int)n;
@@ -305,10 +327,10 @@ static int gen_params(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 		BAD(d, c, e, "n = %u samples: give 1 to %d", g->n, PGD_MAX_SAMPLES);
 		return -1;
 	}
-	if (g->max_tokens > (uint32_t)d->max_tokens) {
+	if (g->max_tokens > (uint32_t)d->lim.max_tokens) {
 		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
 				"max_tokens %u is over the daemon's limit of %d (--max-tokens)",
-				g->max_tokens, d->max_tokens);
+				g->max_tokens, d->lim.max_tokens);
 		return -1;
 	}
 	if (g->n_logprobs > PG_MAX_LOGPROBS) {
@@ -357,7 +379,7 @@ static int gen_max_tokens(struct pgd *d, struct pgd_client *c,
 				n_prompt, pool);
 		return -1;
 	}
-	return room < d->max_tokens ? room : d->max_tokens;
+	return room < d->lim.max_tokens ? room : d->lim.max_tokens;
 }
 
 static enum pg_error engine_code(int rc)
@@ -396,7 +418,7 @@ static void gen_submit(struct pgd *d, struct pgd_client *c, struct pgd_req *r,
 		return;
 	}
 	engine_insert(d, r);
-	pgd_stats_submitted(d->stats, c, q->n_prompt);
+	pgd_stats_submitted(d->stats, &r->st, q->n_prompt);
 }
 
 static struct pgd_req *req_new(struct pgd *d, struct pgd_client *c,
@@ -410,6 +432,8 @@ static struct pgd_req *req_new(struct pgd *d, struct pgd_client *c,
 		return NULL;
 	}
 	r->req_id = e->req_id;
+	r->st.slot = c->slot;
+	r->st.id = c->id;
 	r->text = !!(g->flags & PG_GEN_TEXT);
 	r->n_samples = g->n ? (int)g->n : 1;
 	r->seed = q->sampling.seed;
@@ -469,7 +493,6 @@ static struct pgd_tokjob *job_new(struct pgd *d, struct pgd_client *c,
 static void job_start(struct pgd *d, struct pgd_client *c, struct pgd_tokjob *j)
 {
 	c->tok_bytes += j->bytes;
-	d->n_tokjobs++;
 	pgd_tok_submit(d, j);
 }
 
@@ -582,7 +605,7 @@ static void generate_finish(struct pgd *d, struct pgd_client *c,
 		return;
 	r->job = NULL;
 	j->r = NULL;
-	if (c->dead || j->code || j->n_ids > d->max_prompt || !j->n_ids) {
+	if (c->dead || j->code || j->n_ids > d->lim.max_prompt || !j->n_ids) {
 		client_unlink(c, r);
 		free(r);
 	}
@@ -590,11 +613,11 @@ static void generate_finish(struct pgd *d, struct pgd_client *c,
 		return;
 	if (j->code)
 		pgd_reply_error(d, c, j->req_id, j->code, 1, "%s", j->msg);
-	else if (j->n_ids > d->max_prompt)
+	else if (j->n_ids > d->lim.max_prompt)
 		prompt_too_big(d, c, j->req_id, (long long)j->n_ids);
 	else if (!j->n_ids)
 		pgd_reply_error(d, c, j->req_id, PG_EINVAL, 1, "the prompt is empty: it gives no tokens");
-	if (j->code || j->n_ids > d->max_prompt || !j->n_ids)
+	if (j->code || j->n_ids > d->lim.max_prompt || !j->n_ids)
 		return;
 	j->q.prompt = j->ids;
 	j->q.n_prompt = (int)j->n_ids;
@@ -622,7 +645,6 @@ void pgd_tok_finish(struct pgd *d, struct pgd_tokjob *j)
 {
 	struct pgd_client *c = job_client(d, j);
 
-	d->n_tokjobs--;
 	if (c) {
 		c->tok_bytes -= j->bytes;
 		if (j->op == PG_OP_TOKENIZE)
@@ -732,9 +754,9 @@ static void op_detokenize(struct pgd *d, struct pgd_client *c,
 	}
 	for (uint32_t i = 0; i < len / 4; i++) {
 		memcpy(&id, buf + 4 * i, 4);
-		if (id < 0 || id >= d->n_vocab) {
+		if (id < 0 || id >= d->lim.n_vocab) {
 			BAD(d, c, e, "token %u (id %d) is out of range: the vocabulary has %d tokens",
-			    i, id, d->n_vocab);
+			    i, id, d->lim.n_vocab);
 			return;
 		}
 	}
@@ -862,10 +884,10 @@ static int copy_payload(struct pgd *d, struct pgd_client *c, const struct pg_sqe
 		    e->payload_off, e->payload_len, c->sq_arena_bytes);
 		return -1;
 	}
-	if (e->payload_len > d->max_payload) {
+	if (e->payload_len > d->lim.max_payload) {
 		pgd_reply_error(d, c, e->req_id, PG_ETOOBIG, 1,
 				"the payload of %u bytes is over the daemon's limit of %u bytes (--max-payload)",
-				e->payload_len, d->max_payload);
+				e->payload_len, d->lim.max_payload);
 		return -1;
 	}
 	memcpy(d->payload, c->sq_arena + e->payload_off, e->payload_len);
@@ -972,7 +994,7 @@ void pgd_on_event(void *ctx, const struct pg_engine_event *ev)
 
 	if (!r)
 		return;
-	pgd_stats_event(d->stats, r, ev);
+	pgd_stats_event(d->stats, &r->st, ev);
 	if (r->c && !r->c->dead) {
 		if (ev->type == PG_ENGINE_EV_TOKEN)
 			send_token(d, r, ev);

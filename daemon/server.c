@@ -25,8 +25,10 @@
  * rings a client only when the client said so.
  *
  * Requests and completions are request.c's and session.c's; access rules
- * are access.c's; the io_uring, its tags and their dispatch loop.c's; the
- * socket file and peer credentials listen.c's.
+ * are access.c's (and reload.c's, which sets them); the io_uring, its tags
+ * and their dispatch loop.c's; the socket file and peer credentials
+ * listen.c's; the tokenizing workers' eventfd tokwork.c's; the statistics'
+ * publications go through control.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +48,7 @@
 #include "common/clock.h"
 #include "common/spin.h"
 #include "daemon/admin.h"
+#include "daemon/control.h"
 #include "daemon/daemon.h"
 #include "daemon/engine/chat.h"
 #include "daemon/engine/engine.h"
@@ -95,7 +98,6 @@ enum op_kind {
 	OP_WAKE,		/* a write to a client's completion doorbell */
 	OP_WATCHDOG,		/* time for the service manager's ping */
 	OP_EXIT,		/* slot: client; its pidfd's poll */
-	OP_TOKDONE,		/* a read of the tokenizing worker's eventfd */
 };
 
 static uint64_t tag(const struct pgd *d, enum op_kind k, uint32_t slot, uint64_t serial)
@@ -154,21 +156,6 @@ static void arm_hup(struct pgd *d, struct pgd_client *c)
 	io_uring_prep_poll_add(sqe, c->sock, POLLRDHUP | POLLHUP | POLLERR);
 	sqe->user_data = ud;
 	c->hup_armed = 1;
-}
-
-/* The tokenizing worker finishing a job. */
-static void arm_tok(struct pgd *d)
-{
-	struct io_uring_sqe *sqe;
-
-	if (d->tok_armed)
-		return;
-	sqe = get_sqe(d, tag(d, OP_TOKDONE, 0, 0));
-	if (!sqe)
-		return;
-	io_uring_prep_read(sqe, pgd_tok_fd(d), &d->tok_buf, sizeof(d->tok_buf), 0);
-	sqe->user_data = tag(d, OP_TOKDONE, 0, 0);
-	d->tok_armed = 1;
 }
 
 /* The client's process exiting: its pidfd polls readable. */
@@ -411,6 +398,7 @@ static void add_client(struct pgd *d, struct pgd_client *c)
 {
 	d->slots[c->slot] = c;
 	d->live[d->n_live++] = c;
+	pgd_stats_client_join(d->stats, c->slot, c->id, c->pid);
 	arm_hup(d, c);
 	arm_exit(d, c);
 	arm_bell(d, c);
@@ -627,7 +615,7 @@ static void wait_hello(struct pgd *d, int fd, const struct ucred *cr)
 		return;
 	}
 	pgd_loop_reserve(&d->loop, 2);	/* the pair stays linked */
-	hs->serial = ++d->next_serial;
+	hs->serial = pgd_session_serial(d);
 	sqe = get_sqe(d, tag(d, OP_HELLO, (uint32_t)(hs - d->hs), hs->serial));
 	if (!sqe) {
 		close(fd);
@@ -781,14 +769,6 @@ static void on_cqe(void *ctx, unsigned op, uint32_t slot, uint32_t gen, int res)
 		pgd_notify("WATCHDOG=1");
 		arm_watchdog(d);
 		return;
-	case OP_TOKDONE:	/* the jobs are collected every iteration */
-		d->tok_armed = 0;
-		if (res > 0)
-			arm_tok(d);
-		else if (res != -ECANCELED)
-			pgd_log(PGD_LOG_ERROR, "reading the tokenizing worker's eventfd: %s",
-				strerror(-res));
-		return;
 	case OP_HUP:
 	case OP_EXIT:
 	case OP_BELL:
@@ -841,6 +821,7 @@ static void close_client(struct pgd *d, struct pgd_client *c)
 	if (c->exit_armed)
 		cancel_op(d, tag(d, OP_EXIT, slot, c->serial));
 	d->slots[slot] = NULL;
+	pgd_stats_client_leave(d->stats, slot);
 	pgd_tok_forget(d, slot);	/* its jobs not begun are dropped */
 	for (int i = 0; i < d->n_live; i++)
 		if (d->live[i] == c) {
@@ -933,7 +914,8 @@ static void engine_step(struct pgd *d)
 
 	pgd_stats_step_begin(d->stats);
 	rc = pg_engine_step(d->engine);
-	pgd_stats_step_end(d, rc);	/* before the clients see the step */
+	if (pgd_stats_step_end(d->stats, rc))	/* idle: before the clients see the step */
+		pgd_ctl_publish(d, PGD_CTL_PUBLISH_NOW);
 	if (rc < 0 && d->step_errors++ < 100)
 		pgd_log(PGD_LOG_ERROR, "%s", pg_engine_last_error(d->engine));
 	publish_step(d);
@@ -984,7 +966,7 @@ static void run_loop(struct pgd *d)
 		if (d->n_dead)
 			close_dead(d);
 		pgd_admin_tick(d->admin);
-		pgd_stats_tick(d, 0);
+		pgd_ctl_publish(d, PGD_CTL_PUBLISH_DUE);
 		pgd_notify_serving(d->n_live);
 		arm_accept(d);
 		pgd_loop_flush(&d->loop);
@@ -993,7 +975,8 @@ static void run_loop(struct pgd *d)
 		} else if (d->now - idle_since < d->cfg->spin_us * 1e-6) {	/* SIGHUP may change it */
 			pg_cpu_relax();
 		} else {
-			pgd_stats_tick(d, 1);	/* an idle daemon's figures are final */
+			/* an idle daemon's figures are final */
+			pgd_ctl_publish(d, PGD_CTL_PUBLISH_CHANGED);
 			sleep_until_woken(d);
 			idle_since = pg_now_s();
 		}
@@ -1011,23 +994,6 @@ static uint64_t new_generation(void)
 	return g ? g : 1;
 }
 
-/* The segments' geometry and the limits as enforced. */
-static int resolve_limits(struct pgd *d, char *err, size_t err_len)
-{
-	const struct pgd_config *cfg = d->cfg;
-
-	if (pg_seg_layout(&d->layout, cfg->sq_slots, cfg->cq_slots,
-			  cfg->sq_arena, cfg->cq_arena)) {
-		snprintf(err, err_len, "bad segment geometry: ring slots must be powers of two from %u to %u, arenas from %u bytes to %u MiB",
-			 PG_SEG_MIN_SLOTS, PG_SEG_MAX_SLOTS, PG_SEG_MIN_ARENA,
-			 PG_SEG_MAX_ARENA >> 20);
-		return -1;
-	}
-	pgd_limits_resolve(d);
-	d->n_vocab = d->m->hp.n_vocab;
-	return 0;
-}
-
 static int alloc_tables(struct pgd *d)
 {
 	size_t n = (size_t)d->cfg->max_clients;
@@ -1035,13 +1001,9 @@ static int alloc_tables(struct pgd *d)
 	d->slots = calloc(n, sizeof(*d->slots));
 	d->live = calloc(n, sizeof(*d->live));
 	d->bell_buf = calloc(n, sizeof(*d->bell_buf));
-	d->payload = malloc((size_t)d->cfg->sq_arena + 1);	/* any max_payload */
-	d->ids_cap = d->max_prompt;
-	d->ids = malloc(sizeof(*d->ids) * (size_t)d->ids_cap);
 	for (int i = 0; i < PGD_HS_SLOTS; i++)
 		d->hs[i].fd = -1;
-	return d->slots && d->live && d->bell_buf && d->payload && d->ids &&
-	       !pgd_requests_init(d) ? 0 : -1;
+	return d->slots && d->live && d->bell_buf && !pgd_requests_init(d) ? 0 : -1;
 }
 
 static int start_engine(struct pgd *d, char *err, size_t err_len)
@@ -1094,6 +1056,11 @@ static int start_ring(struct pgd *d, char *err, size_t err_len)
  */
 static int open_stats(struct pgd *d, char *err, size_t err_len)
 {
+	struct pgd_stats_setup su = { .cfg = d->cfg, .m = d->m, .fw = d->fw,
+				      .engine = d->engine,
+				      .generation = d->generation,
+				      .max_prompt = d->lim.max_prompt,
+				      .max_tokens = d->lim.max_tokens };
 	struct pgd_stats_admin adm = { "", "", (gid_t)-1 };
 	char name[64], why[256];
 
@@ -1105,28 +1072,31 @@ static int open_stats(struct pgd *d, char *err, size_t err_len)
 					  sizeof(name), why, sizeof(why))) {
 		adm.gid = (gid_t)-1;
 	}
-	return pgd_stats_open(d, &adm, err, err_len);
+	su.admin = adm;
+	return pgd_stats_open(&su, &d->stats, err, err_len);
 }
 
 static int daemon_start(struct pgd *d, char *err, size_t err_len)
 {
 	uint64_t wd_ns = pgd_notify_watchdog_ns();
+	struct pgd_access access;
 
 	d->generation = new_generation();
 	pgd_listener_init(&d->listener);
 	d->sig_fd = -1;
 	d->watchdog_ts.tv_sec = (long long)(wd_ns / 1000000000u);
 	d->watchdog_ts.tv_nsec = (long long)(wd_ns % 1000000000u);
-	if (resolve_limits(d, err, err_len) ||
-	    pgd_access_init(&d->access, d->cfg->allow_users,
+	if (pgd_limits_init(d, err, err_len) ||
+	    pgd_access_init(&access, d->cfg->allow_users,
 			    d->cfg->allow_groups, err, err_len))
 		return -1;
+	pgd_access_set(d, &access);
 	if (alloc_tables(d)) {
 		snprintf(err, err_len, "out of memory for the daemon's tables");
 		return -1;
 	}
 	if (start_engine(d, err, err_len) || pgd_tok_start(d, err, err_len) ||
-	    start_ring(d, err, err_len) ||
+	    start_ring(d, err, err_len) || pgd_tok_attach(d, err, err_len) ||
 	    listen_socket(d, err, err_len) ||
 	    pgd_admin_open(d, &d->admin, err, err_len) ||
 	    open_stats(d, err, err_len))
@@ -1134,7 +1104,6 @@ static int daemon_start(struct pgd *d, char *err, size_t err_len)
 	arm_signal(d);
 	arm_accept(d);
 	arm_watchdog(d);
-	arm_tok(d);
 	pgd_loop_submit(&d->loop);
 	return 0;
 }
@@ -1159,8 +1128,8 @@ static void log_start(const struct pgd *d)
 		pg_forward_numerics(d->fw) == PG_NUMERICS_LLAMA_CPP ?
 		"; llama.cpp numerics" : "", packed);
 	pgd_log(PGD_LOG_INFO, "limits: %d clients, %d requests in flight each, prompts of %d tokens, %d tokens generated, payloads of %u bytes",
-		d->cfg->max_clients, d->cfg->max_inflight, d->max_prompt,
-		d->max_tokens, d->max_payload);
+		d->cfg->max_clients, d->cfg->max_inflight, d->lim.max_prompt,
+		d->lim.max_tokens, d->lim.max_payload);
 	pgd_log(PGD_LOG_INFO, "listening on %s (mode %04o); generation %016llx; pid %d",
 		d->cfg->socket_path, d->cfg->socket_mode,
 		(unsigned long long)d->generation, (int)getpid());
@@ -1191,19 +1160,18 @@ static void daemon_stop(struct pgd *d)
 	pgd_tok_stop(d);	/* after the clients: frees what waits for it */
 	pgd_admin_close(d->admin);	/* after the io_uring: it wrote into them */
 	d->admin = NULL;
-	pgd_stats_close(d);
+	pgd_stats_close(d->stats);
+	d->stats = NULL;
 	pgd_listen_close(&d->listener);
 	if (d->sig_fd >= 0)
 		close(d->sig_fd);
 	pg_engine_destroy(d->engine);	/* sends no events */
 	pgd_requests_free(d);
-	pgd_access_free(&d->access);
+	pgd_access_set(d, NULL);
 	free(d->chat_system);
 	free(d->slots);
 	free(d->live);
 	free(d->bell_buf);
-	free(d->payload);
-	free(d->ids);
 }
 
 int pgd_serve(const struct pgd_config *cfg, const struct pg_model *m,

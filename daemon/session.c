@@ -6,7 +6,9 @@
  * client), and the last words when a client goes.
  *
  * It does not read submissions (request.c) nor touch the socket beyond
- * closing it (server.c does the handshake).
+ * closing it (server.c does the handshake).  Of struct pgd it writes only
+ * the identities it gives (next_client_id, next_serial) and the count of
+ * clients marked dead; the limits it copies are reload.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,24 +35,37 @@
 /* The segment's header: the layout's geometry, identity and limits. */
 static void write_header(const struct pgd *d, struct pgd_client *c)
 {
+	const struct pgd_limits *lim = &d->lim;
 	struct pg_seg_header *h = c->hdr;
 
-	memcpy(h, &d->layout, sizeof(*h));
+	memcpy(h, &lim->layout, sizeof(*h));
 	h->generation = d->generation;
 	h->client_id = c->id;
 	h->max_inflight = (uint32_t)d->cfg->max_inflight;
-	h->max_prompt = (uint32_t)d->max_prompt;
-	h->max_tokens = (uint32_t)d->max_tokens;
-	h->max_payload = d->max_payload;
-	h->n_vocab = (uint32_t)d->n_vocab;
+	h->max_prompt = (uint32_t)lim->max_prompt;
+	h->max_tokens = (uint32_t)lim->max_tokens;
+	h->max_payload = lim->max_payload;
+	h->n_vocab = (uint32_t)lim->n_vocab;
 	snprintf(h->model, sizeof(h->model), "%s", d->m->name);
+}
+
+void pgd_session_set_limits(const struct pgd *d, struct pgd_client *c)
+{
+	const struct pgd_limits *lim = &d->lim;
+	struct pg_seg_header *h = c->hdr;
+
+	__atomic_store_n(&h->max_inflight, (uint32_t)d->cfg->max_inflight,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&h->max_prompt, (uint32_t)lim->max_prompt, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->max_tokens, (uint32_t)lim->max_tokens, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->max_payload, lim->max_payload, __ATOMIC_RELAXED);
 }
 
 /* Create, size, map and seal the memfd; lay the rings and arenas over it. */
 static int map_segment(const struct pgd *d, struct pgd_client *c, char *err,
 		       size_t err_len)
 {
-	const struct pg_seg_header *l = &d->layout;
+	const struct pg_seg_header *l = &d->lim.layout;
 	char name[32];
 
 	snprintf(name, sizeof(name), "pagoda-client-%u", c->id);
@@ -98,6 +113,11 @@ static uint32_t pow2_at_least(uint32_t n)
 	return p;
 }
 
+uint64_t pgd_session_serial(struct pgd *d)
+{
+	return ++d->next_serial;
+}
+
 struct pgd_client *pgd_session_create(struct pgd *d, int slot, int fd,
 				      pid_t pid, uid_t uid, gid_t gid,
 				      char *err, size_t err_len)
@@ -113,7 +133,7 @@ struct pgd_client *pgd_session_create(struct pgd *d, int slot, int fd,
 	if (++d->next_client_id == 0)	/* after 2^32 connections */
 		d->next_client_id = 1;
 	c->id = d->next_client_id;
-	c->serial = ++d->next_serial;
+	c->serial = pgd_session_serial(d);
 	c->sock = fd;
 	c->memfd = c->sq_bell = c->cq_bell = c->pidfd = -1;
 	c->pid = pid;

@@ -9,8 +9,10 @@
  * most every interval_ms while the engine is busy, at once when a step
  * leaves the engine idle (before the step's completions reach their
  * clients, so a client that saw its last DONE also sees it counted), and
- * before the loop sleeps.  It is not the admin socket (admin.c) and never
- * reads anything a reader wrote.
+ * before the loop sleeps; the caller (control.c, pgd_ctl_publish) decides
+ * with pgd_stats_due and hands in what the daemon looks like.  It is not
+ * the admin socket (admin.c), never reads anything a reader wrote, and
+ * never sees the daemon's structures (daemon.h).
  *
  * Two files: the public figures (0644, or 0640 in the socket's group),
  * and the per-client table (who runs what: pid, uid, command name) in a
@@ -32,13 +34,13 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "daemon/daemon.h"
 #include "daemon/listen.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/forward.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/plan.h"
 #include "daemon/log.h"
+#include "daemon/server.h"
 #include "daemon/stats.h"
 #include "wire/stats_layout.h"
 
@@ -47,7 +49,9 @@
 
 /* One client slot's figures, for the client that holds it now. */
 struct client_acc {
-	uint64_t serial;	/* the client these are of (0: none yet) */
+	uint32_t id;		/* the client these are of (0: none) */
+	pid_t pid;		/* its process */
+	int comm_read;		/* comm holds its command name */
 	char comm[16];
 	uint64_t requests, done, prompt_tokens, generated_tokens;
 };
@@ -64,6 +68,8 @@ struct seg_file {
 };
 
 struct pgd_stats {
+	const struct pg_engine *engine;	/* the daemon's, read only */
+	const struct pg_forward *fw;
 	struct seg_file pub;		/* the public figures */
 	struct seg_file cli;		/* the per-client table */
 	struct pg_stats_header *h;		/* in pub */
@@ -90,8 +96,7 @@ struct pgd_stats {
 	double ev_time;			/* this step's events' time (0: unread) */
 	/* what the last publication saw */
 	int dirty;
-	uint64_t seen_serial;
-	int seen_live;
+	struct pgd_stats_view seen;
 };
 
 static int64_t unix_ns(void)
@@ -166,37 +171,62 @@ static void read_comm(pid_t pid, char *out, size_t len)
 	out[strcspn(out, "\n")] = '\0';
 }
 
-/* c's figures, started afresh when c is new in its slot. */
-static struct client_acc *client_acc(struct pgd_stats *s, const struct pgd_client *c)
+/* The figures of the client `id` in slot, or NULL when it is not there. */
+static struct client_acc *client_acc(struct pgd_stats *s, uint32_t slot, uint32_t id)
 {
-	struct client_acc *a = &s->clients[c->slot];
+	struct client_acc *a;
 
-	if (a->serial != c->serial) {
-		memset(a, 0, sizeof(*a));
-		a->serial = c->serial;
-		read_comm(c->pid, a->comm, sizeof(a->comm));
+	if (slot >= (uint32_t)s->n_slots || !id)
+		return NULL;
+	a = &s->clients[slot];
+	if (a->id != id)
+		return NULL;
+	if (!a->comm_read) {	/* at first use: the process has named itself */
+		read_comm(a->pid, a->comm, sizeof(a->comm));
+		a->comm_read = 1;
 	}
 	return a;
 }
 
-void pgd_stats_submitted(struct pgd_stats *s, const struct pgd_client *c,
+void pgd_stats_client_join(struct pgd_stats *s, uint32_t slot, uint32_t id,
+			   pid_t pid)
+{
+	struct client_acc *a;
+
+	if (!s || slot >= (uint32_t)s->n_slots)
+		return;
+	a = &s->clients[slot];
+	memset(a, 0, sizeof(*a));
+	a->id = id;
+	a->pid = pid;
+}
+
+void pgd_stats_client_leave(struct pgd_stats *s, uint32_t slot)
+{
+	if (s && slot < (uint32_t)s->n_slots)
+		s->clients[slot].id = 0;
+}
+
+void pgd_stats_submitted(struct pgd_stats *s, const struct pgd_stats_req *r,
 			 int n_prompt)
 {
 	struct client_acc *a;
 
 	if (!s)
 		return;
-	a = client_acc(s, c);
-	a->requests++;
-	a->prompt_tokens += (uint64_t)n_prompt;
+	a = client_acc(s, r->slot, r->id);
+	if (a) {
+		a->requests++;
+		a->prompt_tokens += (uint64_t)n_prompt;
+	}
 	s->submitted++;
 	s->dirty = 1;
 }
 
-void pgd_stats_client(struct pgd_stats *s, const struct pgd_client *c,
+void pgd_stats_client(struct pgd_stats *s, uint32_t slot, uint32_t id,
 		      uint64_t *requests, uint64_t *tokens)
 {
-	const struct client_acc *a = s ? client_acc(s, c) : NULL;
+	const struct client_acc *a = s ? client_acc(s, slot, id) : NULL;
 
 	*requests = a ? a->requests : 0;
 	*tokens = a ? a->generated_tokens : 0;
@@ -236,25 +266,27 @@ static double event_time(struct pgd_stats *s)
 	return s->ev_time;
 }
 
-static void on_token(struct pgd_stats *s, struct pgd_req *r,
+static void on_token(struct pgd_stats *s, struct pgd_stats_req *r,
 		     const struct pg_engine_event *ev)
 {
+	struct client_acc *a = client_acc(s, r->slot, r->id);
 	double now = event_time(s);
 	int k = ev->sample;
 
-	if (r->c)
-		client_acc(s, r->c)->generated_tokens++;
-	if (k < 0 || k >= PGD_MAX_SAMPLES)
+	if (a)
+		a->generated_tokens++;
+	if (k < 0 || k >= PGD_STATS_MAX_SAMPLES)
 		return;
 	if (r->t_tok[k] > 0)
 		observe(s, PG_STATS_H_ITL, now - r->t_tok[k]);
 	r->t_tok[k] = now;
 }
 
-void pgd_stats_event(struct pgd_stats *s, struct pgd_req *r,
+void pgd_stats_event(struct pgd_stats *s, struct pgd_stats_req *r,
 		     const struct pg_engine_event *ev)
 {
 	const struct pg_request_figures *f = ev->fig;
+	struct client_acc *a;
 
 	if (!s)
 		return;
@@ -271,8 +303,9 @@ void pgd_stats_event(struct pgd_stats *s, struct pgd_req *r,
 		return;
 	if (f)
 		observe(s, PG_STATS_H_QUEUE, f->queue_s);
-	if (r->c)
-		client_acc(s, r->c)->done++;
+	a = client_acc(s, r->slot, r->id);
+	if (a)
+		a->done++;
 }
 
 void pgd_stats_step_begin(struct pgd_stats *s)
@@ -283,15 +316,12 @@ void pgd_stats_step_begin(struct pgd_stats *s)
 	}
 }
 
-static void publish(struct pgd *d);
-
-void pgd_stats_step_end(struct pgd *d, int rc)
+int pgd_stats_step_end(struct pgd_stats *s, int rc)
 {
-	struct pgd_stats *s = d->stats;
 	double t1;
 
 	if (!s)
-		return;
+		return 0;
 	t1 = pg_now_s();
 	s->ev_time = 0;		/* events outside a step read the clock */
 	if (rc)
@@ -300,10 +330,7 @@ void pgd_stats_step_end(struct pgd *d, int rc)
 		s->err_t[s->n_err++ % ERR_RING] = t1;
 		s->step_errors++;
 	}
-	if (pg_engine_idle(d->engine)) {
-		publish(d);
-		s->t_published = t1;
-	}
+	return pg_engine_idle(s->engine);
 }
 
 int pgd_stats_engine_errors(const struct pgd_stats *s, double window_s,
@@ -327,11 +354,11 @@ int pgd_stats_engine_errors(const struct pgd_stats *s, double window_s,
  * Written slots of the n_used used pages: a scan of the pool's page
  * states, which stops at the last used page (an idle engine uses none).
  */
-static void kv_slots(const struct pgd *d, int n_used, uint64_t *used,
+static void kv_slots(const struct pgd_stats *s, int n_used, uint64_t *used,
 		     uint64_t *waste)
 {
-	const struct pg_kvc *kvc = pg_engine_kvc(d->engine);
-	int n = pg_forward_n_pages(d->fw), pt = pg_forward_page_tokens(d->fw);
+	const struct pg_kvc *kvc = pg_engine_kvc(s->engine);
+	int n = pg_forward_n_pages(s->fw), pt = pg_forward_page_tokens(s->fw);
 	const int32_t *tokens;
 
 	*used = *waste = 0;
@@ -354,16 +381,15 @@ static uint64_t since(uint64_t now, uint64_t base)
 	return now >= base ? now - base : 0;
 }
 
-static void gather_counters(const struct pgd *d, struct pg_stats_counters *c)
+static void gather_counters(const struct pgd_stats *s, const struct pgd_stats_view *v,
+			    struct pg_stats_counters *c)
 {
-	const struct pgd_stats *s = d->stats;
 	const struct pg_engine_stats *b = &s->base;
 	struct pg_engine_stats st;
 
 	memset(c, 0, sizeof(*c));
-	pg_engine_stats(d->engine, &st);
-	for (int i = 0; i < d->n_live; i++)
-		c->requests_inflight += (uint64_t)d->live[i]->n_inflight;
+	pg_engine_stats(s->engine, &st);
+	c->requests_inflight = v->inflight;
 	c->seqs_running = (uint64_t)st.n_running;
 	c->seqs_waiting = (uint64_t)st.n_waiting;
 	c->requests_submitted = s->submitted;
@@ -382,7 +408,7 @@ static void gather_counters(const struct pgd *d, struct pg_stats_counters *c)
 	c->kv_free = (uint64_t)st.kv.n_free;
 	c->kv_used = (uint64_t)st.kv.n_used;
 	c->kv_cached = (uint64_t)st.kv.n_cached;
-	kv_slots(d, st.kv.n_used, &c->kv_slots_used, &c->kv_slots_waste);
+	kv_slots(s, st.kv.n_used, &c->kv_slots_used, &c->kv_slots_waste);
 	c->prefix_queries = since(st.kv.queries, b->kv.queries);
 	c->prefix_query_tokens = since(st.kv.query_tokens, b->kv.query_tokens);
 	c->prefix_hit_pages = since(st.kv.hit_pages, b->kv.hit_pages);
@@ -390,16 +416,16 @@ static void gather_counters(const struct pgd *d, struct pg_stats_counters *c)
 	c->prefix_evictions = since(st.kv.evictions, b->kv.evictions);
 	c->admin_evicted_pages = s->evicted;
 	c->cow_copies = since(st.kv.cow_copies, b->kv.cow_copies);
-	c->clients_connected = (uint64_t)d->n_live;
+	c->clients_connected = (uint64_t)v->clients;
 	c->admin_commands = s->admin_commands;
 }
 
-static void gather_device(const struct pgd *d, int i, struct pg_stats_device *o)
+static void gather_device(const struct pgd_stats *s, int i, struct pg_stats_device *o)
 {
-	const struct pg_forward_dev_stats *b = &d->stats->dev_base[i];
+	const struct pg_forward_dev_stats *b = &s->dev_base[i];
 	struct pg_forward_dev_stats f;
 
-	pg_forward_device_stats(d->fw, i, &f);
+	pg_forward_device_stats(s->fw, i, &f);
 	memset(o, 0, sizeof(*o));
 	snprintf(o->name, sizeof(o->name), "%s", f.name);
 	o->stage = f.stage;
@@ -418,11 +444,15 @@ static void gather_device(const struct pgd *d, int i, struct pg_stats_device *o)
 	o->n_recv = since(f.n_recv, b->n_recv);
 }
 
-static void write_client(struct pgd_stats *s, const struct pgd_client *c,
-			 struct pg_stats_client *o)
+static void write_client(struct pgd_stats *s, uint32_t slot,
+			 const struct pgd_stats_conn *c, struct pg_stats_client *o)
 {
-	const struct client_acc *a = client_acc(s, c);
+	const struct client_acc *a = client_acc(s, slot, c->id);
 
+	if (!a) {	/* not joined (pgd_stats_client_join): figures from now */
+		pgd_stats_client_join(s, slot, c->id, c->pid);
+		a = client_acc(s, slot, c->id);
+	}
 	memset(o, 0, sizeof(*o));
 	o->id = c->id;
 	o->pid = (int32_t)c->pid;
@@ -430,7 +460,7 @@ static void write_client(struct pgd_stats *s, const struct pgd_client *c,
 	o->gid = (uint32_t)c->gid;
 	memcpy(o->comm, a->comm, sizeof(o->comm));
 	o->connected_unix_ns = s->unix_at_start_ns + (int64_t)to_ns(c->since);
-	o->inflight = (uint64_t)c->n_inflight;
+	o->inflight = (uint64_t)c->inflight;
 	o->requests = a->requests;
 	o->done = a->done;
 	o->prompt_tokens = a->prompt_tokens;
@@ -452,72 +482,81 @@ static void seq_end(_Atomic uint64_t *seq, uint64_t *even)
 	atomic_store_explicit(seq, *even, memory_order_release);
 }
 
-static void publish_clients(struct pgd *d)
+int pgd_stats_due(const struct pgd_stats *s, double now, int clients,
+		  uint64_t serial, int force)
 {
-	struct pgd_stats *s = d->stats;
-
-	seq_begin(&s->ch->seq, s->cli.seq);
-	for (int i = 0; i < s->n_slots; i++) {
-		const struct pgd_client *cl = d->slots[i];
-
-		if (cl)
-			write_client(s, cl, &s->cli_tab[i]);
-		else if (s->cli_tab[i].id)
-			memset(&s->cli_tab[i], 0, sizeof(s->cli_tab[i]));
-	}
-	seq_end(&s->ch->seq, &s->cli.seq);
+	if (!s)
+		return 0;
+	if (!s->dirty && s->seen.clients == clients && s->seen.serial == serial)
+		return 0;
+	return force || now - s->t_published >= s->interval_s;
 }
 
-static void publish(struct pgd *d)
+void pgd_stats_publish_begin(struct pgd_stats *s, const struct pgd_stats_view *v)
 {
-	struct pgd_stats *s = d->stats;
-	struct pg_stats_header *h = s->h;
+	struct pg_stats_header *h;
 	struct pg_stats_counters c;
 	double now;
 
-	gather_counters(d, &c);
+	if (!s)
+		return;
+	h = s->h;
+	gather_counters(s, v, &c);
 	for (int i = 0; i < s->n_devices; i++)
-		gather_device(d, i, &s->dev_now[i]);
+		gather_device(s, i, &s->dev_now[i]);
 	now = pg_now_s();
 	seq_begin(&h->seq, s->pub.seq);
 	h->c = c;
 	memcpy(s->dev_tab, s->dev_now, sizeof(*s->dev_tab) * (size_t)s->n_devices);
 	memcpy(s->hist_tab, s->hist, sizeof(s->hist));
-	h->state = d->draining ? PG_STATS_DRAINING : PG_STATS_SERVING;
+	h->state = v->draining ? PG_STATS_DRAINING : PG_STATS_SERVING;
 	h->updated_unix_ns = unix_ns();
 	h->uptime_ns = to_ns(now - s->t_start);
 	h->reset_uptime_ns = s->t_reset > 0 ? to_ns(s->t_reset - s->t_start) : 0;
 	h->n_updates++;
 	seq_end(&h->seq, &s->pub.seq);
-	publish_clients(d);
+	s->seen = *v;
+	seq_begin(&s->ch->seq, s->cli.seq);
+}
+
+void pgd_stats_publish_client(struct pgd_stats *s, uint32_t slot,
+			      const struct pgd_stats_conn *conn)
+{
+	if (!s || slot >= (uint32_t)s->n_slots)
+		return;
+	if (conn)
+		write_client(s, slot, conn, &s->cli_tab[slot]);
+	else if (s->cli_tab[slot].id)
+		memset(&s->cli_tab[slot], 0, sizeof(s->cli_tab[slot]));
+}
+
+void pgd_stats_publish_end(struct pgd_stats *s, double at)
+{
+	if (!s)
+		return;
+	seq_end(&s->ch->seq, &s->cli.seq);
 	s->dirty = 0;
-	s->seen_live = d->n_live;
-	s->seen_serial = d->next_serial;
+	s->t_published = at;
 }
 
-void pgd_stats_tick(struct pgd *d, int force)
+/* The first publication, of a daemon with no client yet (at open). */
+static void publish_first(struct pgd_stats *s)
 {
-	struct pgd_stats *s = d->stats;
+	const struct pgd_stats_view v = { 0 };
 
-	if (!s)
-		return;
-	if (!s->dirty && s->seen_live == d->n_live && s->seen_serial == d->next_serial)
-		return;
-	if (!force && d->now - s->t_published < s->interval_s)
-		return;
-	publish(d);
-	s->t_published = d->now;
+	pgd_stats_publish_begin(s, &v);
+	for (int i = 0; i < s->n_slots; i++)
+		pgd_stats_publish_client(s, (uint32_t)i, NULL);
+	pgd_stats_publish_end(s, 0);
 }
 
-void pgd_stats_reset(struct pgd *d)
+void pgd_stats_reset(struct pgd_stats *s)
 {
-	struct pgd_stats *s = d->stats;
-
 	if (!s)
 		return;
-	pg_engine_stats(d->engine, &s->base);
+	pg_engine_stats(s->engine, &s->base);
 	for (int i = 0; i < s->n_devices; i++)
-		pg_forward_device_stats(d->fw, i, &s->dev_base[i]);
+		pg_forward_device_stats(s->fw, i, &s->dev_base[i]);
 	memset(s->hist, 0, sizeof(s->hist));
 	for (int i = 0; i < s->n_slots; i++) {
 		struct client_acc *a = &s->clients[i];
@@ -527,8 +566,7 @@ void pgd_stats_reset(struct pgd *d)
 	s->submitted = s->refused = s->evicted = s->admin_commands = 0;
 	s->step_errors = 0;
 	s->t_reset = pg_now_s();
-	publish(d);
-	s->t_published = d->now;
+	s->dirty = 1;
 }
 
 /* ---- the segments ---- */
@@ -617,19 +655,19 @@ static void copy_str(char *dst, size_t len, const char *src)
 }
 
 /* The facts that do not change while the daemon runs. */
-static void write_static(const struct pgd *d, const struct pgd_stats_admin *adm,
-			 struct pgd_stats *s)
+static void write_static(const struct pgd_stats_setup *su, struct pgd_stats *s)
 {
 	struct pg_stats_header *h = s->h;
-	const struct pg_hparams *hp = &d->m->hp;
-	const struct pg_plan *plan = pg_forward_plan(d->fw);
-	const struct pgd_config *cfg = d->cfg;
+	const struct pg_hparams *hp = &su->m->hp;
+	const struct pg_plan *plan = pg_forward_plan(su->fw);
+	const struct pgd_config *cfg = su->cfg;
+	const struct pgd_stats_admin *adm = &su->admin;
 
 	h->magic = PG_STATS_MAGIC;
 	h->version = PG_STATS_VERSION;
 	h->header_bytes = PG_STATS_HEADER_BYTES;
 	h->total_bytes = (uint32_t)s->pub.bytes;
-	h->generation = d->generation;
+	h->generation = su->generation;
 	h->pid = (int32_t)getpid();
 	h->state = PG_STATS_STARTING;
 	h->pid_start_ticks = pg_stats_pid_start(getpid());
@@ -641,11 +679,11 @@ static void write_static(const struct pgd *d, const struct pgd_stats_admin *adm,
 	h->hist_off = h->dev_off + h->n_devices * (uint32_t)sizeof(struct pg_stats_device);
 	h->n_buckets = PG_STATS_N_BUCKETS;
 	bucket_bounds(h->bucket_le_ns);
-	copy_str(h->model, sizeof(h->model), d->m->name);
+	copy_str(h->model, sizeof(h->model), su->m->name);
 	copy_str(h->arch, sizeof(h->arch), pg_arch_name(hp->arch));
-	copy_str(h->model_path, sizeof(h->model_path), d->m->path);
+	copy_str(h->model_path, sizeof(h->model_path), su->m->path);
 	copy_str(h->plan, sizeof(h->plan), cfg->plan_desc);
-	copy_str(h->isa, sizeof(h->isa), pg_forward_isa_name(d->fw));
+	copy_str(h->isa, sizeof(h->isa), pg_forward_isa_name(su->fw));
 	copy_str(h->socket, sizeof(h->socket), cfg->socket_path);
 	copy_str(h->admin_socket, sizeof(h->admin_socket), adm->path);
 	copy_str(h->admin_group, sizeof(h->admin_group), adm->group);
@@ -656,17 +694,17 @@ static void write_static(const struct pgd *d, const struct pgd_stats_admin *adm,
 	h->pp = (uint32_t)plan->pp;
 	h->tp = (uint32_t)plan->tp;
 	h->cp = (uint32_t)plan->cp;
-	h->n_threads = (uint32_t)pg_forward_threads(d->fw);
-	h->page_tokens = (uint32_t)pg_forward_page_tokens(d->fw);
+	h->n_threads = (uint32_t)pg_forward_threads(su->fw);
+	h->page_tokens = (uint32_t)pg_forward_page_tokens(su->fw);
 	h->max_clients = (uint32_t)cfg->max_clients;
 	h->max_inflight = (uint32_t)cfg->max_inflight;
-	h->max_prompt = (uint32_t)d->max_prompt;
-	h->max_tokens = (uint32_t)d->max_tokens;
+	h->max_prompt = (uint32_t)su->max_prompt;
+	h->max_tokens = (uint32_t)su->max_tokens;
 	s->dev_tab = (struct pg_stats_device *)(s->pub.map + h->dev_off);
 	s->hist_tab = (struct pg_stats_hist *)(s->pub.map + h->hist_off);
 }
 
-static void write_clients_static(const struct pgd *d, struct pgd_stats *s)
+static void write_clients_static(const struct pgd_stats_setup *su, struct pgd_stats *s)
 {
 	struct pg_stats_clients_header *ch = s->ch;
 
@@ -674,7 +712,7 @@ static void write_clients_static(const struct pgd *d, struct pgd_stats *s)
 	ch->version = PG_STATS_VERSION;
 	ch->header_bytes = (uint32_t)sizeof(*ch);
 	ch->total_bytes = (uint32_t)s->cli.bytes;
-	ch->generation = d->generation;
+	ch->generation = su->generation;
 	ch->pid = (int32_t)getpid();
 	ch->n_slots = (uint32_t)s->n_slots;
 	ch->slot_off = (uint32_t)sizeof(*ch);
@@ -748,8 +786,8 @@ static void seg_free(struct seg_file *f)
 }
 
 /* Both files, the per-client table first: the public file announces a daemon. */
-static int create_segments(const struct pgd *d, const struct pgd_stats_admin *adm,
-			   struct pgd_stats *s, char *err, size_t err_len)
+static int create_segments(const struct pgd_stats_setup *su, struct pgd_stats *s,
+			   char *err, size_t err_len)
 {
 	char tmp[PATH_MAX + 32];
 	unsigned mode, cmode;
@@ -757,15 +795,15 @@ static int create_segments(const struct pgd *d, const struct pgd_stats_admin *ad
 	if (seg_create(&s->cli, tmp, sizeof(tmp), err, err_len))
 		return -1;
 	s->ch = (struct pg_stats_clients_header *)s->cli.map;
-	write_clients_static(d, s);
-	cmode = clients_perms(adm, s->cli.fd);
+	write_clients_static(su, s);
+	cmode = clients_perms(&su->admin, s->cli.fd);
 	if (seg_install(&s->cli, tmp, err, err_len))
 		return -1;
 	if (seg_create(&s->pub, tmp, sizeof(tmp), err, err_len))
 		goto out_remove;
 	s->h = (struct pg_stats_header *)s->pub.map;
-	write_static(d, adm, s);
-	mode = public_perms(d->cfg, s->pub.fd);
+	write_static(su, s);
+	mode = public_perms(su->cfg, s->pub.fd);
 	if (seg_install(&s->pub, tmp, err, err_len))
 		goto out_remove;
 	pgd_log(PGD_LOG_INFO, "statistics at %s (mode %04o, %zu bytes, published every %u ms while busy); the per-client table at %s (mode %04o)",
@@ -776,10 +814,10 @@ out_remove:
 	return -1;
 }
 
-static int alloc_acc(const struct pgd *d, struct pgd_stats *s)
+static int alloc_acc(const struct pgd_stats_setup *su, struct pgd_stats *s)
 {
-	s->n_slots = d->cfg->max_clients;
-	s->n_devices = pg_forward_n_devices(d->fw);
+	s->n_slots = su->cfg->max_clients;
+	s->n_devices = pg_forward_n_devices(su->fw);
 	s->clients = calloc((size_t)s->n_slots, sizeof(*s->clients));
 	s->dev_base = calloc((size_t)s->n_devices, sizeof(*s->dev_base));
 	s->dev_now = calloc((size_t)s->n_devices, sizeof(*s->dev_now));
@@ -798,9 +836,9 @@ static void stats_free(struct pgd_stats *s)
 	free(s);
 }
 
-static void start_clock(const struct pgd *d, struct pgd_stats *s)
+static void start_clock(const struct pgd_config *cfg, struct pgd_stats *s)
 {
-	int ms = d->cfg->stats_interval_ms > 0 ? d->cfg->stats_interval_ms
+	int ms = cfg->stats_interval_ms > 0 ? cfg->stats_interval_ms
 					       : PGD_STATS_INTERVAL_MS;
 
 	s->t_start = pg_now_s();
@@ -808,19 +846,22 @@ static void start_clock(const struct pgd *d, struct pgd_stats *s)
 	s->interval_s = ms * 1e-3;
 }
 
-int pgd_stats_open(struct pgd *d, const struct pgd_stats_admin *adm, char *err,
-		   size_t err_len)
+int pgd_stats_open(const struct pgd_stats_setup *su, struct pgd_stats **out,
+		   char *err, size_t err_len)
 {
 	struct pgd_stats *s = calloc(1, sizeof(*s));
 	pid_t other = 0;
 	int rc;
 
+	*out = NULL;
 	if (!s) {
 		snprintf(err, err_len, "out of memory for the statistics");
 		return -1;
 	}
 	s->pub.fd = s->cli.fd = -1;
-	rc = stats_paths(d->cfg, s, err, err_len);
+	s->engine = su->engine;
+	s->fw = su->fw;
+	rc = stats_paths(su->cfg, s, err, err_len);
 	if (rc) {
 		free(s);
 		return rc < 0 ? -1 : 0;
@@ -830,29 +871,27 @@ int pgd_stats_open(struct pgd *d, const struct pgd_stats_admin *adm, char *err,
 			 (int)other, s->pub.path);
 		goto out_free;
 	}
-	if (alloc_acc(d, s)) {
+	if (alloc_acc(su, s)) {
 		snprintf(err, err_len, "out of memory for the statistics");
 		goto out_free;
 	}
-	start_clock(d, s);
+	start_clock(su->cfg, s);
 	pgd_make_parent_dir(s->pub.path);
-	if (create_segments(d, adm, s, err, err_len))
+	if (create_segments(su, s, err, err_len))
 		goto out_free;
-	pg_engine_stats(d->engine, &s->base);
+	pg_engine_stats(s->engine, &s->base);
 	for (int i = 0; i < s->n_devices; i++)
-		pg_forward_device_stats(d->fw, i, &s->dev_base[i]);
-	d->stats = s;
-	publish(d);
+		pg_forward_device_stats(s->fw, i, &s->dev_base[i]);
+	publish_first(s);
+	*out = s;
 	return 0;
 out_free:
 	stats_free(s);
 	return -1;
 }
 
-void pgd_stats_close(struct pgd *d)
+void pgd_stats_close(struct pgd_stats *s)
 {
-	struct pgd_stats *s = d->stats;
-
 	if (!s)
 		return;
 	seq_begin(&s->h->seq, s->pub.seq);
@@ -862,5 +901,4 @@ void pgd_stats_close(struct pgd *d)
 	seg_remove(&s->pub);
 	seg_remove(&s->cli);
 	stats_free(s);
-	d->stats = NULL;
 }

@@ -28,6 +28,12 @@
  * end; and the first runs at a lower priority, so that on a small host the
  * loop and the forward pass come first.  The loop bounds what waits here
  * (pgd_tok_held, daemon.h).
+ *
+ * The loop's side of the workers is this file's too: the count and bytes
+ * of the jobs handed over (pgd_tok_busy, pgd_tok_total), and the read of
+ * the eventfd, which it keeps armed in the daemon's io_uring as an owner
+ * of its own (pgd_tok_attach, loop.h).  Of struct pgd it writes only
+ * d->tok.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -45,6 +51,7 @@
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 
 /* Jobs of at most this many bytes may also go to the second thread. */
 #define PGD_TOK_SMALL_BYTES (8u << 10)
@@ -89,6 +96,13 @@ struct pgd_tok {
 	const struct pg_tokenizer *tok;
 	enum pg_chat_format chat_fmt;
 	const char *chat_system;
+	/* the loop's alone (no lock) */
+	int n_jobs;			/* handed over, not yet collected */
+	size_t total;			/* their payload bytes */
+	struct pgd_loop *loop;		/* the io_uring that reads efd */
+	int owner;			/* the workers' owner in it */
+	uint64_t efd_buf;		/* the sink of its reads */
+	int armed;			/* a read of efd is in the io_uring */
 };
 
 static const char *const chat_roles[] = { "system", "user", "assistant" };
@@ -389,6 +403,64 @@ int pgd_tok_fd(const struct pgd *d)
 	return d->tok->efd;
 }
 
+int pgd_tok_busy(const struct pgd *d)
+{
+	return d->tok ? d->tok->n_jobs : 0;
+}
+
+size_t pgd_tok_total(const struct pgd *d)
+{
+	return d->tok ? d->tok->total : 0;
+}
+
+/* The workers' io_uring operation: a read of their eventfd. */
+#define OP_TOKDONE 1
+
+/* Keep a read of the eventfd in the io_uring: a job done wakes the loop. */
+static void arm_read(struct pgd_tok *w)
+{
+	uint64_t ud = pgd_loop_tag(w->owner, OP_TOKDONE, 0, 0);
+	struct io_uring_sqe *sqe;
+
+	if (w->armed)
+		return;
+	sqe = pgd_loop_sqe(w->loop, ud);
+	if (!sqe)
+		return;
+	io_uring_prep_read(sqe, w->efd, &w->efd_buf, sizeof(w->efd_buf), 0);
+	sqe->user_data = ud;
+	w->armed = 1;
+}
+
+/* The read's completion (loop.h): the jobs are collected every iteration. */
+static void on_cqe(void *ctx, unsigned op, uint32_t index, uint32_t gen, int res)
+{
+	struct pgd_tok *w = ctx;
+
+	if (op != OP_TOKDONE)
+		return;
+	w->armed = 0;
+	if (res > 0)
+		arm_read(w);
+	else if (res != -ECANCELED)
+		pgd_log(PGD_LOG_ERROR, "reading the tokenizing worker's eventfd: %s",
+			strerror(-res));
+}
+
+int pgd_tok_attach(struct pgd *d, char *err, size_t err_len)
+{
+	struct pgd_tok *w = d->tok;
+
+	w->loop = &d->loop;
+	w->owner = pgd_loop_register(w->loop, "", on_cqe, w);
+	if (w->owner < 0) {
+		snprintf(err, err_len, "no room in the io_uring's dispatch for the tokenizing workers");
+		return -1;
+	}
+	arm_read(w);
+	return 0;
+}
+
 void pgd_tok_submit(struct pgd *d, struct pgd_tokjob *j)
 {
 	struct pgd_tok *w = d->tok;
@@ -396,7 +468,8 @@ void pgd_tok_submit(struct pgd *d, struct pgd_tokjob *j)
 	uint64_t from;
 
 	j->next = NULL;
-	d->tok_total += j->bytes;
+	w->n_jobs++;
+	w->total += j->bytes;
 	pthread_mutex_lock(&w->lock);
 	from = q->last_tag > w->vclock ? q->last_tag : w->vclock;
 	j->tag = from + j->bytes;
@@ -443,8 +516,10 @@ struct pgd_tokjob *pgd_tok_collect(struct pgd *d)
 	w->done = w->done_tail = NULL;
 	atomic_store_explicit(&w->n_done, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&w->lock);
-	for (struct pgd_tokjob *j = list; j; j = j->next)
-		d->tok_total -= j->bytes;
+	for (struct pgd_tokjob *j = list; j; j = j->next) {
+		w->n_jobs--;
+		w->total -= j->bytes;
+	}
 	return list;
 }
 

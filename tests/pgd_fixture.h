@@ -133,20 +133,14 @@ static inline void fx_init(struct fx *f, const struct pgd_config *cfg,
 	pgd_listener_init(&d->listener);
 	d->sig_fd = -1;
 	d->now = pg_now_s();
-	if (pg_seg_layout(&d->layout, cfg->sq_slots, cfg->cq_slots,
-			  cfg->sq_arena, cfg->cq_arena))
-		fx_die("layout", "bad geometry");
-	pgd_limits_resolve(d);
-	d->n_vocab = f->m->hp.n_vocab;
+	if (pgd_limits_init(d, err, sizeof(err)))
+		fx_die("limits", err);
 	n = (size_t)cfg->max_clients;
 	d->slots = calloc(n, sizeof(*d->slots));
 	d->live = calloc(n, sizeof(*d->live));
-	d->payload = malloc((size_t)cfg->sq_arena + 1);
-	d->ids_cap = d->max_prompt;
-	d->ids = malloc(sizeof(*d->ids) * (size_t)d->ids_cap);
 	for (int i = 0; i < PGD_HS_SLOTS; i++)
 		d->hs[i].fd = -1;
-	if (!d->slots || !d->live || !d->payload || !d->ids || pgd_requests_init(d))
+	if (!d->slots || !d->live || pgd_requests_init(d))
 		fx_die("tables", "out of memory");
 	ec.on_event = pgd_on_event;
 	ec.ctx = d;
@@ -292,7 +286,7 @@ static inline void fx_settle(struct fx *f)
 		if (!pg_engine_idle(d->engine)) {
 			CHECK(pg_engine_step(d->engine) >= 0, "engine step: %s",
 			      pg_engine_last_error(d->engine));
-		} else if (d->n_tokjobs) {
+		} else if (pgd_tok_busy(d)) {
 			struct pollfd p = { .fd = pgd_tok_fd(d), .events = POLLIN };
 			uint64_t v;
 
@@ -348,8 +342,6 @@ static inline void fx_free(struct fx *f)
 	pgd_tok_stop(d);
 	pg_engine_destroy(d->engine);
 	pgd_requests_free(d);
-	free(d->ids);
-	free(d->payload);
 	free(d->live);
 	free(d->slots);
 	pg_forward_destroy(f->fw);

@@ -194,11 +194,11 @@ static void test_payload_bounds(struct fx_client *cl)
 		   8u, arena, arena);
 	/* inside the arena, over --max-payload */
 	e.payload_off = 0;
-	e.payload_len = F.d.max_payload + 4;
+	e.payload_len = F.d.lim.max_payload + 4;
 	send1(cl, &e, NULL, 0);
 	want_error(cl, 1, PG_ETOOBIG, 1,
 		   "the payload of %u bytes is over the daemon's limit of %u bytes (--max-payload)",
-		   F.d.max_payload + 4, F.d.max_payload);
+		   F.d.lim.max_payload + 4, F.d.lim.max_payload);
 	/* an op without a payload ignores payload_off and payload_len */
 	e = (struct pg_sqe){ .req_id = 2, .op = PG_OP_PING, .arg = 77,
 			     .payload_off = UINT32_MAX, .payload_len = UINT32_MAX };
@@ -525,9 +525,9 @@ static void test_gen_chat_bad(struct fx_client *cl)
 	send_gen(cl, 55, buf, len);
 	want_error(cl, 55, PG_EINVAL, 1, "chat message %d: its %u bytes run past prompt_bytes",
 		   0, UINT32_MAX - 4);
-	CHECK(caught.n_calls == 0 && F.d.n_tokjobs == 0,
+	CHECK(caught.n_calls == 0 && pgd_tok_busy(&F.d) == 0,
 	      "a malformed chat request went on (%d engine calls, %d jobs)", caught.n_calls,
-	      F.d.n_tokjobs);
+	      pgd_tok_busy(&F.d));
 }
 
 /* ---- GENERATE: valid requests ---- */
@@ -662,8 +662,8 @@ static void test_gen_text_ok(struct fx_client *cl)
 	((struct pg_gen_wire *)buf)->n_stop = 1;
 	((struct pg_gen_wire *)buf)->stop_bytes = 2;
 	send_gen(cl, 70, buf, len);
-	CHECK(cl->n_got == 0 && F.d.n_tokjobs == 1 && cl->c->n_inflight == 1,
-	      "a text GENERATE: %d answers, %d jobs", cl->n_got, F.d.n_tokjobs);
+	CHECK(cl->n_got == 0 && pgd_tok_busy(&F.d) == 1 && cl->c->n_inflight == 1,
+	      "a text GENERATE: %d answers, %d jobs", cl->n_got, pgd_tok_busy(&F.d));
 	fx_settle(&F);
 	fx_take(cl);
 	want_no_error(cl);
@@ -747,7 +747,7 @@ static void test_inflight(struct fx_client *cl)
 	g.n = 3;
 	len = gen_payload(&g, "hello", 5, NULL, 0);
 	send_gen(cl, 110, buf, len);
-	CHECK(cl->n_got == 0 && F.d.n_tokjobs == 1, "a text GENERATE answered at once");
+	CHECK(cl->n_got == 0 && pgd_tok_busy(&F.d) == 1, "a text GENERATE answered at once");
 	send_gen(cl, 110, buf, len);	/* its id is taken while it is tokenized */
 	want_error(cl, 110, PG_EDUPLICATE, 0,
 		   "a request with id %llu is already in flight: choose another id", 110ULL);
@@ -869,7 +869,7 @@ static void test_detokenize(struct fx_client *cl)
 	CHECK(cl->n_got == 1 && cl->got[0].e.type == PG_CQE_TEXT_RESULT && cl->got[0].len == 0,
 	      "DETOKENIZE of nothing");
 	/* more text than a completion carries */
-	for (int32_t id = 0; id < F.d.n_vocab; id++) {
+	for (int32_t id = 0; id < F.d.lim.n_vocab; id++) {
 		int len = pg_token_to_piece(F.m->tok, id, 0, want, sizeof(want));
 
 		if (len > best) {
@@ -878,7 +878,7 @@ static void test_detokenize(struct fx_client *cl)
 		}
 	}
 	n = (int)(F.cfg.cq_arena + 1024) / best + 2;
-	CHECK(4 * n <= (int)F.d.max_payload, "%d ids of %d bytes", n, best);
+	CHECK(4 * n <= (int)F.d.lim.max_payload, "%d ids of %d bytes", n, best);
 	for (int i = 0; i < n; i++)
 		memcpy(buf + 4 * i, &longest, 4);
 	e.req_id = 303;

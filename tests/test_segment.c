@@ -53,24 +53,24 @@ static void test_created(struct fx_client *a, struct fx_client *b)
 	struct stat st;
 	int seals = fcntl(a->c->memfd, F_GET_SEALS);
 
-	CHECK(fstat(a->c->memfd, &st) == 0 && (uint64_t)st.st_size == F.d.layout.seg_bytes &&
-	      a->map_bytes == F.d.layout.seg_bytes, "the memfd is %lld bytes, the layout %llu",
-	      (long long)st.st_size, (unsigned long long)F.d.layout.seg_bytes);
+	CHECK(fstat(a->c->memfd, &st) == 0 && (uint64_t)st.st_size == F.d.lim.layout.seg_bytes &&
+	      a->map_bytes == F.d.lim.layout.seg_bytes, "the memfd is %lld bytes, the layout %llu",
+	      (long long)st.st_size, (unsigned long long)F.d.lim.layout.seg_bytes);
 	CHECK(seals == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), "seals 0x%x", seals);
 	CHECK(ftruncate(a->c->memfd, 4096) < 0 && errno == EPERM, "a sealed segment shrank");
 	CHECK(fcntl(a->c->memfd, F_ADD_SEALS, F_SEAL_WRITE) < 0, "sealed again");
 	CHECK(h->magic == PG_PROTO_MAGIC && h->version == PG_PROTO_VERSION, "identity");
 	CHECK(h->sq_slots == F.cfg.sq_slots && h->cq_slots == F.cfg.cq_slots &&
 	      h->sq_arena == F.cfg.sq_arena && h->cq_arena == F.cfg.cq_arena &&
-	      h->sq_off == F.d.layout.sq_off && h->cq_off == F.d.layout.cq_off &&
-	      h->sq_arena_off == F.d.layout.sq_arena_off &&
-	      h->cq_arena_off == F.d.layout.cq_arena_off &&
-	      h->seg_bytes == F.d.layout.seg_bytes, "geometry as laid out");
+	      h->sq_off == F.d.lim.layout.sq_off && h->cq_off == F.d.lim.layout.cq_off &&
+	      h->sq_arena_off == F.d.lim.layout.sq_arena_off &&
+	      h->cq_arena_off == F.d.lim.layout.cq_arena_off &&
+	      h->seg_bytes == F.d.lim.layout.seg_bytes, "geometry as laid out");
 	CHECK(h->generation == F.d.generation, "generation");
 	CHECK(h->client_id == a->c->id && b->h->client_id == b->c->id &&
 	      b->c->id == a->c->id + 1 && a->c->id > 0, "client ids %u %u", a->c->id, b->c->id);
 	CHECK(h->max_inflight == (uint32_t)F.cfg.max_inflight &&
-	      h->max_prompt == (uint32_t)F.d.max_prompt && h->max_prompt == 256 &&
+	      h->max_prompt == (uint32_t)F.d.lim.max_prompt && h->max_prompt == 256 &&
 	      h->max_tokens == (uint32_t)F.cfg.max_tokens &&
 	      h->max_payload == F.cfg.sq_arena && h->n_vocab == (uint32_t)F.m->hp.n_vocab,
 	      "limits: inflight %u prompt %u tokens %u payload %u vocab %u", h->max_inflight,
