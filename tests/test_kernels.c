@@ -895,6 +895,365 @@ static const struct pg_cpu_kernels *table_of(enum pg_cpu_isa isa)
 	       &pg_cpu_kernels_scalar;
 }
 
+/*
+ * ---- attention in tiles = attention row by row ----
+ *
+ * attention.c computes prompts in tiles (many query rows against each run
+ * of keys, the ISA table's multi-row loops); every row must keep the bits
+ * the previous code gave it, one query row at a time.  That code is kept
+ * here as the reference (old_*: the per-row loop over page runs of at most
+ * 64 keys through the table's one-row loops; llama.cpp numerics: fa16_run
+ * page by page), and each backend's attention must equal it bit for bit,
+ * in one call for the whole batch and with the rows fed in smaller
+ * batches (1, 2, 5, ... rows a call: batch-size independence).
+ */
+#define OLD_CHUNK 64
+#define OLD_MAX_HD 256
+
+struct old_ctx {
+	const struct pg_cpu_kernels *k;
+	const struct pg_kv_layout *kv;
+	int block, window, group;
+	float scale, softcap;
+};
+
+struct old_state {
+	float m, l;
+	float *acc;
+};
+
+static void old_run(const struct old_ctx *c, int kvh, int32_t slot0, int n,
+		    const float *q, struct old_state *st)
+{
+	const struct pg_kv_layout *kv = c->kv;
+	float s[OLD_CHUNK], mx = st->m;
+
+	c->k->attn_scores(kv->type, n, kv->head_dim,
+			  pg_kv_row(kv, c->block, 0, kvh, slot0), q, s);
+	for (int j = 0; j < n; j++)
+		s[j] *= c->scale;
+	if (c->softcap > 0.0f) {
+		float cap = c->softcap, inv = 1.0f / cap;
+
+		for (int j = 0; j < n; j++)
+			s[j] = cap * tanhf(s[j] * inv);
+	}
+	for (int j = 0; j < n; j++)
+		mx = s[j] > mx ? s[j] : mx;
+	if (mx > st->m) {
+		float r = expf(st->m - mx);
+
+		c->k->scale(kv->head_dim, r, st->acc);
+		st->l *= r;
+		st->m = mx;
+	}
+	st->l += c->k->exp_sum(n, s, mx);
+	c->k->attn_values(kv->type, n, kv->head_dim, s,
+			  pg_kv_row(kv, c->block, 1, kvh, slot0), st->acc);
+}
+
+static __attribute__((noinline)) void
+old_merge(const float *const *outs, const float *lses, int n, int hd, float *o)
+{
+	float mx = -INFINITY, sum = 0.0f;
+
+	for (int p = 0; p < n; p++)
+		mx = lses[p] > mx ? lses[p] : mx;
+	for (int d = 0; d < hd; d++)
+		o[d] = 0.0f;
+	if (mx == -INFINITY)
+		return;
+	for (int p = 0; p < n; p++) {
+		float w;
+
+		if (lses[p] == -INFINITY)
+			continue;
+		w = expf(lses[p] - mx);
+		sum += w;
+		for (int d = 0; d < hd; d++)
+			o[d] += w * outs[p][d];
+	}
+	for (int d = 0; d < hd; d++)
+		o[d] /= sum;
+}
+
+static void old_finish(const struct old_state *st, int hd, float *out,
+		       float *lse)
+{
+	if (st->l == 0.0f) {
+		for (int i = 0; i < hd; i++)
+			out[i] = 0.0f;
+		*lse = -INFINITY;
+		return;
+	}
+	for (int i = 0; i < hd; i++)
+		out[i] = st->acc[i] / st->l;
+	*lse = st->m + logf(st->l);
+}
+
+/* One query over positions lo .. n_keys - 1 (no CP), lanes as kv says. */
+static void old_one(const struct old_ctx *c, const int32_t *pages, int lo,
+		    int n_keys, int kvh, const float *q, float *out, float *lse)
+{
+	const struct pg_kv_layout *kv = c->kv;
+	int pt = kv->page_tokens, hd = kv->head_dim;
+	int nl = kv->lanes > 1 ? kv->lanes : 1, lt = pt / nl;
+	static float acc[2][OLD_MAX_HD];
+	float qr[OLD_MAX_HD], lses[2], lse1;
+	const float *outs[2];
+	struct old_state st[2];
+
+	for (int l = 0; l < nl; l++) {
+		st[l] = (struct old_state){ .m = -INFINITY, .acc = acc[l] };
+		for (int i = 0; i < hd; i++)
+			acc[l][i] = 0.0f;
+	}
+	if (kv->type != PG_F32) {
+		c->k->round_kv(kv->type, hd, q, qr);
+		q = qr;
+	}
+	for (int j = lo / pt; j * pt < n_keys; j++)
+		for (int l = 0; l < nl; l++) {
+			int p0 = j * pt + l * lt;
+			int end = p0 + lt < n_keys ? p0 + lt : n_keys;
+			int from = p0 > lo ? p0 : lo;
+
+			for (int p = from; p < end; p += OLD_CHUNK) {
+				int n = end - p < OLD_CHUNK ? end - p : OLD_CHUNK;
+
+				old_run(c, kvh, pages[j] * pt + l * lt + (p - p0),
+					n, q, &st[l]);
+			}
+		}
+	if (nl == 1) {
+		old_finish(&st[0], hd, out, lse ? lse : &lse1);
+		return;
+	}
+	for (int l = 0; l < nl; l++) {
+		old_finish(&st[l], hd, acc[l], &lses[l]);
+		outs[l] = acc[l];
+	}
+	old_merge(outs, lses, nl, hd, out);
+}
+
+/* llama.cpp numerics: one query, page by page through fa16_run. */
+static void old_llama(const struct old_ctx *c, const int32_t *pages, int lo,
+		      int n_keys, int kvh, const float *q, float *out)
+{
+	const struct pg_kv_layout *kv = c->kv;
+	int pt = kv->page_tokens, hd = kv->head_dim;
+	uint16_t q16[OLD_MAX_HD], acc[OLD_MAX_HD];
+	float m = -INFINITY, l = 0.0f, inv;
+
+	for (int i = 0; i < hd; i++) {
+		q16[i] = pg_fp32_to_fp16(q[i]);
+		acc[i] = 0;
+	}
+	for (int j = lo / pt; j * pt < n_keys; j++) {
+		int p0 = j * pt > lo ? j * pt : lo;
+		int n = n_keys - p0 < (j + 1) * pt - p0 ? n_keys - p0 :
+			(j + 1) * pt - p0;
+		int32_t slot = pages[j] * pt + (p0 - j * pt);
+
+		c->k->fa16_run(n, hd, pg_kv_row(kv, c->block, 0, kvh, slot),
+			       pg_kv_row(kv, c->block, 1, kvh, slot), q16,
+			       c->scale, &m, &l, acc);
+	}
+	inv = l == 0.0f ? 0.0f : 1.0f / l;
+	for (int i = 0; i < hd; i++)
+		out[i] = pg_fp16_to_fp32(acc[i]) * inv;
+}
+
+struct tile_case {
+	enum pg_dtype type;
+	int page_tokens, head_dim, n_kv_heads, group;
+	int window;
+	float softcap;
+	int lanes;
+	int n_seqs;
+	int n_ctx[2], n_rows[2];
+};
+
+/* Every row of every sequence through old_one / old_llama. */
+static void old_attention(const struct old_ctx *c, int llama, int n_heads,
+			  const struct pg_attn_seq *seqs, int n_seqs,
+			  const float *q, float *out, float *lse)
+{
+	int hd = c->kv->head_dim;
+
+	for (int s = 0; s < n_seqs; s++)
+		for (int i = 0; i < seqs[s].n_rows; i++) {
+			int nk = seqs[s].n_ctx - seqs[s].n_rows + i + 1;
+			int lo = c->window > 0 && nk > c->window ? nk - c->window : 0;
+
+			for (int h = 0; h < n_heads; h++) {
+				size_t rh = (size_t)(seqs[s].first_row + i) * n_heads + h;
+
+				if (llama)
+					old_llama(c, seqs[s].pages, lo, nk,
+						  h / c->group, q + rh * hd,
+						  out + rh * hd);
+				else
+					old_one(c, seqs[s].pages, lo, nk,
+						h / c->group, q + rh * hd,
+						out + rh * hd,
+						lse ? lse + rh : NULL);
+			}
+		}
+}
+
+static void check_tile_case(const struct tile_case *tc, int llama)
+{
+	enum { BLOCK = 0, N_BLOCKS = 1 };
+	static const int batches[] = { 1, 2, 5, 13 };
+	int hd = tc->head_dim, nkv = tc->n_kv_heads, n_heads = nkv * tc->group;
+	int kvd = nkv * hd, total = 0, rows = 0, n_pages = 0, next;
+	struct pg_kv_layout kv = {
+		.page_tokens = tc->page_tokens, .n_blocks = N_BLOCKS,
+		.n_kv_heads = nkv, .head_dim = hd, .type = tc->type,
+		.lanes = tc->lanes,
+	};
+	struct pg_attn_heads hs = { .n_heads = n_heads, .group = tc->group,
+				    .window = tc->window,
+				    .softcap = tc->softcap };
+	struct pg_attn_seq seqs[2];
+	int32_t *pages[2], *slots;
+	float scale = 1.0f / sqrtf((float)hd);
+	char what[160];
+
+	for (int s = 0; s < tc->n_seqs; s++)
+		n_pages += (tc->n_ctx[s] + tc->page_tokens - 1) / tc->page_tokens;
+	kv.page_bytes = (size_t)N_BLOCKS * 2 * nkv * tc->page_tokens * hd *
+			pg_dtype_block_bytes(tc->type);
+	kv.base = xmalloc(kv.page_bytes * (size_t)n_pages);
+	memset(kv.base, 0xff, kv.page_bytes * (size_t)n_pages);	/* NaN */
+	next = n_pages;
+	for (int s = 0; s < tc->n_seqs; s++) {
+		int np = (tc->n_ctx[s] + tc->page_tokens - 1) / tc->page_tokens;
+
+		pages[s] = xmalloc((size_t)np * sizeof(int32_t));
+		for (int p = 0; p < np; p++)
+			pages[s][p] = --next;
+		seqs[s] = (struct pg_attn_seq){ .pages = pages[s],
+			.n_ctx = tc->n_ctx[s], .first_row = rows,
+			.n_rows = tc->n_rows[s] };
+		total += tc->n_ctx[s];
+		rows += tc->n_rows[s];
+	}
+	slots = xmalloc((size_t)total * sizeof(int32_t));
+	for (int s = 0, t0 = 0; s < tc->n_seqs; t0 += tc->n_ctx[s], s++)
+		for (int p = 0; p < tc->n_ctx[s]; p++)
+			slots[t0 + p] = pages[s][p / tc->page_tokens] *
+					tc->page_tokens + p % tc->page_tokens;
+
+	size_t qsz = (size_t)rows * n_heads * hd, nrh = (size_t)rows * n_heads;
+	float *k = xmalloc((size_t)total * kvd * 4);
+	float *v = xmalloc((size_t)total * kvd * 4);
+	float *q = xmalloc(qsz * 4), *want = xmalloc(qsz * 4);
+	float *out = xmalloc(qsz * 4), *part = xmalloc(qsz * 4);
+	float *lw = xmalloc(nrh * 4), *lo = xmalloc(nrh * 4);
+	int want_lse = tc->lanes <= 1 && !llama;
+
+	fill(k, (size_t)total * kvd);
+	fill(v, (size_t)total * kvd);
+	fill(q, qsz);
+	for (size_t i = 0; i < (size_t)total * kvd; i++)
+		k[i] *= 3.0f;
+	ref->ops->kv_write(ref, &kv, BLOCK, k, v, total, slots);
+	snprintf(what, sizeof(what),
+		 "tiled attention%s %s pt=%d hd=%d kv=%d group=%d window=%d "
+		 "softcap=%g lanes=%d rows=%d",
+		 llama ? " (llama.cpp numerics)" : "", pg_dtype_name(tc->type),
+		 tc->page_tokens, hd, nkv, tc->group, tc->window,
+		 (double)tc->softcap, tc->lanes, rows);
+	for (int i = 0; i < n_bes; i++) {
+		struct pg_backend *be = bes[i];
+		struct old_ctx oc = {
+			.k = table_of(pg_cpu_backend_isa(be)), .kv = &kv,
+			.block = BLOCK, .window = tc->window,
+			.group = tc->group, .scale = scale,
+			.softcap = tc->softcap,
+		};
+
+		old_attention(&oc, llama, n_heads, seqs, tc->n_seqs, q, want,
+			      want_lse ? lw : NULL);
+		if (llama)
+			pg_cpu_backend_llama_numerics(be, 1);
+		be->ops->attention(be, &kv, BLOCK, q, &hs, seqs, tc->n_seqs,
+				   scale, out, want_lse ? lo : NULL);
+		CHECK(!memcmp(out, want, qsz * 4) &&
+		      (!want_lse || !memcmp(lo, lw, nrh * 4)),
+		      "%s on %s: not the row-by-row bits", what, be_name(be));
+		/* the same rows in batches of b rows a call */
+		for (size_t b = 0; b < sizeof(batches) / sizeof(batches[0]); b++)
+			for (int s = 0; s < tc->n_seqs; s++)
+				for (int r0 = 0; r0 < seqs[s].n_rows;
+				     r0 += batches[b]) {
+					int nb = seqs[s].n_rows - r0 < batches[b] ?
+						 seqs[s].n_rows - r0 : batches[b];
+					struct pg_attn_seq one = {
+						.pages = seqs[s].pages,
+						.n_ctx = seqs[s].n_ctx -
+							 seqs[s].n_rows + r0 + nb,
+						.first_row = 0, .n_rows = nb,
+					};
+					size_t off = (size_t)(seqs[s].first_row + r0) *
+						     n_heads;
+
+					be->ops->attention(be, &kv, BLOCK,
+							   q + off * hd, &hs, &one,
+							   1, scale, part, NULL);
+					CHECK(!memcmp(part, out + off * hd,
+						      (size_t)nb * n_heads * hd * 4),
+					      "%s on %s: rows %d.. of seq %d in "
+					      "batches of %d differ from one batch",
+					      what, be_name(be), r0, s, batches[b]);
+				}
+		if (llama)
+			pg_cpu_backend_llama_numerics(be, 0);
+	}
+	for (int s = 0; s < tc->n_seqs; s++)
+		free(pages[s]);
+	free(slots), free(k), free(v), free(q), free(want), free(out);
+	free(part), free(lw), free(lo), free(kv.base);
+}
+
+static void check_attention_tiles(void)
+{
+	static const struct tile_case cases[] = {
+		/* type pt hd kv group window softcap lanes seqs ctx rows */
+		{ PG_F16, 16, 64, 3, 3, 0, 0, 1, 1, { 333 }, { 77 } },
+		{ PG_F16, 16, 64, 2, 3, 0, 0, 1, 2, { 100, 41 }, { 100, 9 } },
+		{ PG_BF16, 16, 128, 2, 4, 0, 0, 1, 1, { 150 }, { 37 } },
+		{ PG_F32, 7, 128, 1, 8, 0, 0, 1, 2, { 61, 30 }, { 29, 30 } },
+		{ PG_F16, 16, 256, 2, 2, 0, 0, 1, 1, { 90 }, { 31 } },
+		{ PG_F16, 16, 64, 3, 3, 23, 0, 1, 1, { 120 }, { 50 } },
+		{ PG_BF16, 7, 64, 2, 2, 5, 2.0f, 1, 1, { 45 }, { 45 } },
+		{ PG_F32, 16, 64, 1, 1, 0, 1.5f, 1, 1, { 70 }, { 33 } },
+		{ PG_F16, 128, 64, 1, 3, 70, 0, 1, 1, { 300 }, { 41 } },
+		{ PG_F16, 128, 128, 2, 3, 0, 0, 1, 1, { 200 }, { 19 } },
+		{ PG_F16, 16, 64, 3, 3, 0, 0, 2, 1, { 97 }, { 40 } },
+		{ PG_BF16, 16, 40, 2, 3, 9, 0, 2, 1, { 60 }, { 23 } },
+		{ PG_F16, 7, 20, 1, 3, 0, 0, 1, 1, { 30 }, { 30 } },
+		{ PG_F16, 16, 64, 1, 12, 0, 0, 1, 1, { 50 }, { 5 } },
+	};
+	int nc = (int)(sizeof(cases) / sizeof(cases[0]));
+
+	for (int c = 0; c < nc; c++) {
+		reseed("attention tiles", c, 0, 0);
+		check_tile_case(&cases[c], 0);
+		if (cases[c].type == PG_F16 && cases[c].lanes <= 1 &&
+		    !(cases[c].softcap > 0.0f)) {
+			reseed("attention tiles llama", c, 0, 0);
+			check_tile_case(&cases[c], 1);
+		}
+	}
+	printf("attention in tiles: %d shapes (F32/F16/BF16, head_dim 20..256, "
+	       "GQA 1..12, windows, softcap, lanes, pages 7/16/128, ragged), "
+	       "both numerics: the row-by-row bits, in batches of 1, 2, 5, 13 "
+	       "rows too\n", nc);
+}
+
 /* Quantisers: random rows, and ties (d = 1, values k + 0.5). */
 static void check_table_quant(const struct pg_cpu_kernels *k)
 {
@@ -2149,6 +2508,7 @@ int main(int argc, char **argv)
 	check_q4x8();
 	check_matmul_batch();
 	check_attention();
+	check_attention_tiles();
 	check_llama_numerics();
 	check_kquant_dequant();
 	check_kquant_matmul();

@@ -2,16 +2,26 @@
  * attention.c - the attention op: causal, grouped-query scaled dot-product
  * attention over paged KV storage.
  *
- * Keys are taken a page run at a time (at most PG_ATTN_CHUNK of them): their
- * scores go to a small stack buffer, the running maximum is updated once per
- * run (online softmax), and V rows are accumulated in f32 through the ISA
- * table's attention loops, which read F32, F16 or BF16 pages directly.
- * Scores take q rounded to the pages' type, the keys' precision.
+ * Queries go in tiles (flash-attention style): a tile is the query heads
+ * that share one KV head, times several positions of one sequence (at most
+ * PG_ATTN_TILE_ROWS rows), and it walks the keys a page run at a time (at
+ * most PG_ATTN_CHUNK of them), each run loaded once for all the tile's rows.
+ * Every row keeps a softmax of its own: for each run its scores go to a
+ * small stack buffer, its running maximum is updated once per run (online
+ * softmax), and V rows are accumulated in f32.  The ISA table's multi-row
+ * loops (attn_scores_rows, attn_values_rows: several rows against a few
+ * keys in registers) give each row the bits its one-row loops give, so
+ * a row's result is the same whatever tile, batch or thread it is in: the
+ * same runs in the same order, the same sums.  Rows of a tile whose run
+ * differs from the others' (the last page of a causal row, the first page
+ * of a window) take that run alone.  Loops read F32, F16 or BF16 pages
+ * directly.  Scores take q rounded to the pages' type, the keys' precision.
  * A sliding-window block's row reads only the pages of its window; a
  * soft-capped block caps each score before the softmax.
- * Work is shared by rows (prompts) or by runs of heads (decode).
+ * Work is shared by tiles (prompts) or by runs of heads (decode).
  * With llama.cpp numerics (pg_cpu_backend_llama_numerics), each query runs
- * llama.cpp's loop instead (llamacpp.c).
+ * llama.cpp's loop instead (llamacpp.c), key by key, in tiles the same way
+ * (fa16_rows: one load of each key for all rows).
  * It does not write the KV pages (kv_write.c does).
  */
 #include <math.h>
@@ -23,6 +33,9 @@
 #define PG_ATTN_MAX_LANES 4
 #define PG_ATTN_MAX_MERGE 64	/* CP ranks attn_merge takes (the plan's
 				   devices at most) */
+#define PG_ATTN_TILE_ROWS 24	/* query rows of a tile at most */
+#define PG_ATTN_TILE_FLOATS 16384	/* their accumulators (lanes x
+					   head_dim each), on the stack */
 
 struct attn_ctx {
 	const struct pg_cpu_kernels *k;
@@ -45,15 +58,16 @@ struct attn_state {
 	float *acc;			/* (head_dim) */
 };
 
-/* Fold keys slot0 .. slot0 + n - 1 (one page, contiguous) into st. */
-static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
-		     const float *q, struct attn_state *st)
+/*
+ * Fold the n raw scores s of one run into st (their V rows still to be
+ * added): scale, cap, the run's maximum, rescale, s[j] = the weights.
+ * The same code for a row alone or in a tile.
+ */
+static void attn_softmax_run(const struct attn_ctx *c, int n, float *s,
+			     struct attn_state *st)
 {
-	const struct pg_kv_layout *kv = c->kv;
-	float s[PG_ATTN_CHUNK], mx = st->m;
+	float mx = st->m;
 
-	c->k->attn_scores(kv->type, n, kv->head_dim,
-			  pg_kv_row(kv, c->block, 0, kvh, slot0), q, s);
 	for (int j = 0; j < n; j++)
 		s[j] *= c->scale;
 	if (c->heads.softcap > 0.0f) {
@@ -67,13 +81,61 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
 	if (mx > st->m) {
 		float r = expf(st->m - mx);	/* 0 on the first run */
 
-		c->k->scale(kv->head_dim, r, st->acc);
+		c->k->scale(c->kv->head_dim, r, st->acc);
 		st->l *= r;
 		st->m = mx;
 	}
 	st->l += c->k->exp_sum(n, s, mx);
+}
+
+/* Fold keys slot0 .. slot0 + n - 1 (one page, contiguous) into st. */
+static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
+		     const float *q, struct attn_state *st)
+{
+	const struct pg_kv_layout *kv = c->kv;
+	float s[PG_ATTN_CHUNK];
+
+	c->k->attn_scores(kv->type, n, kv->head_dim,
+			  pg_kv_row(kv, c->block, 0, kvh, slot0), q, s);
+	attn_softmax_run(c, n, s, st);
 	c->k->attn_values(kv->type, n, kv->head_dim, s,
 			  pg_kv_row(kv, c->block, 1, kvh, slot0), st->acc);
+}
+
+/*
+ * The same run folded into nr rows at once (queries q[r], states st[r]):
+ * its keys and values loaded once for all of them, each row's bits those
+ * of attn_run.
+ */
+static void attn_run_rows(const struct attn_ctx *c, int kvh, int32_t slot0,
+			  int n, int nr, const float *const *q,
+			  struct attn_state *const *st)
+{
+	const struct pg_kv_layout *kv = c->kv;
+	const void *k = pg_kv_row(kv, c->block, 0, kvh, slot0);
+	const void *v = pg_kv_row(kv, c->block, 1, kvh, slot0);
+	float s[PG_ATTN_TILE_ROWS][PG_ATTN_CHUNK];
+	float *sp[PG_ATTN_TILE_ROWS], *accs[PG_ATTN_TILE_ROWS];
+
+	for (int r = 0; r < nr; r++) {
+		sp[r] = s[r];
+		accs[r] = st[r]->acc;
+	}
+	if (c->k->attn_scores_rows)
+		c->k->attn_scores_rows(kv->type, nr, n, kv->head_dim, k, q, sp);
+	else
+		for (int r = 0; r < nr; r++)
+			c->k->attn_scores(kv->type, n, kv->head_dim, k, q[r],
+					  sp[r]);
+	for (int r = 0; r < nr; r++)
+		attn_softmax_run(c, n, sp[r], st[r]);
+	if (c->k->attn_values_rows)
+		c->k->attn_values_rows(kv->type, nr, n, kv->head_dim,
+				       (const float *const *)sp, v, accs);
+	else
+		for (int r = 0; r < nr; r++)
+			c->k->attn_values(kv->type, n, kv->head_dim, sp[r], v,
+					  accs[r]);
 }
 
 /*
@@ -124,40 +186,118 @@ static void attn_finish(const struct attn_state *st, int hd, float *out,
 	*lse = st->m + logf(st->l);
 }
 
-/* llama.cpp numerics: llama.cpp's attention of one query (llamacpp.c). */
-static void attn_llama(const struct attn_ctx *c, const struct pg_attn_seq *seq,
-		       int lo, int n_keys, int kvh, const float *q, float *out)
+/*
+ * The rows of one tile: positions i0 .. i1 - 1 of a sequence times query
+ * heads h0 .. h1 - 1 (all reading KV head kvh), position-major.
+ */
+struct attn_tile {
+	const struct pg_attn_seq *seq;
+	int i0, i1, h0, h1, kvh;
+};
+
+/* Row r of tile t: its query, output and lse offsets, key range. */
+static size_t tile_row(const struct attn_ctx *c, const struct attn_tile *t,
+		       int r, int *lo, int *n_keys)
 {
-	const struct pg_kv_layout *kv = c->kv;
-	int pt = kv->page_tokens, hd = kv->head_dim;
-	uint16_t q16[PG_ATTN_MAX_HEAD_DIM], acc[PG_ATTN_MAX_HEAD_DIM];
-	float m = -INFINITY, l = 0.0f, inv;
+	int nh = t->h1 - t->h0, i = t->i0 + r / nh, h = t->h0 + r % nh;
+	const struct pg_attn_seq *seq = t->seq;
+	int nk = seq->n_ctx - seq->n_rows + i + 1, w = c->heads.window;
 
-	for (int i = 0; i < hd; i++) {
-		q16[i] = pg_fp32_to_fp16(q[i]);
-		acc[i] = 0;
-	}
-	for (int j = lo / pt; j * pt < n_keys; j++) {
-		int p0 = j * pt > lo ? j * pt : lo;
-		int n = n_keys - p0 < (j + 1) * pt - p0 ? n_keys - p0 :
-			(j + 1) * pt - p0;
-		int32_t slot = seq->pages[j] * pt + (p0 - j * pt);
-
-		c->k->fa16_run(n, hd, pg_kv_row(kv, c->block, 0, kvh, slot),
-			       pg_kv_row(kv, c->block, 1, kvh, slot), q16,
-			       c->scale, &m, &l, acc);
-	}
-	inv = l == 0.0f ? 0.0f : 1.0f / l;
-	for (int i = 0; i < hd; i++)
-		out[i] = pg_fp16_to_fp32(acc[i]) * inv;
+	*n_keys = nk;
+	*lo = w > 0 && nk > w ? nk - w : 0;
+	return (size_t)(seq->first_row + i) * (size_t)c->n_heads + (size_t)h;
 }
 
 /*
- * out = softmax(q K^T * scale) V over the positions lo .. n_keys - 1 that
- * this store holds (lo > 0: a sliding window): page table entry j covers
- * page_tokens * cp_size positions, of which this store holds the run
- * starting cp_rank *
- * page_tokens (all of them without CP).  *lse = log sum exp(scores), or
+ * llama.cpp numerics: llama.cpp's attention of each query of the tile,
+ * its keys in position order, a page at a time; the rows that take a
+ * whole page take it together (fa16_rows), the others alone.  Each row
+ * sees the same keys in the same order as alone, so the same bits.
+ */
+static void attn_llama_tile(const struct attn_ctx *c,
+			    const struct attn_tile *t)
+{
+	const struct pg_kv_layout *kv = c->kv;
+	const struct pg_attn_seq *seq = t->seq;
+	int pt = kv->page_tokens, hd = kv->head_dim;
+	int nr = (t->i1 - t->i0) * (t->h1 - t->h0), min_lo = 1 << 30, max_n = 0;
+	static __thread uint16_t q16[PG_ATTN_TILE_FLOATS],
+		acc[PG_ATTN_TILE_FLOATS];
+	const uint16_t *qs[PG_ATTN_TILE_ROWS];
+	uint16_t *accs[PG_ATTN_TILE_ROWS];
+	float m[PG_ATTN_TILE_ROWS], l[PG_ATTN_TILE_ROWS];
+	float *ms[PG_ATTN_TILE_ROWS], *ls[PG_ATTN_TILE_ROWS];
+	int lo[PG_ATTN_TILE_ROWS], nk[PG_ATTN_TILE_ROWS], full[PG_ATTN_TILE_ROWS];
+	size_t rh[PG_ATTN_TILE_ROWS];
+
+	for (int r = 0; r < nr; r++) {
+		const float *q;
+
+		rh[r] = tile_row(c, t, r, &lo[r], &nk[r]);
+		q = c->q + rh[r] * (size_t)hd;
+		min_lo = lo[r] < min_lo ? lo[r] : min_lo;
+		max_n = nk[r] > max_n ? nk[r] : max_n;
+		m[r] = -INFINITY;
+		l[r] = 0.0f;
+		for (int i = 0; i < hd; i++) {
+			q16[r * hd + i] = pg_fp32_to_fp16(q[i]);
+			acc[r * hd + i] = 0;
+		}
+	}
+	for (int j = min_lo / pt; j * pt < max_n; j++) {
+		const uint16_t *k, *v;
+		int nf = 0;
+
+		for (int r = 0; r < nr; r++) {
+			int p0 = j * pt > lo[r] ? j * pt : lo[r];
+			int end = nk[r] < (j + 1) * pt ? nk[r] : (j + 1) * pt;
+			int32_t slot = seq->pages[j] * pt + (p0 - j * pt);
+
+			if (p0 >= end)
+				continue;
+			if (p0 == j * pt && end == (j + 1) * pt) {
+				full[nf++] = r;
+				continue;
+			}
+			c->k->fa16_run(end - p0, hd,
+				       pg_kv_row(kv, c->block, 0, t->kvh, slot),
+				       pg_kv_row(kv, c->block, 1, t->kvh, slot),
+				       q16 + r * hd, c->scale, &m[r], &l[r],
+				       acc + r * hd);
+		}
+		if (!nf)
+			continue;
+		for (int f = 0; f < nf; f++) {
+			qs[f] = q16 + full[f] * hd;
+			accs[f] = acc + full[f] * hd;
+			ms[f] = &m[full[f]];
+			ls[f] = &l[full[f]];
+		}
+		k = pg_kv_row(kv, c->block, 0, t->kvh, seq->pages[j] * pt);
+		v = pg_kv_row(kv, c->block, 1, t->kvh, seq->pages[j] * pt);
+		if (c->k->fa16_rows)
+			c->k->fa16_rows(nf, pt, hd, k, v, qs, c->scale, ms, ls,
+					accs);
+		else
+			for (int f = 0; f < nf; f++)
+				c->k->fa16_run(pt, hd, k, v, qs[f], c->scale,
+					       ms[f], ls[f], accs[f]);
+	}
+	for (int r = 0; r < nr; r++) {
+		float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+		float *out = c->out + rh[r] * (size_t)hd;
+
+		for (int i = 0; i < hd; i++)
+			out[i] = pg_fp16_to_fp32(acc[r * hd + i]) * inv;
+	}
+}
+
+/*
+ * out = softmax(q K^T * scale) V for each row of tile t, over the
+ * positions lo .. n_keys - 1 of that row that this store holds (lo > 0:
+ * a sliding window): page table entry j covers page_tokens * cp_size
+ * positions, of which this store holds the run starting cp_rank *
+ * page_tokens (all of them without CP).  lse = log sum exp(scores), or
  * -inf (and out = 0) when no position is held.
  *
  * With lanes (kv->lanes > 1), each lane of that run (page_tokens / lanes
@@ -165,119 +305,229 @@ static void attn_llama(const struct attn_ctx *c, const struct pg_attn_seq *seq,
  * order as a CP rank's store of one lane, and the lanes are merged as
  * attn_merge merges CP ranks' parts: the same bits as that many CP ranks.
  * lse is then NULL.
+ *
+ * Each row's runs are those it would take alone, in the same order: for
+ * each (page, lane) segment, the rows that take all of it go through its
+ * runs together (attn_run_rows); a row that takes part of it (its last
+ * keys, or the first of its window) takes its runs alone (attn_run).
  */
-static void attn_one(const struct attn_ctx *c, const struct pg_attn_seq *seq,
-		     int lo, int n_keys, int kvh, const float *q, float *out,
-		     float *lse)
+static void attn_tile(const struct attn_ctx *c, const struct attn_tile *t)
 {
 	const struct pg_kv_layout *kv = c->kv;
+	const struct pg_attn_seq *seq = t->seq;
 	int pt = kv->page_tokens, hd = kv->head_dim;
 	int cps = kv->cp_size > 1 ? kv->cp_size : 1;
 	int nl = kv->lanes > 1 ? kv->lanes : 1, lt = pt / nl;
 	int span = pt * cps, first = cps > 1 ? kv->cp_rank * pt : 0;
-	float acc[PG_ATTN_MAX_LANES][PG_ATTN_MAX_HEAD_DIM];
-	float qr[PG_ATTN_MAX_HEAD_DIM], lses[PG_ATTN_MAX_LANES];
-	const float *outs[PG_ATTN_MAX_LANES];
-	struct attn_state st[PG_ATTN_MAX_LANES];
+	int nr = (t->i1 - t->i0) * (t->h1 - t->h0), min_lo = 1 << 30, max_n = 0;
+	static __thread float acc[PG_ATTN_TILE_FLOATS], qr[PG_ATTN_TILE_FLOATS];
+	struct attn_state st[PG_ATTN_TILE_ROWS][PG_ATTN_MAX_LANES];
+	struct attn_state *sts[PG_ATTN_TILE_ROWS];
+	const float *q[PG_ATTN_TILE_ROWS], *qs[PG_ATTN_TILE_ROWS];
+	int lo[PG_ATTN_TILE_ROWS], nk[PG_ATTN_TILE_ROWS], full[PG_ATTN_TILE_ROWS];
+	size_t rh[PG_ATTN_TILE_ROWS];
 
-	for (int l = 0; l < nl; l++) {
-		st[l] = (struct attn_state){ .m = -INFINITY, .l = 0.0f,
-					     .acc = acc[l] };
-		for (int i = 0; i < hd; i++)
-			acc[l][i] = 0.0f;
-	}
-	/*
-	 * The keys are stored as F16 (or BF16): q is rounded to the same
-	 * type, so that each score sums exact products of two 16-bit values,
-	 * as llama.cpp and the CUDA backend compute them.
-	 */
-	if (kv->type != PG_F32) {
-		c->k->round_kv(kv->type, hd, q, qr);
-		q = qr;
+	for (int r = 0; r < nr; r++) {
+		rh[r] = tile_row(c, t, r, &lo[r], &nk[r]);
+		min_lo = lo[r] < min_lo ? lo[r] : min_lo;
+		max_n = nk[r] > max_n ? nk[r] : max_n;
+		for (int l = 0; l < nl; l++) {
+			float *a = acc + ((size_t)r * nl + l) * hd;
+
+			st[r][l] = (struct attn_state){ .m = -INFINITY,
+							.l = 0.0f, .acc = a };
+			for (int i = 0; i < hd; i++)
+				a[i] = 0.0f;
+		}
+		/*
+		 * The keys are stored as F16 (or BF16): q is rounded to the
+		 * same type, so that each score sums exact products of two
+		 * 16-bit values, as llama.cpp and the CUDA backend compute
+		 * them.
+		 */
+		q[r] = c->q + rh[r] * (size_t)hd;
+		if (kv->type != PG_F32) {
+			c->k->round_kv(kv->type, hd, q[r], qr + (size_t)r * hd);
+			q[r] = qr + (size_t)r * hd;
+		}
 	}
 	/*
 	 * A window's first position starts each run it cuts, in lanes as in
 	 * a CP rank's store: the same runs, so the same bits.
 	 */
-	for (int j = lo / span; j * span + first < n_keys; j++)
+	for (int j = min_lo / span; j * span + first < max_n; j++)
 		for (int l = 0; l < nl; l++) {
-			int p0 = j * span + first + l * lt;
-			int end = p0 + lt < n_keys ? p0 + lt : n_keys;
-			int from = p0 > lo ? p0 : lo;
+			int p0 = j * span + first + l * lt, nf = 0;
+			int32_t slot0 = seq->pages[j] * pt + l * lt;
 
-			for (int p = from; p < end; p += PG_ATTN_CHUNK) {
-				int n = end - p < PG_ATTN_CHUNK ?
-					end - p : PG_ATTN_CHUNK;
+			for (int r = 0; r < nr; r++) {
+				int end = p0 + lt < nk[r] ? p0 + lt : nk[r];
+				int from = p0 > lo[r] ? p0 : lo[r];
 
-				attn_run(c, kvh, seq->pages[j] * pt + l * lt +
-					 (p - p0), n, q, &st[l]);
+				if (from >= end)
+					continue;
+				if (from == p0 && end == p0 + lt) {
+					full[nf++] = r;
+					continue;
+				}
+				for (int p = from; p < end; p += PG_ATTN_CHUNK) {
+					int n = end - p < PG_ATTN_CHUNK ?
+						end - p : PG_ATTN_CHUNK;
+
+					attn_run(c, t->kvh, slot0 + (p - p0), n,
+						 q[r], &st[r][l]);
+				}
+			}
+			if (!nf)
+				continue;
+			for (int f = 0; f < nf; f++) {
+				qs[f] = q[full[f]];
+				sts[f] = &st[full[f]][l];
+			}
+			for (int p = p0; p < p0 + lt; p += PG_ATTN_CHUNK) {
+				int n = p0 + lt - p < PG_ATTN_CHUNK ?
+					p0 + lt - p : PG_ATTN_CHUNK;
+
+				attn_run_rows(c, t->kvh, slot0 + (p - p0), n, nf,
+					      qs, sts);
 			}
 		}
-	if (nl == 1) {
-		float lse1;
+	for (int r = 0; r < nr; r++) {
+		float *out = c->out + rh[r] * (size_t)hd, lse1;
+		float lses[PG_ATTN_MAX_LANES];
+		const float *outs[PG_ATTN_MAX_LANES];
 
-		attn_finish(&st[0], hd, out, lse ? lse : &lse1);
-		return;
+		if (nl == 1) {
+			attn_finish(&st[r][0], hd, out,
+				    c->lse ? c->lse + rh[r] : &lse1);
+			continue;
+		}
+		/* each lane as a CP rank would store it, then attn_merge's
+		 * merge */
+		for (int l = 0; l < nl; l++) {
+			attn_finish(&st[r][l], hd, st[r][l].acc, &lses[l]);
+			outs[l] = st[r][l].acc;
+		}
+		merge_parts(outs, lses, nl, hd, out);
 	}
-	/* each lane as a CP rank would store it, then attn_merge's merge */
-	for (int l = 0; l < nl; l++) {
-		attn_finish(&st[l], hd, acc[l], &lses[l]);
-		outs[l] = acc[l];
-	}
-	merge_parts(outs, lses, nl, hd, out);
 }
 
-/* Query heads h0 .. h1 - 1 of one row, in order: heads sharing a KV head
- * follow each other, so its K and V are read from memory once. */
+static void run_tile(const struct attn_ctx *c, const struct attn_tile *t)
+{
+	if (c->llama)
+		attn_llama_tile(c, t);
+	else
+		attn_tile(c, t);
+}
+
+/* The KV head query head h reads. */
+static int head_kv(const struct attn_ctx *c, int h)
+{
+	return (c->heads.head0 + h) / c->heads.group - c->heads.kv_head0;
+}
+
+/*
+ * The tile shape: at most hmax heads of one KV head, pmax positions (so
+ * that hmax * pmax rows fit the tile's rows and its stack buffers).
+ */
+static void tile_shape(const struct attn_ctx *c, int *hmax, int *pmax)
+{
+	int nl = c->kv->lanes > 1 ? c->kv->lanes : 1;
+	int cap = PG_ATTN_TILE_FLOATS / (nl * c->kv->head_dim);
+
+	cap = cap < PG_ATTN_TILE_ROWS ? cap : PG_ATTN_TILE_ROWS;
+	cap = cap > 1 ? cap : 1;
+	*hmax = c->heads.group < cap ? c->heads.group : cap;
+	*pmax = cap / *hmax;
+}
+
+/*
+ * Query heads h0 .. h1 - 1 of row i, in tiles of the heads sharing a KV
+ * head, so its K and V are read from memory once.
+ */
 static void attn_heads(const struct attn_ctx *c, const struct pg_attn_seq *seq,
 		       int i, int h0, int h1)
 {
-	const struct pg_attn_heads *hs = &c->heads;
-	int hd = c->kv->head_dim;
-	size_t row = (size_t)(seq->first_row + i);
-	int n_keys = seq->n_ctx - seq->n_rows + i + 1;
-	int lo = hs->window > 0 && n_keys > hs->window ? n_keys - hs->window : 0;
+	int hmax, pmax;
 
-	for (int h = h0; h < h1; h++) {
-		size_t rh = row * (size_t)c->n_heads + (size_t)h;
-		int kvh = (hs->head0 + h) / hs->group - hs->kv_head0;
+	tile_shape(c, &hmax, &pmax);
+	while (h0 < h1) {
+		struct attn_tile t = { .seq = seq, .i0 = i, .i1 = i + 1,
+				       .h0 = h0, .kvh = head_kv(c, h0) };
 
-		if (c->llama)
-			attn_llama(c, seq, lo, n_keys, kvh, c->q + rh * (size_t)hd,
-				   c->out + rh * (size_t)hd);
-		else
-			attn_one(c, seq, lo, n_keys, kvh, c->q + rh * (size_t)hd,
-				 c->out + rh * (size_t)hd,
-				 c->lse ? c->lse + rh : NULL);
+		t.h1 = h0 + 1;
+		while (t.h1 < h1 && t.h1 - h0 < hmax &&
+		       head_kv(c, t.h1) == t.kvh)
+			t.h1++;
+		run_tile(c, &t);
+		h0 = t.h1;
 	}
 }
 
 /*
- * Many rows (prompts): whole rows dealt round-robin, since later rows of a
- * causal sequence have more keys.  Few rows (decode): each row's heads
- * split into contiguous runs, one per thread.
+ * Many rows (prompts): tiles of pmax positions times the heads of one KV
+ * head, dealt round-robin (later positions of a causal sequence have more
+ * keys; pmax shrinks until there are several tiles per thread).  Few rows
+ * (decode): each row's heads split into contiguous runs, one per thread.
+ * Neither changes any row's bits.
  */
 static void attn_worker(void *arg, int ith, int nth)
 {
 	const struct attn_ctx *c = arg;
-	int n_rows = 0, k = 0;
+	int n_rows = 0, k = 0, hmax, pmax, n_groups = 0;
 
 	for (int s = 0; s < c->n_seqs; s++)
 		n_rows += c->seqs[s].n_rows;
+	if (n_rows < 2 * nth) {
+		for (int s = 0; s < c->n_seqs; s++) {
+			const struct pg_attn_seq *seq = &c->seqs[s];
+
+			for (int i = 0; i < seq->n_rows; i++) {
+				int64_t h0, h1;
+
+				pg_split(c->n_heads, ith, nth, &h0, &h1);
+				attn_heads(c, seq, i, (int)h0, (int)h1);
+			}
+		}
+		return;
+	}
+	tile_shape(c, &hmax, &pmax);
+	for (int h = 0; h < c->n_heads; n_groups++) {
+		int h1 = h + 1;
+
+		while (h1 < c->n_heads && h1 - h < hmax &&
+		       head_kv(c, h1) == head_kv(c, h))
+			h1++;
+		h = h1;
+	}
+	for (;;) {
+		int n_tiles = 0;
+
+		for (int s = 0; s < c->n_seqs; s++)
+			n_tiles += (c->seqs[s].n_rows + pmax - 1) / pmax;
+		if (pmax == 1 || n_tiles * n_groups >= 4 * nth)
+			break;
+		pmax /= 2;
+	}
 	for (int s = 0; s < c->n_seqs; s++) {
 		const struct pg_attn_seq *seq = &c->seqs[s];
 
-		for (int i = 0; i < seq->n_rows; i++, k++) {
-			int64_t h0, h1;
+		for (int i = 0; i < seq->n_rows; i += pmax)
+			for (int h = 0; h < c->n_heads; k++) {
+				struct attn_tile t = { .seq = seq, .i0 = i,
+						       .h0 = h,
+						       .kvh = head_kv(c, h) };
 
-			if (n_rows >= 2 * nth) {
+				t.i1 = i + pmax < seq->n_rows ? i + pmax :
+				       seq->n_rows;
+				t.h1 = h + 1;
+				while (t.h1 < c->n_heads && t.h1 - h < hmax &&
+				       head_kv(c, t.h1) == t.kvh)
+					t.h1++;
+				h = t.h1;
 				if (k % nth == ith)
-					attn_heads(c, seq, i, 0, c->n_heads);
-				continue;
+					run_tile(c, &t);
 			}
-			pg_split(c->n_heads, ith, nth, &h0, &h1);
-			attn_heads(c, seq, i, (int)h0, (int)h1);
-		}
 	}
 }
 

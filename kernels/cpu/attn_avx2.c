@@ -3,7 +3,8 @@
  * against one query, the exponentials of a softmax run, and the weighted
  * sum of a run of V rows, for F32, F16 and BF16 pages.
  *
- * Also llamacpp.c's llama.cpp attention loop (pg_fa16_run_avx2).
+ * Also llamacpp.c's llama.cpp attention loop (pg_fa16_run_avx2), and the
+ * multi-row forms of these for attention.c's tiles (the same bits per row).
  *
  * Scores are taken 8 keys at a time and reduced together; V rows are summed
  * into 64-dim slices of the accumulator held in registers across the run.
@@ -225,5 +226,243 @@ void pg_fa16_run_avx2(int n, int hd, const uint16_t *k, const uint16_t *v,
 			store_f16x8(acc + d, _mm256_fmadd_ps(load_f16x8(v + d), w,
 							     load_f16x8(acc + d)));
 		*l = fmaf(*l, ms, vs);
+	}
+}
+
+/*
+ * Many rows at once (attention.c's tiles): R <= 3 query rows against 4
+ * keys in 12 registers, each key's 8 values converted once for the R rows.
+ * Each (row, key) sum is the one scores() makes: 8 lanes over d, fused,
+ * in order; then reduced as scores8 reduces it for the keys before the
+ * run's last n % 8 (pairs: lanes 0 + 1, 2 + 3, those two, and the same for
+ * 4 .. 7, then lo + hi) and as hsum256 for those last ones.
+ */
+static inline __attribute__((always_inline)) void
+dots_r4(enum pg_dtype t, int R, int hd, const void *k, size_t k0,
+	const float *const *q, __m256 a[3][4])
+{
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++)
+			a[r][j] = _mm256_setzero_ps();
+	for (int d = 0; d < hd; d += 8)
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+			__m256 kv = load8(t, k, (k0 + (size_t)j) * (size_t)hd + (size_t)d);
+
+#pragma GCC unroll 3
+			for (int r = 0; r < R; r++)
+				a[r][j] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q[r] + d),
+							  a[r][j]);
+		}
+}
+
+/* hsum8x8's sums of four vectors (lane j: a[j]'s), as 4 floats. */
+static inline __m128 hsum4_pairs(const __m256 a[4])
+{
+	__m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]),
+				  _mm256_hadd_ps(a[2], a[3]));
+
+	return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+static inline __attribute__((always_inline)) void
+scores_block(enum pg_dtype t, int R, int n, int hd, const void *k,
+	     const float *const *q, float *const *s)
+{
+	int n8 = n & ~7, j = 0;
+	__m256 a[3][4];
+
+	for (; j < n8; j += 4) {
+		dots_r4(t, R, hd, k, (size_t)j, q, a);
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			_mm_storeu_ps(s[r] + j, hsum4_pairs(a[r]));
+	}
+	for (; j + 4 <= n; j += 4) {
+		dots_r4(t, R, hd, k, (size_t)j, q, a);
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			_mm_storeu_ps(s[r] + j, hsum256x4(a[r][0], a[r][1],
+							  a[r][2], a[r][3]));
+	}
+	for (; j < n; j++) {
+		__m256 b[3];
+
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			b[r] = _mm256_setzero_ps();
+		for (int d = 0; d < hd; d += 8) {
+			__m256 kv = load8(t, k, (size_t)j * (size_t)hd + (size_t)d);
+
+			#pragma GCC unroll 4
+			for (int r = 0; r < R; r++)
+				b[r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q[r] + d), b[r]);
+		}
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			s[r][j] = hsum256(b[r]);
+	}
+}
+
+static inline __attribute__((always_inline)) void
+scores_rows(enum pg_dtype t, int nr, int n, int hd, const void *k,
+	    const float *const *q, float *const *s)
+{
+	int r = 0;
+
+	for (; r + 3 <= nr; r += 3)
+		scores_block(t, 3, n, hd, k, q + r, s + r);
+	if (nr - r == 2)
+		scores_block(t, 2, n, hd, k, q + r, s + r);
+	else if (nr - r == 1)
+		scores_block(t, 1, n, hd, k, q + r, s + r);
+}
+
+void pg_attn_scores_rows_avx2(enum pg_dtype t, int nr, int n, int hd,
+			      const void *k, const float *const *q,
+			      float *const *s)
+{
+	if (hd % 8)
+		for (int r = 0; r < nr; r++)
+			pg_attn_scores_ref(t, n, hd, k, q[r], s[r]);
+	else if (t == PG_F16)
+		scores_rows(PG_F16, nr, n, hd, k, q, s);
+	else if (t == PG_BF16)
+		scores_rows(PG_BF16, nr, n, hd, k, q, s);
+	else
+		scores_rows(PG_F32, nr, n, hd, k, q, s);
+}
+
+/*
+ * acc[r][d0 .. d0 + 8W - 1] += sum of p[r][j] v_j[d0 ..] for R <= 3 rows,
+ * each V vector converted once for the R rows; every value the same fused
+ * multiply-adds in the same order as values() (each one is alone).
+ */
+static inline __attribute__((always_inline)) void
+values_block(enum pg_dtype t, int R, int W, int n, int hd, int d0,
+	     const float *const *p, const void *v, float *const *acc)
+{
+	__m256 a[3][4];
+
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		#pragma GCC unroll 4
+		for (int w = 0; w < W; w++)
+			a[r][w] = _mm256_loadu_ps(acc[r] + d0 + 8 * w);
+	for (int j = 0; j < n; j++) {
+		size_t base = (size_t)j * (size_t)hd + (size_t)d0;
+		__m256 pb[3];
+
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			pb[r] = _mm256_broadcast_ss(&p[r][j]);
+#pragma GCC unroll 4
+		for (int w = 0; w < W; w++) {
+			__m256 vv = load8(t, v, base + 8 * (size_t)w);
+
+			#pragma GCC unroll 4
+			for (int r = 0; r < R; r++)
+				a[r][w] = _mm256_fmadd_ps(pb[r], vv, a[r][w]);
+		}
+	}
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		#pragma GCC unroll 4
+		for (int w = 0; w < W; w++)
+			_mm256_storeu_ps(acc[r] + d0 + 8 * w, a[r][w]);
+}
+
+static inline __attribute__((always_inline)) void
+values_rows_r(enum pg_dtype t, int R, int n, int hd, const float *const *p,
+	      const void *v, float *const *acc)
+{
+	int d = 0;
+
+	for (; d + 32 <= hd; d += 32)
+		values_block(t, R, 4, n, hd, d, p, v, acc);
+	for (; d < hd; d += 8)
+		values_block(t, R, 1, n, hd, d, p, v, acc);
+}
+
+static inline __attribute__((always_inline)) void
+values_rows(enum pg_dtype t, int nr, int n, int hd, const float *const *p,
+	    const void *v, float *const *acc)
+{
+	int r = 0;
+
+	for (; r + 3 <= nr; r += 3)
+		values_rows_r(t, 3, n, hd, p + r, v, acc + r);
+	if (nr - r == 2)
+		values_rows_r(t, 2, n, hd, p + r, v, acc + r);
+	else if (nr - r == 1)
+		values_rows_r(t, 1, n, hd, p + r, v, acc + r);
+}
+
+void pg_attn_values_rows_avx2(enum pg_dtype t, int nr, int n, int hd,
+			      const float *const *p, const void *v,
+			      float *const *acc)
+{
+	if (hd % 8)
+		for (int r = 0; r < nr; r++)
+			pg_attn_values_ref(t, n, hd, p[r], v, acc[r]);
+	else if (t == PG_F16)
+		values_rows(PG_F16, nr, n, hd, p, v, acc);
+	else if (t == PG_BF16)
+		values_rows(PG_BF16, nr, n, hd, p, v, acc);
+	else
+		values_rows(PG_F32, nr, n, hd, p, v, acc);
+}
+
+#define FA16_MAX_ROWS 32
+
+/*
+ * pg_fa16_run_avx2 for nr rows over the same keys: key by key, each row's
+ * score, maximum and V update exactly as there (the same operations in
+ * the same order per row), each value row converted once for all rows.
+ */
+void pg_fa16_rows_avx2(int nr, int n, int hd, const uint16_t *k,
+		       const uint16_t *v, const uint16_t *const *q16,
+		       float scale, float *const *m, float *const *l,
+		       uint16_t *const *acc)
+{
+	float ms[FA16_MAX_ROWS], vs[FA16_MAX_ROWS];
+
+	if (hd % 8 || nr > FA16_MAX_ROWS) {
+		for (int r = 0; r < nr; r++)
+			pg_fa16_run_avx2(n, hd, k, v, q16[r], scale, m[r], l[r],
+					 acc[r]);
+		return;
+	}
+	for (int j = 0; j < n; j++, k += hd, v += hd) {
+		for (int r = 0; r < nr; r++) {
+			float s = fa16_dot8(hd, k, q16[r]) * scale;
+
+			ms[r] = 1.0f;
+			vs[r] = 1.0f;
+			if (s > *m[r]) {
+				__m256 w;
+
+				ms[r] = expf(*m[r] - s);
+				*m[r] = s;
+				w = _mm256_set1_ps(ms[r]);
+				for (int d = 0; d < hd; d += 8)
+					store_f16x8(acc[r] + d,
+						    _mm256_mul_ps(load_f16x8(acc[r] + d), w));
+			} else {
+				vs[r] = expf(s - *m[r]);
+			}
+		}
+		for (int d = 0; d < hd; d += 8) {
+			__m256 vv = load_f16x8(v + d);
+
+			for (int r = 0; r < nr; r++)
+				store_f16x8(acc[r] + d,
+					    _mm256_fmadd_ps(vv, _mm256_set1_ps(vs[r]),
+							    load_f16x8(acc[r] + d)));
+		}
+		for (int r = 0; r < nr; r++)
+			*l[r] = fmaf(*l[r], ms[r], vs[r]);
 	}
 }

@@ -162,6 +162,22 @@ struct pg_cpu_kernels {
 	/* acc += sum of p[j] v_j over n rows of hd values of KV type t */
 	void (*attn_values)(enum pg_dtype t, int n, int hd, const float *p,
 			    const void *v, float *acc);
+	/*
+	 * optional (NULL: attn_scores row by row): attn_scores for nr
+	 * queries q[r] into s[r], the keys loaded once for all; each row's
+	 * bits those attn_scores gives it alone
+	 */
+	void (*attn_scores_rows)(enum pg_dtype t, int nr, int n, int hd,
+				 const void *k, const float *const *q,
+				 float *const *s);
+	/*
+	 * optional (NULL: attn_values row by row): attn_values for nr rows
+	 * of weights p[r] into acc[r], the values loaded once for all; each
+	 * row's bits those attn_values gives it alone
+	 */
+	void (*attn_values_rows)(enum pg_dtype t, int nr, int n, int hd,
+				 const float *const *p, const void *v,
+				 float *const *acc);
 	/* s[j] = exp(s[j] - max) for n values; returns their sum */
 	float (*exp_sum)(int n, float *s, float max);
 	/* out[i] = x[i] rounded to KV type t (F16 or BF16) and back, n values */
@@ -175,6 +191,15 @@ struct pg_cpu_kernels {
 	void (*fa16_run)(int n, int hd, const uint16_t *k, const uint16_t *v,
 			 const uint16_t *q16, float scale, float *m, float *l,
 			 uint16_t *acc);
+	/*
+	 * optional (NULL: fa16_run row by row): fa16_run for nr queries
+	 * q16[r] with states *m[r], *l[r], acc[r] over the same keys, each
+	 * key and value loaded once for all; each row's bits fa16_run's
+	 */
+	void (*fa16_rows)(int nr, int n, int hd, const uint16_t *k,
+			  const uint16_t *v, const uint16_t *const *q16,
+			  float scale, float *const *m, float *const *l,
+			  uint16_t *const *acc);
 	/* gate[i] = silu(gate[i]) * up[i] */
 	void (*silu_mul)(int64_t n, float *gate, const float *up);
 	/* the same as llama.cpp's AVX2 build computes it (llamacpp.c) */
@@ -445,6 +470,16 @@ void pg_attn_scores_avx2(enum pg_dtype t, int n, int hd, const void *k,
 			 const float *q, float *s);
 void pg_attn_values_avx2(enum pg_dtype t, int n, int hd, const float *p,
 			 const void *v, float *acc);
+void pg_attn_scores_rows_avx2(enum pg_dtype t, int nr, int n, int hd,
+			      const void *k, const float *const *q,
+			      float *const *s);
+void pg_attn_values_rows_avx2(enum pg_dtype t, int nr, int n, int hd,
+			      const float *const *p, const void *v,
+			      float *const *acc);
+void pg_fa16_rows_avx2(int nr, int n, int hd, const uint16_t *k,
+		       const uint16_t *v, const uint16_t *const *q16,
+		       float scale, float *const *m, float *const *l,
+		       uint16_t *const *acc);
 float pg_exp_sum_avx2(int n, float *s, float max);
 void pg_round_kv_avx2(enum pg_dtype t, int n, const float *x, float *out);
 void pg_silu_mul_llama_avx2(int64_t n, float *gate, const float *up);
