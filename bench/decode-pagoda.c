@@ -4,10 +4,17 @@
  *
  * pp: PP tokens in batches of up to 512 into an empty sequence.
  * tg: TG single-token forward passes after a one-token prompt (no sampling,
- * as llama-bench).  Both after a warm-up, best of --reps runs.  Last line:
- * "decode-pagoda: pp512_tps=X tg128_tps=Y".  Not a test.
+ * as llama-bench).  Both after a warm-up, best of --reps runs.
+ * --depth D (D > 0, a multiple of the page size): also pp at depth D, the
+ * same PP tokens run after D tokens already in the sequence (filled once,
+ * untimed; each repetition a fork of that sequence), and the machine's
+ * limit for it: the attention multiply-adds those PP tokens add over depth
+ * 0, at the f32 FMA peak measured on the same threads (fma_peak_gflops).
+ * Last line: "decode-pagoda: pp512_tps=X tg128_tps=Y ..." (with --depth,
+ * also ppN_dD_tps, attn_gflop_dD and fma_peak_gflops).  Not a test.
  */
 #include <getopt.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +32,7 @@ struct bench_opts {
 	int pp;
 	int tg;
 	int reps;
+	int depth;
 };
 
 static void die(const char *msg, const char *detail)
@@ -48,6 +56,98 @@ static double run_pp(struct pg_forward *fw, struct pg_kvc *kvc,
 	/* timing runs must not find their own tokens cached */
 	pg_kvc_evict(kvc, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
 	return t0;
+}
+
+/*
+ * Run n ids after the depth tokens of base (a fork of it, freed after),
+ * returning seconds taken.
+ */
+static double run_pp_at(struct pg_forward *fw, struct pg_kvc *kvc,
+			const struct pg_kvc_seq *base, const int32_t *ids,
+			int n, float *logits)
+{
+	struct pg_kvc_seq *s = pg_kvc_seq_fork(kvc, base);
+	double t0 = pg_now_s();
+
+	if (!s || pg_run_tokens(fw, kvc, s, ids, n, 0, logits))
+		die("forward pass at depth failed (KV pages too few?)", NULL);
+	t0 = pg_now_s() - t0;
+	pg_kvc_seq_free(kvc, s);
+	pg_kvc_evict(kvc, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
+	return t0;
+}
+
+/*
+ * The f32 FMA peak of one thread: 10 independent chains of 8-lane fused
+ * multiply-adds (enough to cover the FMA latency on two pipes), in
+ * GFLOP/s (2 per lane).  AVX2 where the processor has it, else 4-lane
+ * SSE multiply and add (no FMA: the figure is then that of mul + add).
+ */
+#define FMA_CHAINS 10
+#define FMA_ITERS 20000000L
+
+__attribute__((target("avx2,fma"))) static float fma_loop_avx2(float x)
+{
+	typedef float v8 __attribute__((vector_size(32)));
+	v8 a[FMA_CHAINS], m = { 0 }, c = { 0 };
+
+	for (int l = 0; l < 8; l++)
+		m[l] = 0.999999f, c[l] = x * 1e-7f;
+	for (int i = 0; i < FMA_CHAINS; i++)
+		a[i] = m * (float)(i + 1);
+	for (long it = 0; it < FMA_ITERS; it++)
+#pragma GCC unroll 10
+		for (int i = 0; i < FMA_CHAINS; i++)
+			a[i] = __builtin_ia32_vfmaddps256(a[i], m, c);
+	for (int i = 1; i < FMA_CHAINS; i++)
+		a[0] += a[i];
+	return a[0][0] + a[0][7];
+}
+
+static void *fma_thread(void *arg)
+{
+	float *r = arg;
+
+	*r = fma_loop_avx2(*r);
+	return NULL;
+}
+
+/* The FMA peak of n threads at once, GFLOP/s (0 without AVX2/FMA). */
+static double fma_peak_gflops(int n)
+{
+	pthread_t t[64];
+	float r[64];
+	double t0;
+	int k;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		return 0.0;
+	n = n < 64 ? n : 64;
+	r[0] = 1.0f;
+	fma_thread(r);				/* clocks up */
+	t0 = pg_now_s();
+	for (k = 0; k < n; k++) {
+		r[k] = (float)k;
+		if (pthread_create(&t[k], NULL, fma_thread, &r[k]))
+			break;
+	}
+	for (int i = 0; i < k; i++)
+		pthread_join(t[i], NULL);
+	t0 = pg_now_s() - t0;
+	return (double)k * FMA_ITERS * FMA_CHAINS * 16.0 / t0 / 1e9;
+}
+
+/*
+ * The attention multiply-adds (as flops, 2 each) that n prompt tokens
+ * after depth tokens do beyond the same tokens at depth 0: each query head
+ * of each layer takes depth more scores and depth more weighted V rows of
+ * head_dim each.  (Sliding-window layers would cap depth; not counted.)
+ */
+static double attn_extra_flops(const struct pg_model *m, int depth, int n)
+{
+	return 4.0 * (double)m->hp.head_dim * m->hp.n_heads * m->hp.n_blocks *
+	       (double)depth * (double)n;
 }
 
 static double run_tg(struct pg_forward *fw, struct pg_kvc *kvc,
@@ -76,6 +176,7 @@ static void parse(int argc, char **argv, struct bench_opts *o)
 		{ "pp", required_argument, NULL, 'p' },
 		{ "tg", required_argument, NULL, 'g' },
 		{ "reps", required_argument, NULL, 'r' },
+		{ "depth", required_argument, NULL, 'd' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -88,13 +189,14 @@ static void parse(int argc, char **argv, struct bench_opts *o)
 		case 'p': o->pp = atoi(optarg); break;
 		case 'g': o->tg = atoi(optarg); break;
 		case 'r': o->reps = atoi(optarg); break;
+		case 'd': o->depth = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: decode-pagoda --model FILE [--threads N] [--pp N] [--tg N] [--reps N]\n");
+			fprintf(stderr, "usage: decode-pagoda --model FILE [--threads N] [--pp N] [--tg N] [--reps N] [--depth D]\n");
 			exit(2);
 		}
 	}
-	if (!o->model || o->pp < 1 || o->tg < 1 || o->reps < 1)
-		die("--model FILE is required; --pp, --tg and --reps must be >= 1", NULL);
+	if (!o->model || o->pp < 1 || o->tg < 1 || o->reps < 1 || o->depth < 0)
+		die("--model FILE is required; --pp, --tg and --reps must be >= 1, --depth >= 0", NULL);
 }
 
 /*
@@ -123,7 +225,7 @@ int main(int argc, char **argv)
 	struct pg_kvc *kvc;
 	struct pg_model *m;
 	char err[1024];
-	double best_pp = 1e30, best_tg = 1e30;
+	double best_pp = 1e30, best_tg = 1e30, best_pd = 1e30;
 	int32_t *ids;
 	float *logits;
 	int n_ids;
@@ -132,11 +234,13 @@ int main(int argc, char **argv)
 	if (pg_model_load(o.model, 0, &m, err, sizeof(err)))
 		die(err, NULL);
 	fp.n_threads = o.threads;
-	fp.n_pages = (o.pp + o.tg + 64) / fp.page_tokens + 2;
+	fp.n_pages = (o.depth + o.pp + o.tg + 64) / fp.page_tokens + 2;
 	if (pg_forward_create(m, &fp, &fw, err, sizeof(err)))
 		die(err, NULL);
 	kvc = pg_kvc_for_forward(fw, m);
-	n_ids = (o.pp > o.tg ? o.pp : o.tg) + 1;
+	if (o.depth % fp.page_tokens)
+		die("--depth must be a multiple of the KV page size", NULL);
+	n_ids = (o.pp > o.tg ? o.pp : o.tg) + 1 + o.depth;
 	ids = malloc(sizeof(*ids) * (size_t)n_ids);
 	logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
 	if (!ids || !logits || !kvc)
@@ -154,11 +258,33 @@ int main(int argc, char **argv)
 		printf("rep %d: pp%d %.1f tokens/s, tg%d %.1f tokens/s\n", r,
 		       o.pp, o.pp / pp, o.tg, o.tg / tg);
 	}
+	if (o.depth > 0) {
+		/* the depth tokens once, then each repetition on a fork */
+		struct pg_kvc_seq *base = pg_kvc_seq_new(kvc, 0);
+		const int32_t *tail = ids + o.depth;
+
+		if (!base || pg_run_tokens(fw, kvc, base, ids, o.depth, 0, logits))
+			die("forward pass filling the depth failed", NULL);
+		for (int r = 0; r < o.reps; r++) {
+			double pd = run_pp_at(fw, kvc, base, tail, o.pp, logits);
+
+			best_pd = pd < best_pd ? pd : best_pd;
+			printf("rep %d: pp%d at depth %d %.1f tokens/s\n", r,
+			       o.pp, o.depth, o.pp / pd);
+		}
+		pg_kvc_seq_free(kvc, base);
+	}
 	printf("model %s, %d threads (%s)\n", m->name, pg_forward_threads(fw),
 	       pg_forward_isa_name(fw));
-	printf("decode-pagoda: pp%d_tps=%.2f tg%d_tps=%.2f weight_mb_per_token=%.1f read_gbps=%.2f\n",
+	printf("decode-pagoda: pp%d_tps=%.2f tg%d_tps=%.2f weight_mb_per_token=%.1f read_gbps=%.2f",
 	       o.pp, o.pp / best_pp, o.tg, o.tg / best_tg,
 	       weight_bytes_per_token(m) / 1e6, readbw_gbps(o.threads));
+	if (o.depth > 0)
+		printf(" pp%d_d%d_tps=%.2f attn_gflop_d%d=%.3f fma_peak_gflops=%.1f",
+		       o.pp, o.depth, o.pp / best_pd, o.depth,
+		       attn_extra_flops(m, o.depth, o.pp) / 1e9,
+		       fma_peak_gflops(o.threads));
+	printf("\n");
 	free(ids);
 	free(logits);
 	pg_kvc_destroy(kvc);

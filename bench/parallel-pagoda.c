@@ -1,7 +1,10 @@
 /*
  * parallel-pagoda.c - bench/parallel's program: decode throughput and the
  * per-device figures of parallel plans (PP 2, TP 2, PP 2 x TP 2, CP 2) on
- * CPU devices, each against one device measured in the same run.
+ * CPU devices, each against one device measured in the same run; and
+ * replicas (2 one-thread devices, data parallel, as --parallel auto plans
+ * them when the model fits one device) against one one-thread device,
+ * with --rep-seqs concurrent requests.
  *
  * Every plan gets its own forward (forward.h, with the plan of plan.h) and
  * serving engine (engine.h), all set up first.  Before anything is timed,
@@ -49,14 +52,21 @@ struct plan_spec {
 	const char *key;	/* in the last line: KEY_ratio ... */
 	const char *label;
 	int pp, tp, cp;		/* 1, 1, 1: no plan (the baseline) */
+	int replicas;		/* > 1: --parallel auto's replicas */
+	int threads;		/* a device's threads; 0: --threads split */
+	int base;		/* the plan its ratio is to (plans[]) */
+	int rep_load;		/* its concurrent run has --rep-seqs requests */
 };
 
+#define ONE1 5			/* plans[]: one one-thread device */
 static const struct plan_spec plans[] = {
-	{ "one", "1 device", 1, 1, 1 },
-	{ "pp2", "PP 2", 2, 1, 1 },
-	{ "tp2", "TP 2", 1, 2, 1 },
-	{ "pp2tp2", "PP 2 x TP 2", 2, 2, 1 },
-	{ "cp2", "CP 2", 1, 1, 2 },
+	{ "one", "1 device", 1, 1, 1, 1, 0, 0, 0 },
+	{ "pp2", "PP 2", 2, 1, 1, 1, 0, 0, 0 },
+	{ "tp2", "TP 2", 1, 2, 1, 1, 0, 0, 0 },
+	{ "pp2tp2", "PP 2 x TP 2", 2, 2, 1, 1, 0, 0, 0 },
+	{ "cp2", "CP 2", 1, 1, 2, 1, 0, 0, 0 },
+	{ "one1", "1 dev 1 thr", 1, 1, 1, 1, 1, ONE1, 1 },
+	{ "rep2", "2 replicas", 1, 1, 1, 2, 1, ONE1, 1 },
 };
 #define N_PLANS ((int)(sizeof(plans) / sizeof(plans[0])))
 
@@ -65,6 +75,7 @@ struct opts {
 	const char *plans;	/* comma-separated keys, or NULL: all */
 	int threads;		/* in all: the baseline's, split over devices */
 	int seqs;		/* the concurrent run's requests */
+	int rep_seqs;		/* ... of the replica plans and their base */
 	int prompt, gen;
 	int reps;
 };
@@ -98,6 +109,7 @@ struct run {
 /* A plan set up, and what it measured: [0] 1 sequence, [1] --seqs. */
 struct rig {
 	const struct plan_spec *ps;
+	const struct rig *base;		/* the rig its ratios are to */
 	struct pg_plan plan;		/* must outlive fw */
 	struct pg_forward *fw;
 	struct pg_engine *e;
@@ -353,11 +365,38 @@ static void run_load(struct rig *g, const struct opts *o, int n_vocab,
 
 static int plan_threads(const struct plan_spec *ps, const struct opts *o)
 {
-	int n_dev = ps->pp * ps->tp * ps->cp;
+	int n_dev = ps->pp * ps->tp * ps->cp * ps->replicas;
 
+	if (ps->threads)
+		return ps->threads;
 	if (n_dev == 1)
 		return o->threads;
 	return o->threads / n_dev > 0 ? o->threads / n_dev : 1;
+}
+
+/*
+ * Replicas as the operator gets them: --parallel auto over cpu:0 ..
+ * cpu:R-1 of one thread each, which must plan R replicas.
+ */
+static void make_replica_plan(struct rig *g, const struct pg_model *m,
+			      const struct opts *o)
+{
+	const struct plan_spec *ps = g->ps;
+	char devices[64] = "", err[1024];
+	struct pg_plan_request req = {
+		.autoplan = 1, .devices = devices, .n_threads = ps->threads,
+		.ctx_tokens = o->prompt + o->gen, .batch_seqs = o->rep_seqs,
+	};
+	struct pg_model_facts f;
+
+	for (int i = 0; i < ps->replicas; i++)
+		snprintf(devices + strlen(devices), sizeof(devices) - strlen(devices),
+			 "%scpu:%d", i ? "," : "", i);
+	pg_model_facts_of(m, &f);
+	if (pg_plan_make(&req, &f, &g->plan, err, sizeof(err)))
+		die(ps->label, err);
+	if (g->plan.replicas != ps->replicas)
+		die(ps->label, g->plan.reason);
 }
 
 /* The forward of g's plan: without a plan for the baseline. */
@@ -367,12 +406,17 @@ static void make_forward(struct rig *g, const struct pg_model *m,
 	struct pg_forward_params fp = pg_forward_params_default();
 	const struct plan_spec *ps = g->ps;
 	int per_seq = (o->prompt + o->gen + fp.page_tokens - 1) / fp.page_tokens;
+	int seqs = o->seqs > o->rep_seqs ? o->seqs : o->rep_seqs;
 	char err[1024];
 
 	fp.n_threads = plan_threads(ps, o);
 	fp.max_batch_tokens = 512;
-	fp.n_pages = o->seqs * (per_seq + 1) + 16;
-	if (ps->pp * ps->tp * ps->cp > 1) {
+	/* replicas: room for them all in each zone */
+	fp.n_pages = (seqs * (per_seq + 1) + 16) * ps->replicas;
+	if (ps->replicas > 1) {
+		make_replica_plan(g, m, o);
+		fp.plan = &g->plan;
+	} else if (ps->pp * ps->tp * ps->cp > 1) {
 		struct pg_plan_request req = {
 			.pipeline_parallel = ps->pp, .tensor_parallel = ps->tp,
 			.context_parallel = ps->cp,
@@ -470,13 +514,19 @@ static int better(const struct run *r, const struct run *best)
 	return r->tps > best->tps;
 }
 
+/* The requests of g's concurrent run. */
+static int seqs_of(const struct rig *g, const struct opts *o)
+{
+	return g->ps->rep_load ? o->rep_seqs : o->seqs;
+}
+
 /* Run k (0: 1 sequence, 1: o->seqs) of g once more; 1 when it is kept. */
 static int rig_measure(struct rig *g, const struct opts *o, int n_vocab,
 		       int k, int first, double *tps, double *others)
 {
 	static struct run r;
 
-	run_load(g, o, n_vocab, k ? o->seqs : 1, o->gen, &r);
+	run_load(g, o, n_vocab, k ? seqs_of(g, o) : 1, o->gen, &r);
 	g->errors[k] += r.errors;
 	*tps = r.tps;
 	*others = r.others_pct;
@@ -499,7 +549,7 @@ static void retry_spoilt(struct rig *rigs, int n_rigs, const struct opts *o,
 						       &tps, &oth);
 
 				printf("  retry %-12s %d seq%s %6.1f tok/s (other processes took %.0f%%; %s)\n",
-				       rigs[p].ps->label, k ? o->seqs : 1,
+				       rigs[p].ps->label, k ? seqs_of(&rigs[p], o) : 1,
 				       k ? "s" : "", tps, oth,
 				       kept ? "kept" : "not kept");
 				fflush(stdout);
@@ -549,8 +599,11 @@ static double idle_pct(const struct run *r)
 	return w > 0 ? 100.0 * (w - b) / w : 0;
 }
 
-static double ratio(const struct rig *g, const struct rig *base, int k)
+/* g's tok/s over its base's (plan_spec.base), run k. */
+static double ratio(const struct rig *g, int k)
 {
+	const struct rig *base = g->base;
+
 	if (g->errors[k] || g->bad || base->errors[k] || base->bad ||
 	    base->best[k].tps <= 0)
 		return NAN;
@@ -580,7 +633,7 @@ static void print_summary(const struct rig *rigs, int n_rigs,
 			printf("%-12s %4d %4d %5d %8.1f %6.2f %6.1f %6.1f %5.0f %6s %4s %6d\n",
 			       k ? "" : g->ps->label, n_dev,
 			       plan_threads(g->ps, o) * n_dev, r->n_seqs, r->tps,
-			       ratio(g, &rigs[0], k), comm_pct(r), idle_pct(r),
+			       ratio(g, k), comm_pct(r), idle_pct(r),
 			       r->others_pct, same,
 			       g->first_diff[k] < 0 ? "-" : first,
 			       g->errors[k]);
@@ -629,7 +682,7 @@ static void print_devices(const struct rig *rigs, int n_rigs, int k)
 				     &rigs[p].best[k], &rigs[p].best[k].d[i]);
 }
 
-static void print_last_line(const struct rig *rigs, int n_rigs, int seqs)
+static void print_last_line(const struct rig *rigs, int n_rigs)
 {
 	double others = 0;
 	int errors = 0, differ = 0;
@@ -640,12 +693,12 @@ static void print_last_line(const struct rig *rigs, int n_rigs, int seqs)
 		const struct run *r1 = &g->best[0], *rn = &g->best[1];
 		const char *key = g->ps->key;
 
-		printf(" %s_tps1=%.2f %s_tps%d=%.2f", key, r1->tps, key, seqs,
-		       rn->tps);
-		if (p)
+		printf(" %s_tps1=%.2f %s_tps%d=%.2f", key, r1->tps, key,
+		       rn->n_seqs, rn->tps);
+		if (g->base != g)
 			printf(" %s_ratio1=%.2f %s_ratio=%.2f %s_comm_pct1=%.1f %s_idle_pct1=%.1f %s_comm_pct=%.1f %s_idle_pct=%.1f",
-			       key, ratio(g, &rigs[0], 0), key,
-			       ratio(g, &rigs[0], 1), key, comm_pct(r1), key,
+			       key, ratio(g, 0), key,
+			       ratio(g, 1), key, comm_pct(r1), key,
 			       idle_pct(r1), key, comm_pct(rn), key,
 			       idle_pct(rn));
 		errors += g->errors[0] + g->errors[1] + g->bad;
@@ -657,18 +710,32 @@ static void print_last_line(const struct rig *rigs, int n_rigs, int seqs)
 	printf(" errors=%d differ=%d others_pct=%.0f\n", errors, differ, others);
 }
 
-/* Plan p is run: the baseline always, the others when --plans names them. */
-static int chosen(const struct opts *o, int p)
+/* Whether --plans names plan p (all: no --plans). */
+static int named(const struct opts *o, int p)
 {
 	size_t n = strlen(plans[p].key);
 
-	if (!p || !o->plans)
+	if (!o->plans)
 		return 1;
 	for (const char *s = o->plans; *s; s += strcspn(s, ",")) {
 		s += *s == ',';
 		if (!strncmp(s, plans[p].key, n) && (s[n] == ',' || !s[n]))
 			return 1;
 	}
+	return 0;
+}
+
+/*
+ * Plan p is run: the baseline always, the others when --plans names them
+ * or a named plan is compared with them.
+ */
+static int chosen(const struct opts *o, int p)
+{
+	if (!p || named(o, p))
+		return 1;
+	for (int q = 0; q < N_PLANS; q++)
+		if (q != p && plans[q].base == p && named(o, q))
+			return 1;
 	return 0;
 }
 
@@ -682,12 +749,13 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "prompt", required_argument, NULL, 'p' },
 		{ "gen", required_argument, NULL, 'g' },
 		{ "reps", required_argument, NULL, 'r' },
+		{ "rep-seqs", required_argument, NULL, 'R' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
 
-	*o = (struct opts){ .threads = 2, .seqs = 8, .prompt = 32, .gen = 32,
-			    .reps = 2 };
+	*o = (struct opts){ .threads = 2, .seqs = 8, .rep_seqs = 16,
+			    .prompt = 32, .gen = 32, .reps = 2 };
 	while ((c = getopt_long(argc, argv, "m:t:", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
@@ -697,15 +765,17 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'p': o->prompt = atoi(optarg); break;
 		case 'g': o->gen = atoi(optarg); break;
 		case 'r': o->reps = atoi(optarg); break;
+		case 'R': o->rep_seqs = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: parallel-pagoda [--model FILE] [--plans pp2,tp2,pp2tp2,cp2] [--threads N] [--seqs N] [--prompt N] [--gen N] [--reps N]\n");
+			fprintf(stderr, "usage: parallel-pagoda [--model FILE] [--plans pp2,tp2,pp2tp2,cp2,one1,rep2] [--threads N] [--seqs N] [--rep-seqs N] [--prompt N] [--gen N] [--reps N]\n");
 			exit(2);
 		}
 	}
 	if (o->threads < 1 || o->seqs < 2 || o->seqs > MAX_SEQS ||
+	    o->rep_seqs < 2 || o->rep_seqs > MAX_SEQS ||
 	    o->prompt < 1 || o->prompt > MAX_PROMPT || o->gen < 4 ||
 	    o->gen > MAX_GEN || o->reps < 1)
-		die("--threads >= 1, --seqs 2..64, --prompt 1..512, --gen 4..512, --reps >= 1", NULL);
+		die("--threads >= 1, --seqs and --rep-seqs 2..64, --prompt 1..512, --gen 4..512, --reps >= 1", NULL);
 }
 
 static void print_header(const struct pg_model *m, const struct opts *o)
@@ -717,8 +787,9 @@ static void print_header(const struct pg_model *m, const struct opts *o)
 	printf("%ld CPUs online; one device runs %d threads; a plan's devices %d / (devices) each, at\n"
 	       "least 1, each pinned to a CPU (more devices than CPUs: oversubscribed)\n",
 	       sysconf(_SC_NPROCESSORS_ONLN), o->threads, o->threads);
-	printf("requests: %d-token prompts, %d generated, greedy; 1, then %d at once; %d repetitions\n",
-	       o->prompt, o->gen, o->seqs, o->reps);
+	printf("requests: %d-token prompts, %d generated, greedy; 1, then %d at once (replicas and\n"
+	       "  their one-thread device: %d); %d repetitions\n",
+	       o->prompt, o->gen, o->seqs, o->rep_seqs, o->reps);
 	fflush(stdout);
 }
 
@@ -744,6 +815,10 @@ int main(int argc, char **argv)
 		if (!chosen(&o, p))
 			continue;
 		rigs[n_rigs].ps = &plans[p];
+		rigs[n_rigs].base = &rigs[0];
+		for (int q = 0; q < n_rigs + 1; q++)
+			if (rigs[q].ps == &plans[plans[p].base])
+				rigs[n_rigs].base = &rigs[q];
 		rig_setup(&rigs[n_rigs], m, &o, ref);
 		printf("  %-12s set up; logits differ from one device's by %.3g (largest %.3g), argmax %s%s\n",
 		       plans[p].label, rigs[n_rigs].logit_d,
@@ -760,17 +835,18 @@ int main(int argc, char **argv)
 				rig_measure(&rigs[p], &o, m->hp.n_vocab, k,
 					    rep == 0, &tps[k], &oth[k]);
 			printf("  rep %d %-12s 1 seq %6.1f tok/s, %d seqs %6.1f tok/s (%.0f s; other processes took %.0f%%, %.0f%% of the CPUs)\n",
-			       rep + 1, rigs[p].ps->label, tps[0], o.seqs, tps[1],
+			       rep + 1, rigs[p].ps->label, tps[0],
+			       seqs_of(&rigs[p], &o), tps[1],
 			       pg_now_s() - t0, oth[0], oth[1]);
 			fflush(stdout);
 		}
 	retry_spoilt(rigs, n_rigs, &o, m->hp.n_vocab);
 	for (int p = 0; p < n_rigs; p++)
-		same_tokens(&rigs[p], &rigs[0], o.gen);
+		same_tokens(&rigs[p], rigs[p].base, o.gen);
 	print_summary(rigs, n_rigs, &o);
 	print_devices(rigs, n_rigs, 0);
 	print_devices(rigs, n_rigs, 1);
-	print_last_line(rigs, n_rigs, o.seqs);
+	print_last_line(rigs, n_rigs);
 	for (int p = 0; p < n_rigs; p++)
 		rig_free(&rigs[p]);
 	free(ref);

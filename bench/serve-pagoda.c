@@ -14,11 +14,21 @@
  *    (kv_waste_short_pct): (allocated token slots - used token slots) /
  *    allocated, sampled after every step in which every sequence holding
  *    pages is decoding (so its KV length is known exactly: prompt +
- *    generated - 1); other steps are counted as skipped.
+ *    generated - 1); other steps are counted as skipped;
+ *  - mixed load: 8 streams decoding while a 4096-token prompt arrives.
+ *    Alone first: the 8 streams' inter-token gaps (128 tokens each; p99
+ *    over all gaps) and the prompt's time to first token; then together:
+ *    the streams decode 16 tokens, the prompt is submitted, and the gaps
+ *    are taken from its submission to its first token (the streams then
+ *    cancelled), beside its TTFT.
  * It is not a test and checks no output text; the engine's tests do.  Last
  * line: "serve-pagoda: tps1=.. tps4=.. tps16=.. tps64=.. ttft_miss_ms=..
- * ttft_hit_ms=.. kv_waste_pct=.. kv_waste_short_pct=..".  --dump-prompts N prints the texts of
- * the N-request run's prompts, one a line, for the llama-server side.
+ * ttft_hit_ms=.. kv_waste_pct=.. kv_waste_short_pct=.. itl_solo_p99_ms=..
+ * itl_mixed_p99_ms=.. ttft_long_solo_ms=.. ttft_long_mixed_ms=..".
+ * --mixed-only runs the mixed load alone (its four keys only);
+ * --step-target-ms and --step-factor set the engine's step bound.
+ * --dump-prompts N prints the texts of the N-request run's prompts, one a
+ * line, for the llama-server side.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -34,6 +44,11 @@
 #define MAX_SLOTS 64
 #define GEN_TOKENS 128
 #define LONG_PROMPT 1000
+#define MIXED_STREAMS 8
+#define MIXED_PROMPT 4096
+#define MIXED_SOLO_GEN 128	/* tokens each stream gives alone */
+#define MIXED_WARM 16		/* ... and before the prompt arrives */
+#define MIXED_MAX_GEN 2048	/* a bound the streams should not reach */
 
 static const char *const texts[] = {
 	"Explain how a bicycle stays upright while it is moving, in simple words.",
@@ -52,7 +67,16 @@ struct slot {
 	int n_prompt;
 	int n_gen;
 	int live;
+	int stream;		/* the mixed load's: its gaps are recorded */
 	double ttft_s;
+	double t_last;		/* its latest token */
+};
+
+/* Inter-token gaps of the streams, in seconds, while on. */
+struct gaps {
+	double *v;
+	int n, cap;
+	int on;
 };
 
 struct bench {
@@ -63,12 +87,16 @@ struct bench {
 	int n_slots;
 	int n_done;
 	long gen;
+	struct gaps gaps;
 };
 
 struct opts {
 	const char *model;
 	int threads;
 	int dump;
+	int mixed_only;
+	double step_target_ms;	/* 0: the engine's auto */
+	double step_factor;	/* 0: the engine's default */
 };
 
 static void die(const char *msg, const char *detail)
@@ -86,6 +114,39 @@ static struct slot *find_slot(struct bench *b, uint64_t id)
 	return NULL;
 }
 
+static void gap_push(struct gaps *g, double dt)
+{
+	if (g->n == g->cap) {
+		int cap = g->cap ? 2 * g->cap : 4096;
+		double *v = realloc(g->v, sizeof(*v) * (size_t)cap);
+
+		if (!v)
+			die("out of memory", NULL);
+		g->v = v;
+		g->cap = cap;
+	}
+	g->v[g->n++] = dt;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of the gaps recorded, nearest rank; sorts them. */
+static double gap_quantile(struct gaps *g, double q)
+{
+	int i;
+
+	if (!g->n)
+		return 0;
+	qsort(g->v, (size_t)g->n, sizeof(*g->v), cmp_double);
+	i = (int)(q * g->n + 0.999999) - 1;
+	return g->v[i < 0 ? 0 : i >= g->n ? g->n - 1 : i];
+}
+
 static void on_event(void *ctx, const struct pg_engine_event *ev)
 {
 	struct bench *b = ctx;
@@ -94,6 +155,11 @@ static void on_event(void *ctx, const struct pg_engine_event *ev)
 	if (!s)
 		return;
 	if (ev->type == PG_ENGINE_EV_TOKEN) {
+		double t = pg_now_s();
+
+		if (s->stream && b->gaps.on && s->n_gen)
+			gap_push(&b->gaps, t - s->t_last);
+		s->t_last = t;
 		s->n_gen++;
 		b->gen++;
 		return;
@@ -187,19 +253,23 @@ static double run_batch(struct bench *b, int n, int tag)
 	return b->gen / t0;
 }
 
-/* The ~1000-token prompt: the texts repeated, cut to LONG_PROMPT tokens. */
-static int long_prompt(const struct pg_model *m, int32_t *toks, int max)
+/* A long prompt: the texts repeated, cut to len tokens (<= max). */
+static int long_prompt(const struct pg_model *m, int32_t *toks, int max,
+		       int len, const char *tag)
 {
-	static char text[32768];
-	size_t n = 0;
+	static char text[65536];
+	size_t n = (size_t)snprintf(text, sizeof(text), "%s", tag);
 	int nt = 0;
 
-	for (int r = 0; nt < LONG_PROMPT; r++) {
+	for (int r = 0; nt < len; r++) {
+		if (n >= sizeof(text) - 1024)
+			die("internal: the long prompt's text is too short", NULL);
 		n += (size_t)snprintf(text + n, sizeof(text) - n, "%sPart %d. %s",
 				      r ? " " : "", r, texts[r % N_TEXTS]);
-		nt = tokenize(m, text, 1, toks, max);
+		if (n > (size_t)len * 3)	/* ~4 bytes a token: near */
+			nt = tokenize(m, text, 1, toks, max);
 	}
-	return LONG_PROMPT;
+	return len;
 }
 
 /* TTFT of prompt = prefix + suffix, run alone to its end. */
@@ -221,7 +291,7 @@ static double ttft_of(struct bench *b, const int32_t *prefix, int n_prefix,
 static void run_ttft(struct bench *b, double *miss, double *hit)
 {
 	static int32_t prefix[4096];
-	int n = long_prompt(b->m, prefix, 4096);
+	int n = long_prompt(b->m, prefix, 4096, LONG_PROMPT, "");
 
 	reset(b);
 	*miss = ttft_of(b, prefix, n, " Question: what is this text about?");
@@ -317,12 +387,133 @@ static const struct load short_load = {
 	"short chats", 48, 5, short_sent, NULL,
 };
 
+/* ---- mixed load: streams decoding while a long prompt arrives ---- */
+
+/* Submit the streams, max_tokens each, into st. */
+static void submit_streams(struct bench *b, int max_tokens, struct slot **st)
+{
+	static int32_t toks[512];
+	char text[2048];
+
+	for (int i = 0; i < MIXED_STREAMS; i++) {
+		prompt_text(text, sizeof(text), 300, i, 2);
+		st[i] = submit(b, toks, tokenize(b->m, text, 1, toks, 512),
+			       max_tokens);
+		st[i]->stream = 1;
+	}
+}
+
+static void run_idle(struct bench *b)
+{
+	while (!pg_engine_idle(b->e))
+		step(b);
+}
+
+/* The streams alone: their gaps' p50 and p99. */
+static void streams_alone(struct bench *b, double *p50, double *p99)
+{
+	struct slot *st[MIXED_STREAMS];
+
+	reset(b);
+	b->gaps.n = 0;
+	b->gaps.on = 1;
+	submit_streams(b, MIXED_SOLO_GEN, st);
+	run_idle(b);
+	b->gaps.on = 0;
+	*p50 = gap_quantile(&b->gaps, 0.50);
+	*p99 = gap_quantile(&b->gaps, 0.99);
+}
+
+/* The long prompt alone: its TTFT. */
+static double long_alone(struct bench *b, const int32_t *toks, int n)
+{
+	struct slot *s;
+
+	reset(b);
+	s = submit(b, toks, n, 1);
+	run_idle(b);
+	return s->ttft_s;
+}
+
+/*
+ * Together: the streams' gaps from the prompt's submission to its first
+ * token (p50, p99), its TTFT, and the steps it took.
+ */
+static void together(struct bench *b, const int32_t *toks, int n,
+		     double *p50, double *p99, double *ttft, long *steps)
+{
+	struct slot *st[MIXED_STREAMS], *lp;
+	struct pg_engine_stats s0, s1;
+	int warm = 0;
+
+	reset(b);
+	b->gaps.n = 0;
+	submit_streams(b, MIXED_MAX_GEN, st);
+	while (!warm) {
+		step(b);
+		warm = 1;
+		for (int i = 0; i < MIXED_STREAMS; i++)
+			warm &= st[i]->n_gen >= MIXED_WARM;
+	}
+	pg_engine_stats(b->e, &s0);
+	b->gaps.on = 1;
+	lp = submit(b, toks, n, 1);
+	while (lp->live)
+		step(b);
+	b->gaps.on = 0;
+	pg_engine_stats(b->e, &s1);
+	for (int i = 0; i < MIXED_STREAMS; i++) {
+		if (!st[i]->live)
+			die("a stream ended before the long prompt's first token: raise MIXED_MAX_GEN", NULL);
+		pg_engine_cancel(b->e, st[i]->id);
+	}
+	run_idle(b);
+	*p50 = gap_quantile(&b->gaps, 0.50);
+	*p99 = gap_quantile(&b->gaps, 0.99);
+	*ttft = lp->ttft_s;
+	*steps = (long)(s1.steps - s0.steps);
+}
+
+struct mixed {
+	double solo_p50, solo_p99, mixed_p50, mixed_p99;
+	double ttft_solo, ttft_mixed;
+};
+
+static void run_mixed_load(struct bench *b, struct mixed *r)
+{
+	static int32_t toks[MIXED_PROMPT + 64];
+	struct pg_engine_cost c;
+	long steps;
+	int n = long_prompt(b->m, toks, MIXED_PROMPT + 64, MIXED_PROMPT,
+			    "[mixed load] ");
+
+	streams_alone(b, &r->solo_p50, &r->solo_p99);
+	r->ttft_solo = long_alone(b, toks, n);
+	together(b, toks, n, &r->mixed_p50, &r->mixed_p99, &r->ttft_mixed,
+		 &steps);
+	pg_engine_cost(b->e, &c);
+	printf("mixed load, %d streams + a %d-token prompt: stream gaps p50/p99 alone %.1f/%.1f ms, with the prompt %.1f/%.1f ms (ratio %.2f); prompt TTFT alone %.0f ms, with the streams %.0f ms (ratio %.2f) in %ld steps\n",
+	       MIXED_STREAMS, n, r->solo_p50 * 1e3, r->solo_p99 * 1e3,
+	       r->mixed_p50 * 1e3, r->mixed_p99 * 1e3,
+	       r->solo_p99 > 0 ? r->mixed_p99 / r->solo_p99 : 0,
+	       r->ttft_solo * 1e3, r->ttft_mixed * 1e3,
+	       r->ttft_solo > 0 ? r->ttft_mixed / r->ttft_solo : 0, steps);
+	printf("step cost model: %.2f ms + %.3f ms/token + %.3f ms/sequence + %.3f us/token-position; decode step %.1f ms, target %.1f ms; %llu chunks bounded, %ld batches seen\n",
+	       c.fixed_s * 1e3, c.token_s * 1e3, c.seq_s * 1e3, c.depth_s * 1e6,
+	       c.decode_step_s * 1e3, c.target_s * 1e3,
+	       (unsigned long long)c.bounded_chunks, c.n_obs);
+	fflush(stdout);
+}
+
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "dump-prompts", required_argument, NULL, 'd' },
+		{ "mixed-only", no_argument, NULL, 'x' },
+		{ "step-target-ms", required_argument, NULL, 'T' },
+		{ "step-factor", required_argument, NULL, 'F' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -333,8 +524,11 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'm': o->model = optarg; break;
 		case 't': o->threads = atoi(optarg); break;
 		case 'd': o->dump = atoi(optarg); break;
+		case 'x': o->mixed_only = 1; break;
+		case 'T': o->step_target_ms = atof(optarg); break;
+		case 'F': o->step_factor = atof(optarg); break;
 		default:
-			fprintf(stderr, "usage: serve-pagoda --model FILE [--threads N] [--dump-prompts N]\n");
+			fprintf(stderr, "usage: serve-pagoda --model FILE [--threads N] [--dump-prompts N] [--mixed-only] [--step-target-ms MS] [--step-factor F]\n");
 			exit(2);
 		}
 	}
@@ -368,6 +562,9 @@ static void setup(struct bench *b, const struct opts *o, struct pg_forward **fw)
 	if (pg_forward_create(m, &fp, fw, err, sizeof(err)))
 		die(err, NULL);
 	ec.max_batch_tokens = 512;
+	ec.step_target_s = o->step_target_ms * 1e-3;
+	if (o->step_factor > 0)
+		ec.step_factor = o->step_factor;
 	ec.on_event = on_event;
 	ec.ctx = b;
 	b->m = m;
@@ -387,6 +584,7 @@ int main(int argc, char **argv)
 	struct pg_model *m;
 	struct opts o;
 	double tps[4], miss, hit, waste, waste_short;
+	struct mixed mx;
 
 	parse(argc, argv, &o);
 	if (o.dump) {
@@ -396,6 +594,13 @@ int main(int argc, char **argv)
 	setup(&b, &o, &fw);
 	m = (struct pg_model *)b.m;
 	run_batch(&b, 2, 0);	/* warm-up: pages the weights in */
+	if (o.mixed_only) {
+		run_mixed_load(&b, &mx);
+		printf("serve-pagoda: itl_solo_p99_ms=%.2f itl_mixed_p99_ms=%.2f ttft_long_solo_ms=%.1f ttft_long_mixed_ms=%.1f\n",
+		       mx.solo_p99 * 1e3, mx.mixed_p99 * 1e3,
+		       mx.ttft_solo * 1e3, mx.ttft_mixed * 1e3);
+		goto out;
+	}
 	for (int i = 0; i < 4; i++) {
 		tps[i] = run_batch(&b, conc[i], conc[i]);
 		printf("concurrency %2d (batch submitted at once): %ld tokens, %.1f tokens/s\n",
@@ -407,9 +612,13 @@ int main(int argc, char **argv)
 	       LONG_PROMPT, miss * 1e3, hit * 1e3, miss > 0 ? hit / miss : 0);
 	waste_short = run_mixed(&b, &short_load);
 	waste = run_mixed(&b, &trace_load);
-	printf("serve-pagoda: tps1=%.1f tps4=%.1f tps16=%.1f tps64=%.1f ttft_miss_ms=%.1f ttft_hit_ms=%.1f kv_waste_pct=%.2f kv_waste_short_pct=%.2f\n",
+	run_mixed_load(&b, &mx);
+	printf("serve-pagoda: tps1=%.1f tps4=%.1f tps16=%.1f tps64=%.1f ttft_miss_ms=%.1f ttft_hit_ms=%.1f kv_waste_pct=%.2f kv_waste_short_pct=%.2f itl_solo_p99_ms=%.2f itl_mixed_p99_ms=%.2f ttft_long_solo_ms=%.1f ttft_long_mixed_ms=%.1f\n",
 	       tps[0], tps[1], tps[2], tps[3], miss * 1e3, hit * 1e3, waste,
-	       waste_short);
+	       waste_short, mx.solo_p99 * 1e3, mx.mixed_p99 * 1e3,
+	       mx.ttft_solo * 1e3, mx.ttft_mixed * 1e3);
+out:
+	free(b.gaps.v);
 	pg_engine_destroy(b.e);
 	pg_forward_destroy(fw);
 	pg_model_free(m);

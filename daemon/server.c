@@ -1017,6 +1017,7 @@ static int start_engine(struct pgd *d, char *err, size_t err_len)
 	ec.ctx = d;
 	ec.max_batch_tokens = d->cfg->max_batch_tokens;
 	ec.max_batch_seqs = d->cfg->max_batch_seqs;
+	ec.step_target_s = d->cfg->step_target_ms * 1e-3;
 	d->chat_fmt = (int)pg_chat_choose(tmpl, tlen, d->m->tok, warn,
 					   sizeof(warn));
 	if (warn[0])

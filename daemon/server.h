@@ -43,6 +43,8 @@ struct pgd_config {
 	int max_batch_tokens;		/* engine: tokens per step (0: the
 					   forward pass's batch) */
 	int max_batch_seqs;		/* engine: sequences per step */
+	int step_target_ms;		/* engine: a step's time while requests
+					   decode; 0: auto (engine.h) */
 	const char *admin_socket;	/* NULL: beside the socket,
 					   <name>-admin.sock; "none": none */
 	const char *admin_group;	/* NULL: pagoda-admin when it exists */

@@ -104,6 +104,11 @@ const struct pgd_setting pgd_settings[] = {
 	{ KEY("batch", "max_batch_seqs", "max-batch-seqs"), .type = PGD_T_INT, .lo = 1,
 	  .hi = 4096, .def = "64", .off = C(max_batch_seqs), .group = PGD_H_MODEL,
 	  .arg = "N", .help = "sequences per step when serving" },
+	{ KEY("batch", "step_target_ms", "step-target-ms"), .type = PGD_T_INT, .lo = 1,
+	  .hi = 60000, .flags = PGD_F_UNSET, .off = D(step_target_ms),
+	  .group = PGD_H_MODEL, .arg = "MS",
+	  .unset = "auto: twice the time of the step's decodes alone, as measured",
+	  .help = "while requests decode, cut prompt chunks so that a step should take at most MS milliseconds" },
 
 	{ KEY("daemon", "socket", "socket"), .type = PGD_T_STR, .def = PGD_DEFAULT_SOCKET,
 	  .off = D(socket_path), .group = PGD_H_SERVE, .arg = "PATH",

@@ -147,8 +147,8 @@ tests_test_plan_SOURCES = tests/test_plan.c
 tests_test_plan_LDADD = tests/gen/libggufgen.la $(ENGINE_LIBS)
 tests_test_sampler_SOURCES = tests/test_sampler.c
 tests_test_sampler_LDADD = $(ENGINE_LIBS)
-TESTS += tests/test-engine-plan.sh
-EXTRA_DIST += tests/test-engine-plan.sh
+TESTS += tests/test-engine-plan.sh tests/test-engine-replicas.sh
+EXTRA_DIST += tests/test-engine-plan.sh tests/test-engine-replicas.sh
 
 # The tokenizers and chat templates against llama.cpp's (Gemma 3's
 # SentencePiece vocabulary skips without the file), and every vocabulary.

@@ -84,7 +84,8 @@ plan p4 --devices cpu:0,cpu:1,cpu:2 --tensor-parallel 3 --threads 2
 check "more threads than CPUs warned about" grep -q "oversubscribed" "$tmp/p4"
 plan p5 --parallel auto --devices cpu:0,cpu:1; rc=$?
 check "auto plan exits 0" test $rc -eq 0
-check "auto: a tiny model fits one device" grep -q "^reason: fits one device.*1 other device unused" "$tmp/p5"
+check "auto: a tiny model fits one device" grep -q "^reason: fits one device.*so 2 replicas" "$tmp/p5"
+check "auto: a replica on each device" grep -q "plan: 2 replicas (data parallel) of pipeline 1 x tensor 1 x context 1 = 2 devices" "$tmp/p5"
 plan_fails() { # plan_fails EXIT-STATUS MESSAGE ARGS...
 	want=$1; msg=$2; shift 2
 	plan e "$@"; rc=$?

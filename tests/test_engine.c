@@ -13,11 +13,18 @@
  *  - a request too large for the pool is refused at submission;
  *  - fairness: one request of client B is not starved by 20 of client A;
  *    within a client, priority goes first;
- *  - a stop token ends generation before it.
+ *  - a stop token ends generation before it;
+ *  - steps bounded by cost (under a known, injected cost): the step cost
+ *    model recovers a linear cost; next to decoding streams a long
+ *    prompt is spread over chunks that keep each step under twice the
+ *    decodes' own, and still gives its tokens; alone it is cut by
+ *    max_batch_tokens only; an explicit target below the decodes' step
+ *    still lets it progress PG_ENGINE_MIN_CHUNK tokens a step.
  *
  * It does not check the forward pass's numbers (test_forward does).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +33,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/forward.h"
 #include "daemon/engine/model.h"
+#include "daemon/engine/stepcost.h"
 #include "tests/check.h"
 #include "tests/gen/ggufgen.h"
 
@@ -108,12 +116,14 @@ static int have_plan;
 static void read_plan(const struct pg_model *m)
 {
 	const char *v = getenv("PAGODA_TEST_PLAN");
-	int pp, tp, cp;
+	int pp, tp, cp, reps = 1;
 
-	if (!v || sscanf(v, "%dx%dx%d", &pp, &tp, &cp) != 3)
+	/* "PPxTPxCP", or "PPxTPxCPrR": R replicas of it */
+	if (!v || sscanf(v, "%dx%dx%dr%d", &pp, &tp, &cp, &reps) < 3)
 		return;
 	test_plan = (struct pg_plan){ .pp = pp, .tp = tp, .cp = cp,
-				      .n_devices = pp * tp * cp };
+				      .replicas = reps,
+				      .n_devices = reps * pp * tp * cp };
 	for (int i = 0; i < test_plan.n_devices; i++) {
 		test_plan.dev[i].kind = PG_DEV_CPU;
 		snprintf(test_plan.dev[i].name, sizeof(test_plan.dev[i].name),
@@ -124,7 +134,8 @@ static void read_plan(const struct pg_model *m)
 	for (int s = 0; s <= pp; s++)
 		test_plan.first_block[s] = s * m->hp.n_blocks / pp;
 	have_plan = 1;
-	printf("engine tests under plan pp %d × tp %d × cp %d\n", pp, tp, cp);
+	printf("engine tests under plan %d replica(s) of pp %d × tp %d × cp %d\n",
+	       reps, pp, tp, cp);
 }
 
 static struct pg_forward *make_fw(const struct pg_model *m, int n_pages,
@@ -136,13 +147,37 @@ static struct pg_forward *make_fw(const struct pg_model *m, int n_pages,
 
 	p.n_threads = 1;
 	p.max_batch_tokens = 64;
-	p.n_pages = n_pages;
+	/* replicas: every zone as large as the pool the test asks for */
+	p.n_pages = n_pages * (have_plan ? pg_plan_n_replicas(&test_plan) : 1);
 	p.page_tokens = page_tokens;
 	if (have_plan)
 		p.plan = &test_plan;
 	if (pg_forward_create(m, &p, &fw, err, sizeof(err)))
 		fprintf(stderr, "forward: %s\n", err);
 	return fw;
+}
+
+/* The injected cost: 2 ms a step, 0.1 ms a token, 0.5 ms a sequence,
+   2 us a token-position of attention. */
+static double known_cost(const struct pg_fw_seq *seqs, int n_seqs)
+{
+	double t = 2e-3;
+
+	for (int i = 0; i < n_seqs; i++) {
+		double n = seqs[i].n_tokens;
+
+		t += 1e-4 * n + 5e-4 + 2e-6 * n * (seqs[i].n_past + (n + 1) / 2);
+	}
+	return t;
+}
+
+/* The engines' clock: known_cost, so that the step bound plans the same
+   batches on every run and host. */
+static double fixed_seconds(void *ctx, const struct pg_fw_seq *seqs,
+			    int n_seqs)
+{
+	(void)ctx;
+	return known_cost(seqs, n_seqs);
 }
 
 static struct pg_engine *make_engine(const struct pg_model *m,
@@ -156,6 +191,7 @@ static struct pg_engine *make_engine(const struct pg_model *m,
 	c.max_batch_tokens = max_tokens;
 	c.max_batch_seqs = max_seqs;
 	c.prefix_cache = cache;
+	c.batch_seconds = fixed_seconds;
 	c.on_event = on_event;
 	c.ctx = rs;
 	memset(rs, 0, sizeof(*rs));
@@ -611,7 +647,9 @@ static void test_device_fault(const struct pg_model *m)
 	CHECK(pg_engine_submit(e, &r, &id) == 0, "fault: submit");
 	run_idle(e);
 	want = rs.r[0];
-	CHECK(pg_forward_inject_fault(fw, pg_forward_n_devices(fw) - 1, 1) == 0,
+	/* replicas: the request's zone is 0, where its prefix is cached */
+	CHECK(pg_forward_inject_fault(fw, pg_forward_n_zones(fw) > 1 ? 0 :
+				      pg_forward_n_devices(fw) - 1, 1) == 0,
 	      "fault: inject");
 	CHECK(pg_engine_submit(e, &r, &id) == 0, "fault: submit 2");
 	for (int i = 0; i < 50 && !pg_engine_idle(e); i++) {
@@ -635,6 +673,219 @@ out:
 	pg_forward_destroy(fw);
 }
 
+/* ---- steps bounded by cost ---- */
+
+#define MAX_STEPS 4096
+
+/* Every batch's shape, as the engine ran them. */
+struct trace {
+	struct results rs;
+	int n;
+	int n_seqs[MAX_STEPS];
+	int n_dec[MAX_STEPS];		/* sequences of one token */
+	int chunk[MAX_STEPS];		/* tokens of the one longer, or 0 */
+	double cost[MAX_STEPS];		/* known_cost */
+	double dec_cost[MAX_STEPS];	/* ... of its one-token sequences */
+};
+
+static double trace_seconds(void *ctx, const struct pg_fw_seq *seqs,
+			    int n_seqs)
+{
+	struct trace *t = ctx;
+	struct pg_fw_seq dec[64];
+	int n_dec = 0, chunk = 0;
+
+	for (int i = 0; i < n_seqs; i++) {
+		if (seqs[i].n_tokens == 1 && n_dec < 64)
+			dec[n_dec++] = seqs[i];
+		else
+			chunk += seqs[i].n_tokens;
+	}
+	if (t->n < MAX_STEPS) {
+		t->n_seqs[t->n] = n_seqs;
+		t->n_dec[t->n] = n_dec;
+		t->chunk[t->n] = chunk;
+		t->cost[t->n] = known_cost(seqs, n_seqs);
+		t->dec_cost[t->n] = known_cost(dec, n_dec);
+		t->n++;
+	}
+	return known_cost(seqs, n_seqs);
+}
+
+static void trace_event(void *ctx, const struct pg_engine_event *ev)
+{
+	on_event(&((struct trace *)ctx)->rs, ev);
+}
+
+static struct pg_engine *make_traced(const struct pg_model *m,
+				     struct pg_forward *fw, double target_s,
+				     struct trace *t)
+{
+	struct pg_engine_config c = pg_engine_config_default();
+	struct pg_engine *e = NULL;
+	char err[256];
+
+	c.max_batch_tokens = 64;
+	c.max_batch_seqs = 8;
+	c.prefix_cache = 0;
+	c.step_target_s = target_s;
+	c.batch_seconds = trace_seconds;
+	c.on_event = trace_event;
+	c.ctx = t;
+	memset(t, 0, sizeof(*t));
+	if (pg_engine_create(m, fw, &c, &e, err, sizeof(err)))
+		fprintf(stderr, "engine: %s\n", err);
+	return e;
+}
+
+/* The model fits a cost that is linear in its terms. */
+static void test_cost_model(const struct pg_model *m)
+{
+	struct pg_step_cost c;
+	struct pg_fw_seq seqs[8];
+	uint32_t seed = 5;
+
+	pg_step_cost_init(&c, &m->hp);
+	for (int k = 0; k < 200; k++) {
+		struct pg_step_shape sh = { 0 };
+		int n = 1 + k % 8;
+
+		for (int i = 0; i < n; i++) {
+			seed = seed * 1664525u + 1013904223u;
+			seqs[i] = (struct pg_fw_seq){
+				.n_past = (int)(seed >> 20) % 300,
+				.n_tokens = k % 3 ? 1 : 1 + (int)(seed >> 8) % 64,
+			};
+			pg_step_shape_add(&sh, seqs[i].n_past, seqs[i].n_tokens);
+		}
+		pg_step_cost_observe(&c, &sh, known_cost(seqs, n));
+	}
+	for (int k = 0; k < 4; k++) {
+		struct pg_step_shape sh = { 0 };
+
+		seqs[0] = (struct pg_fw_seq){ .n_past = 50 * k, .n_tokens = 1 + 20 * k };
+		pg_step_shape_add(&sh, seqs[0].n_past, seqs[0].n_tokens);
+		CHECK(fabs(pg_step_cost_predict(&c, &sh) / known_cost(seqs, 1) - 1) < 0.02,
+		      "cost: predicts %.3f ms for %.3f ms",
+		      pg_step_cost_predict(&c, &sh) * 1e3, known_cost(seqs, 1) * 1e3);
+	}
+	CHECK(pg_step_cost_chunk(&c, 100, 1000, pg_step_cost_chunk_s(&c, 100, 40)) == 40,
+	      "cost: the chunk for 40 tokens' budget is not 40");
+}
+
+/* n streams (prompts of 6, ignore_eos, gen tokens), then run until each
+   has decoded `warm`. */
+static void start_streams(struct pg_engine *e, struct trace *t,
+			  int32_t (*p)[6], int n, int gen, int warm)
+{
+	struct pg_request r;
+	uint64_t id;
+	int ready = 0;
+
+	for (int i = 0; i < n; i++) {
+		make_prompt(p[i], 6, 70u + (uint32_t)i);
+		r = request(p[i], 6, gen);
+		r.ignore_eos = 1;
+		CHECK(pg_engine_submit(e, &r, &id) == 0, "bounded: submit stream");
+	}
+	for (int k = 0; k < 1000 && !ready; k++) {
+		CHECK(pg_engine_step(e) >= 0, "bounded: step");
+		ready = 1;
+		for (int i = 0; i < n; i++)
+			ready &= t->rs.r[i].n_toks[0] >= warm;
+	}
+	CHECK(ready, "bounded: the streams did not decode");
+}
+
+static void test_bounded_steps(const struct pg_model *m)
+{
+	static struct trace t;
+	static struct result alone;
+	struct pg_forward *fw = make_fw(m, 256, 4);
+	struct pg_engine *e;
+	int32_t streams[4][6], p[240];
+	struct pg_request r;
+	int from, mixed = 0, over = 0, taken = 0, starved = 0, worst = 0;
+	uint64_t id;
+
+	if (have_plan) {	/* micro-batches split the streams and the prompt */
+		printf("bounded steps: not under a plan\n");
+		pg_forward_destroy(fw);
+		return;
+	}
+	CHECK(fw, "bounded: set-up");
+	if (!fw)
+		return;
+	make_prompt(p, 240, 99);
+	r = request(p, 240, 4);
+	r.ignore_eos = 1;
+	run_alone(m, fw, &r, &alone);
+
+	/* alone: chunks of max_batch_tokens, as without a bound */
+	e = make_traced(m, fw, 0, &t);
+	CHECK(e && pg_engine_submit(e, &r, &id) == 0, "bounded: submit alone");
+	run_idle(e);
+	CHECK(t.n >= 4 && t.chunk[0] == 64 && t.chunk[1] == 64 &&
+	      t.chunk[2] == 64 && t.chunk[3] == 48,
+	      "bounded: alone, the prompt went in %d, %d, %d, %d tokens",
+	      t.chunk[0], t.chunk[1], t.chunk[2], t.chunk[3]);
+	pg_engine_destroy(e);
+
+	/* next to 4 decoding streams: steps under twice their own */
+	e = make_traced(m, fw, 0, &t);
+	CHECK(e, "bounded: engine");
+	if (!e)
+		goto out;
+	start_streams(e, &t, streams, 4, 120, 12);
+	from = t.n;
+	CHECK(pg_engine_submit(e, &r, &id) == 0, "bounded: submit the prompt");
+	while (t.rs.r[4].n_toks[0] == 0 && t.n < MAX_STEPS)
+		CHECK(pg_engine_step(e) >= 0, "bounded: step");
+	for (int i = from; i < t.n; i++) {
+		if (!t.chunk[i]) {
+			starved++;
+			continue;
+		}
+		mixed++;
+		taken += t.chunk[i];
+		CHECK(t.n_dec[i] == 4, "bounded: step %d has %d decodes", i, t.n_dec[i]);
+		CHECK(t.chunk[i] < 16 || t.chunk[i] % 16 == 0 || i == t.n - 1,
+		      "bounded: a chunk of %d tokens", t.chunk[i]);
+		if (t.cost[i] > 2.0 * t.dec_cost[i] * 1.05)
+			over++;
+		if (t.cost[i] > t.cost[worst])
+			worst = i;
+	}
+	fprintf(stderr, "bounded: the prompt took %d steps beside 4 streams; worst %.2f ms (decodes alone %.2f ms)\n",
+		mixed, t.cost[worst] * 1e3, t.dec_cost[worst] * 1e3);
+	CHECK(mixed >= 8 && taken >= 240 - 1, "bounded: %d chunks, %d tokens", mixed, taken);
+	CHECK(over <= 1, "bounded: %d of %d steps over twice the decodes' (worst %.2f ms against %.2f ms)",
+	      over, mixed, t.cost[worst] * 1e3, t.dec_cost[worst] * 1e3);
+	CHECK(!starved, "bounded: %d steps without a chunk of the prompt", starved);
+	run_idle(e);
+	CHECK(same_tokens(&t.rs.r[4], &alone, 0), "bounded: the prompt's tokens differ from alone");
+	pg_engine_destroy(e);
+
+	/* a target below the decodes' own step: 16 tokens a step still */
+	e = make_traced(m, fw, 1e-6, &t);
+	CHECK(e, "bounded: engine, tiny target");
+	if (!e)
+		goto out;
+	start_streams(e, &t, streams, 4, 40, 2);
+	from = t.n;
+	CHECK(pg_engine_submit(e, &r, &id) == 0, "bounded: submit the prompt");
+	while (t.rs.r[4].n_toks[0] == 0 && t.n < MAX_STEPS)
+		CHECK(pg_engine_step(e) >= 0, "bounded: step");
+	for (int i = from; i < t.n - 1; i++)
+		CHECK(t.chunk[i] == PG_ENGINE_MIN_CHUNK, "bounded: tiny target: a chunk of %d",
+		      t.chunk[i]);
+	run_idle(e);
+	CHECK(same_tokens(&t.rs.r[4], &alone, 0), "bounded: tiny target: tokens differ");
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
 int main(void)
 {
 	struct pg_model *m = make_model();
@@ -653,6 +904,8 @@ int main(void)
 	test_fairness(m);
 	test_priority(m);
 	test_stop_ids(m);
+	test_cost_model(m);
+	test_bounded_steps(m);
 	pg_model_free(m);
 	if (failures)
 		fprintf(stderr, "%d failures\n", failures);

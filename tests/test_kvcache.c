@@ -8,6 +8,12 @@
  * pages identified by their whole token path instead of hashes.  It does
  * not choose page ids; it checks that each id the cache hands out was free
  * (after the eviction the model itself predicts).  Exits 0 or 1.
+ *
+ * Zones (the pool cut for a forward pass's replicas) are tested apart:
+ * unit tests of each rule, then random operations on a cache with zones
+ * and colliding hashes, checked by pg_kvc_check (which holds every
+ * sequence's pages, the free stacks and the LRU lists to their zones)
+ * and by comparing every prefix match with the tokens asked for.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -38,11 +44,11 @@ static double test_now(void *ctx)
 	return g_now;
 }
 
-static struct pg_kvc *mk(int n_pages, int pt)
+static struct pg_kvc *mk_zones(int n_pages, int pt, int n_zones)
 {
 	struct pg_kvc_params p = {
 		.n_pages = n_pages, .page_tokens = pt, .salt = 42,
-		.now = test_now,
+		.now = test_now, .n_zones = n_zones,
 	};
 	struct pg_kvc *c;
 
@@ -51,6 +57,11 @@ static struct pg_kvc *mk(int n_pages, int pt)
 		exit(1);
 	}
 	return c;
+}
+
+static struct pg_kvc *mk(int n_pages, int pt)
+{
+	return mk_zones(n_pages, pt, 1);
 }
 
 static int ok(const struct pg_kvc *c)
@@ -914,6 +925,217 @@ static int test_model(int n_pages, int pt, long n_ops)
 	return 0;
 }
 
+/* ---- zones ---- */
+
+/* Every page of s lies in zone z of c's 12 pages in 3 zones (4 each). */
+static int in_zone(const struct pg_kvc_seq *s, int z)
+{
+	for (int i = 0; i < pg_kvc_seq_n_pages(s); i++)
+		if (pg_kvc_seq_pages(s)[i] / 4 != z)
+			return 0;
+	return pg_kvc_seq_zone(s) == z;
+}
+
+/* New sequences spread over the zones; a full zone is full for its own. */
+static int test_zone_spread(void)
+{
+	struct pg_kvc *c = mk_zones(12, 4, 3);
+	struct pg_kvc_seq *s[3];
+	struct pg_kvc_params bad = { .n_pages = 2, .page_tokens = 4,
+				     .n_zones = 3 };
+	struct pg_kvc *d;
+	int32_t more = 5;
+
+	CHECK(pg_kvc_create(&bad, &d) == -EINVAL, "more zones than pages");
+	CHECK(pg_kvc_n_zones(c) == 3, "zones");
+	for (int i = 0; i < 3; i++) {
+		s[i] = pg_kvc_seq_new(c, 1);
+		CHECK(pg_kvc_seq_zone(s[i]) == -1, "no zone before a page");
+		CHECK(put(c, s[i], T + i, 5, NULL, NULL) == 0, "put %d", i);
+	}
+	for (int i = 0; i < 3; i++)
+		CHECK(in_zone(s[i], i), "sequence %d in zone %d", i,
+		      pg_kvc_seq_zone(s[i]));
+	CHECK(ok(c), "check");
+	/* s[0] fills zone 0; more is refused though zones 1, 2 have room */
+	CHECK(put(c, s[0], T, 11, NULL, NULL) == 0 && in_zone(s[0], 0),
+	      "zone 0 filled");
+	CHECK(pg_kvc_seq_n_available(c, s[0]) == 0 &&
+	      pg_kvc_n_available(c) == 4, "available: zone 0 %d, all %d",
+	      pg_kvc_seq_n_available(c, s[0]), pg_kvc_n_available(c));
+	CHECK(put(c, s[0], &more, 1, NULL, NULL) == -ENOSPC, "zone 0 is full");
+	CHECK(ok(c), "check");
+	for (int i = 0; i < 3; i++)
+		pg_kvc_seq_free(c, s[i]);
+	CHECK(ok(c), "check");
+	pg_kvc_destroy(c);
+	return 0;
+}
+
+/*
+ * A prefix is matched in one zone only; it draws a sequence to its zone
+ * unless that zone has two sequences more than the least loaded.
+ */
+static int test_zone_prefix(void)
+{
+	struct pg_kvc *c = mk_zones(12, 4, 3);
+	struct pg_kvc_seq *a, *b, *q, *x0, *x1;
+	int32_t p0, p1;
+
+	a = seq_with(c, 1, T, 9);		/* zone 0, 2 full pages */
+	p0 = pg_kvc_seq_pages(a)[0];
+	p1 = pg_kvc_seq_pages(a)[1];
+	CHECK(in_zone(a, 0), "a in zone 0");
+	pg_kvc_seq_free(c, a);			/* its full pages cached */
+	/* no sequence anywhere, equal room: the lowest zone */
+	b = seq_with(c, 2, T + 3, 5);
+	CHECK(in_zone(b, 0), "b in zone %d", pg_kvc_seq_zone(b));
+	/* zone 0 holds the prefix and one sequence, one more than the rest */
+	q = pg_kvc_seq_new(c, 3);
+	CHECK(pg_kvc_seq_match(c, q, T, 12) == 8 && in_zone(q, 0) &&
+	      pg_kvc_seq_pages(q)[0] == p0 && pg_kvc_seq_pages(q)[1] == p1,
+	      "q matched 2 pages in zone 0 (zone %d)", pg_kvc_seq_zone(q));
+	CHECK(ok(c), "check");
+	/* zone 0 now has two sequences more than zones 1 and 2 */
+	x0 = seq_with(c, 4, T + 1, 3);
+	CHECK(in_zone(x0, 1), "x0 in zone %d", pg_kvc_seq_zone(x0));
+	x1 = pg_kvc_seq_new(c, 5);
+	CHECK(pg_kvc_seq_match(c, x1, T, 12) == 0 && pg_kvc_seq_zone(x1) == 2,
+	      "x1: zone %d, %d tokens matched (zone 0 is too far ahead)",
+	      pg_kvc_seq_zone(x1), pg_kvc_seq_len(x1));
+	CHECK(put(c, x1, T, 12, NULL, NULL) == 0 && in_zone(x1, 2),
+	      "x1 computes the prefix in zone 2");
+	CHECK(ok(c), "check");
+	pg_kvc_seq_free(c, x0);
+	pg_kvc_seq_free(c, x1);
+	pg_kvc_seq_free(c, q);
+	pg_kvc_seq_free(c, b);
+	CHECK(ok(c), "check");
+	/* the prefix is cached in zones 0 and 2: evicting it evicts both */
+	CHECK(pg_kvc_evict(c, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_PREFIX,
+		.prefix = T, .n_prefix = 4 }) == 5,
+	      "prefix evicted in every zone (2 pages in zone 0, 3 in zone 2)");
+	CHECK(ok(c), "check");
+	pg_kvc_destroy(c);
+	return 0;
+}
+
+/* Forks and their copies stay in the zone; eviction evicts in the zone. */
+static int test_zone_fork_evict(void)
+{
+	struct pg_kvc *c = mk_zones(12, 4, 3);
+	struct pg_kvc_seq *a, *b, *z1, *d;
+	struct pg_kvc_copy cp[2];
+	int32_t y = 8, cached1;
+	int n_cp;
+
+	a = seq_with(c, 1, T, 6);			/* zone 0 */
+	b = pg_kvc_seq_fork(c, a);
+	CHECK(in_zone(a, 0) && b && in_zone(b, 0), "the fork is in a's zone");
+	CHECK(put(c, b, &y, 1, cp, &n_cp) == 0 && n_cp == 1 &&
+	      cp[0].src / 4 == 0 && cp[0].dst / 4 == 0 && in_zone(b, 0),
+	      "copy on write within zone 0 (%d -> %d)", cp[0].src, cp[0].dst);
+	pg_kvc_seq_free(c, b);
+	pg_kvc_seq_free(c, a);
+	pg_kvc_evict(c, &(struct pg_kvc_evict){ .by = PG_KVC_EVICT_ALL });
+	CHECK(ok(c), "check");
+
+	a = seq_with(c, 1, T, 8);			/* zone 0 */
+	z1 = seq_with(c, 2, T + 8, 8);			/* zone 1 */
+	CHECK(in_zone(a, 0) && in_zone(z1, 1), "zones %d %d",
+	      pg_kvc_seq_zone(a), pg_kvc_seq_zone(z1));
+	cached1 = pg_kvc_seq_pages(z1)[0];
+	pg_kvc_seq_free(c, z1);				/* cached in zone 1 */
+	CHECK(put(c, a, T, 8, NULL, NULL) == 0 && in_zone(a, 0),
+	      "a fills zone 0");
+	CHECK(put(c, a, &y, 1, NULL, NULL) == -ENOSPC &&
+	      pg_kvc_page_refs(c, cached1) == 0,
+	      "zone 0 full: no page of zone 1 is taken, its cache stays");
+	pg_kvc_seq_free(c, a);				/* 4 cached in zone 0 */
+	/* equal room everywhere: zone 0, whose least recent pages go */
+	d = seq_with(c, 3, T + 3, 8);
+	CHECK(in_zone(d, 0) && stats(c).evictions >= 2 &&
+	      pg_kvc_page_refs(c, cached1) == 0,
+	      "d in zone %d evicted in its zone (%llu evictions)",
+	      pg_kvc_seq_zone(d), (unsigned long long)stats(c).evictions);
+	CHECK(ok(c), "check");
+	pg_kvc_seq_free(c, d);
+	pg_kvc_destroy(c);
+	return 0;
+}
+
+/*
+ * Random operations on a pool of zones with colliding hashes: every
+ * invariant holds after each (pg_kvc_check), and every match attaches
+ * pages holding the tokens asked for.
+ */
+static int test_zone_random(int n_zones, long n_ops)
+{
+	enum { N = 24, PT = 2, MAXS = 10, LEN = 20 };
+	struct pg_kvc *c = mk_zones(N, PT, n_zones);
+	struct pg_kvc_seq *s[MAXS] = { 0 };
+	int32_t prompt[LEN];
+	uint64_t x = 12345;
+	long n_match = 0;
+
+	pg_kvc_test_hash_bits(c, 3);
+	for (long k = 0; k < n_ops; k++) {
+		int i = (int)(x % MAXS), op = (int)(x / MAXS % 6), n;
+
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		g_now += 1;
+		for (int t = 0; t < LEN; t++)	/* few distinct prompts */
+			prompt[t] = (int32_t)((x >> 33) % 3 + (t > 4 ? t : 0));
+		n = 1 + (int)((x >> 40) % LEN);
+		if (!s[i] && op < 4) {
+			s[i] = pg_kvc_seq_new(c, (uint64_t)(x >> 50) % 3);
+			CHECK(s[i], "new");
+			int got = pg_kvc_seq_match(c, s[i], prompt, n);
+
+			for (int p = 0; p < got / PT; p++) {
+				const int32_t *tk;
+
+				CHECK(pg_kvc_page_tokens(c, pg_kvc_seq_pages(s[i])[p], &tk) == PT &&
+				      !memcmp(tk, prompt + p * PT, PT * sizeof(*tk)),
+				      "op %ld: a match attached other tokens", k);
+			}
+			n_match += got > 0;
+			put(c, s[i], prompt + got, n - got, NULL, NULL);
+		} else if (s[i] && op < 3) {
+			put(c, s[i], prompt, 1 + (int)(x >> 60), NULL, NULL);
+		} else if (s[i] && op == 3) {
+			int j = (i + 1) % MAXS;
+
+			if (!s[j])
+				s[j] = pg_kvc_seq_fork(c, s[i]);
+		} else if (s[i] && op == 4) {
+			pg_kvc_seq_free(c, s[i]);
+			s[i] = NULL;
+		} else if (op == 5) {
+			struct pg_kvc_evict e = { .by = (enum pg_kvc_evict_by)(x >> 61) % 5,
+				.age_s = 3, .n_pages = 2, .prefix = prompt,
+				.n_prefix = 3, .client = 1 };
+
+			CHECK(pg_kvc_evict(c, &e) >= 0, "evict");
+		}
+		for (int j = 0; j < MAXS; j++)
+			CHECK(!s[j] || pg_kvc_seq_zone(s[j]) >= 0 ||
+			      !pg_kvc_seq_n_pages(s[j]), "op %ld: pages without a zone", k);
+		if (!ok(c)) {
+			fprintf(stderr, "zones: op %ld broke the cache\n", k);
+			return failed = 1;
+		}
+	}
+	for (int j = 0; j < MAXS; j++)
+		pg_kvc_seq_free(c, s[j]);
+	CHECK(ok(c) && stats(c).n_used == 0 && n_match > 0, "end (%ld matches)",
+	      n_match);
+	printf("zones: %d zones, %ld random ops: %ld matches, %llu evictions\n",
+	       n_zones, n_ops, n_match, (unsigned long long)stats(c).evictions);
+	pg_kvc_destroy(c);
+	return 0;
+}
+
 int main(void)
 {
 	struct timespec t0, t1;
@@ -927,6 +1149,13 @@ int main(void)
 	test_evict_kinds();
 	test_cascade();
 	test_collisions();
+	test_zone_spread();
+	test_zone_prefix();
+	test_zone_fork_evict();
+	if (!failed)
+		test_zone_random(3, 40000);
+	if (!failed)
+		test_zone_random(2, 20000);
 	if (!failed)
 		test_model(40, 4, 120000);
 	if (!failed)

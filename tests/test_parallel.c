@@ -24,7 +24,10 @@
  *    activations in the backend's memory), run by CPU devices, is
  *    bit-identical;
  *  - where the CUDA backend is built and a GPU is present, cuda:0 agrees
- *    with one CPU device as TP does (its sums run in other orders).
+ *    with one CPU device as TP does (its sums run in other orders);
+ *  - replicas (2 and 3 one-device copies, data parallel): several
+ *    sequences in one batch, spread over the replicas by the page cache's
+ *    zones, each give one device's logits and greedy tokens.
  */
 #include <errno.h>
 #include <math.h>
@@ -362,6 +365,148 @@ static void check_device_path(const struct pg_model *m, struct rig *one,
 	       what);
 }
 
+/* A plan of n_rep replicas of one one-thread CPU device each. */
+static int make_replica_rig(struct rig *r, const struct pg_model *m,
+			    int n_rep, int device_path)
+{
+	struct pg_forward_params p = pg_forward_params_default();
+	char err[512];
+
+	memset(r, 0, sizeof(*r));
+	make_plan(&(struct shape){ 1, 1, 1 }, m->hp.n_blocks, &r->plan);
+	r->plan.replicas = n_rep;
+	r->plan.n_devices = n_rep;
+	for (int i = 0; i < n_rep; i++) {
+		r->plan.dev[i] = r->plan.dev[0];
+		r->plan.dev[i].index = i;
+		snprintf(r->plan.dev[i].name, sizeof(r->plan.dev[i].name),
+			 "cpu:%d", i);
+	}
+	p.n_threads = 1;
+	p.page_tokens = PT;
+	p.n_pages = N_PAGES;
+	p.max_batch_tokens = 256;
+	p.device_path = device_path;
+	p.plan = &r->plan;
+	if (pg_forward_create(m, &p, &r->fw, err, sizeof(err))) {
+		CHECK(0, "pg_forward_create, %d replicas: %s", n_rep, err);
+		return -1;
+	}
+	r->kvc = pg_kvc_for_forward(r->fw, m);
+	return r->kvc ? 0 : -1;
+}
+
+/*
+ * K sequences of different lengths through replicas, all in each batch:
+ * a prefill batch (every row's logits for some sequences, the last row's
+ * for the others, so that a replica's rows are not one run of the
+ * batch's), then greedy decode steps of all of them together.  Each
+ * sequence must get one device's logits and tokens.
+ */
+#define RK 5
+#define RGEN 8
+static void check_replicas(const struct pg_model *m, struct rig *one,
+			   int32_t prompts[][64], int n, int n_rep,
+			   int device_path, const char *what)
+{
+	int V = m->hp.n_vocab, len[RK], rows = 0, zones[PG_PLAN_MAX_DEVICES] = { 0 };
+	struct pg_kvc_seq *s[RK];
+	struct pg_fw_seq fs[RK];
+	int32_t toks[RK * 64], gen[RK][RGEN], want[RGEN];
+	float *lg, *ref;
+	struct rig r;
+
+	if (make_replica_rig(&r, m, n_rep, device_path))
+		return;
+	CHECK(pg_forward_n_zones(r.fw) == n_rep && pg_kvc_n_zones(r.kvc) == n_rep &&
+	      pg_forward_n_devices(r.fw) == n_rep,
+	      "%d replicas: %d zones", n_rep, pg_forward_n_zones(r.fw));
+	lg = malloc(sizeof(float) * (size_t)RK * 64 * V);
+	for (int k = 0; k < RK; k++) {
+		struct pg_kvc_copy cp[2];
+		int n_cp;
+
+		len[k] = n - 3 * k;
+		s[k] = pg_kvc_seq_new(r.kvc, 0);
+		CHECK(pg_kvc_seq_reserve(r.kvc, s[k], len[k], cp, &n_cp) == 0,
+		      "reserve %d", k);
+		zones[pg_kvc_seq_zone(s[k])]++;
+		fs[k] = (struct pg_fw_seq){ .pages = pg_kvc_seq_pages(s[k]),
+			.n_tokens = len[k], .logits_all = k % 2 };
+		memcpy(toks + rows, prompts[k % 3] + k, sizeof(int32_t) * (size_t)len[k]);
+		rows += len[k];
+	}
+	for (int z = 0; z < n_rep; z++)
+		CHECK(zones[z] >= RK / n_rep, "%d replicas: zone %d holds %d of %d sequences",
+		      n_rep, z, zones[z], RK);
+	CHECK(pg_forward_batch(r.fw, toks, rows, fs, RK, lg) == 0, "prefill batch");
+	rows = 0;
+	for (int k = 0; k < RK; k++) {
+		int n_out = fs[k].logits_all ? len[k] : 1;
+
+		ref = prefill(one, m, prompts[k % 3] + k, len[k]);
+		CHECK(!memcmp(lg + (size_t)rows * V,
+			      ref + (size_t)(len[k] - n_out) * V,
+			      sizeof(float) * (size_t)n_out * V),
+		      "%s, %d replicas: sequence %d (zone %d) has other logits than one device's",
+		      what, n_rep, k, pg_kvc_seq_zone(s[k]));
+		free(ref);
+		pg_kvc_seq_append(r.kvc, s[k], prompts[k % 3] + k, len[k]);
+		rows += n_out;
+	}
+	for (int g = 0; g < RGEN; g++) {
+		rows = 0;
+		for (int k = 0; k < RK; k++) {
+			const float *row = lg + (size_t)(rows + (fs[k].logits_all ?
+					   fs[k].n_tokens - 1 : 0)) * V;
+			int best = 0;
+			struct pg_kvc_copy cp[2];
+			int n_cp;
+
+			for (int v = 1; v < V; v++)
+				best = row[v] > row[best] ? v : best;
+			rows += fs[k].logits_all ? fs[k].n_tokens : 1;
+			gen[k][g] = best;
+			CHECK(pg_kvc_seq_reserve(r.kvc, s[k], pg_kvc_seq_len(s[k]) + 1,
+						 cp, &n_cp) == 0, "reserve");
+			toks[k] = best;
+		}
+		for (int k = 0; k < RK; k++)
+			fs[k] = (struct pg_fw_seq){ .pages = pg_kvc_seq_pages(s[k]),
+				.n_past = pg_kvc_seq_len(s[k]), .n_tokens = 1 };
+		CHECK(pg_forward_batch(r.fw, toks, RK, fs, RK, lg) == 0, "decode step");
+		for (int k = 0; k < RK; k++)
+			pg_kvc_seq_append(r.kvc, s[k], &toks[k], 1);
+	}
+	for (int k = 0; k < RK; k++) {
+		greedy(one, m, prompts[k % 3] + k, len[k], RGEN, want);
+		CHECK(!memcmp(want, gen[k], sizeof(want)),
+		      "%s, %d replicas: sequence %d generates other tokens than one device",
+		      what, n_rep, k);
+	}
+	/* every replica ran; a sequence's pages in two zones are refused */
+	for (int i = 0; i < n_rep; i++) {
+		struct pg_forward_dev_stats st;
+
+		pg_forward_device_stats(r.fw, i, &st);
+		CHECK(st.steps == 1 + RGEN, "replica %d ran %llu steps", i,
+		      (unsigned long long)st.steps);
+	}
+	{
+		int32_t bad[2] = { 0, N_PAGES - 1 };
+		struct pg_fw_seq b = { .pages = bad, .n_tokens = PT + 1 };
+
+		CHECK(pg_forward_batch(r.fw, toks, PT + 1, &b, 1, lg) == -EINVAL,
+		      "a sequence whose pages span zones is refused");
+	}
+	for (int k = 0; k < RK; k++)
+		pg_kvc_seq_free(r.kvc, s[k]);
+	free(lg);
+	free_rig(&r);
+	printf("%s: %d replicas%s, %d sequences in each batch: one device's logits and greedy tokens\n",
+	       what, n_rep, device_path ? " (device path)" : "", RK);
+}
+
 /* Several batches in flight give each its own result (PP micro-batches). */
 static void check_inflight(const struct pg_model *m, struct rig *one,
 			   int32_t prompts[][64], int n)
@@ -599,6 +744,10 @@ static void run_generated(enum ggufgen_arch arch, enum pg_dtype type,
 				     tie_tol, what);
 		if (type == PG_Q8_0 || type == PG_Q4_1)
 			check_device_path(m, &one, prompts, 40, what);
+		if (type == PG_Q4_1 || arch == GGUFGEN_GEMMA3) {
+			check_replicas(m, &one, prompts, 40, 2, 0, what);
+			check_replicas(m, &one, prompts, 40, 3, type == PG_Q4_1, what);
+		}
 		if (type == PG_Q8_0 && arch == GGUFGEN_LLAMA) {
 			check_inflight(m, &one, prompts, 40);
 			check_numa_weights(m, &one, prompts, 40);
@@ -661,6 +810,7 @@ static void run_default_model(void)
 		if (have_gpu())
 			compare_plan(m, &one, &gpu_shape, prompts, 3, n, 24, 2.5,
 				     0.5, "SmolLM2");
+		check_replicas(m, &one, prompts, n, 2, 0, "SmolLM2");
 		free_rig(&one);
 	}
 	pg_model_free(m);

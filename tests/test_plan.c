@@ -423,7 +423,8 @@ static int test_manual(void)
 
 	synth_devices(8, PG_DEV_CPU, 64 * GiB, 1, 0);
 	CHECK(!make(4, 0, 0, 0, 0, &f, NULL) && plan.pp == 4 && plan.tp == 1 &&
-	      plan.cp == 1 && plan.n_devices == 4, "bare list is a pipeline: %s", err);
+	      plan.cp == 1 && plan.n_devices == 4 && plan.replicas == 1,
+	      "bare list is a pipeline: %s", err);
 	CHECK(!strcmp(plan.reason, "as configured"), "reason %s", plan.reason);
 	CHECK(!make(4, 0, 2, 0, 0, &f, NULL) && plan.pp == 2 && plan.tp == 2,
 	      "pp from tp: %s", err);
@@ -475,15 +476,45 @@ static int test_auto(void)
 
 	synth_devices(4, PG_DEV_CPU, 64 * GiB, 1, 0);
 	if (auto_plan(4, &small, 4096, "fits one device") ||
-	    auto_plan(4, &small, 4096, "3 other devices unused (replicas not built yet)"))
+	    auto_plan(4, &small, 4096, "so 4 replicas, one a device"))
 		return 1;
-	CHECK(plan.n_devices == 1 && plan.pp == 1 && !strcmp(plan.dev[0].name, "cpu:0"),
-	      "one device");
+	/* fits one device and four are given: a replica on each */
+	CHECK(plan.replicas == 4 && plan.n_devices == 4 && plan.pp == 1 &&
+	      plan.tp == 1 && plan.cp == 1 && !strcmp(plan.dev[3].name, "cpu:3") &&
+	      pg_plan_n_replicas(&plan) == 4 && !strstr(plan.reason, "unused"),
+	      "replicas %d, %d devices: %s", plan.replicas, plan.n_devices,
+	      plan.reason);
+	/* one device: one copy, no replicas */
+	if (auto_plan(1, &small, 4096, "fits one device"))
+		return 1;
+	CHECK(plan.replicas == 1 && plan.n_devices == 1 &&
+	      !strstr(plan.reason, "replicas"), "one device: %s", plan.reason);
+	/*
+	 * Devices on one memory share the weights (2 GiB) but not the KV:
+	 * 330k tokens of 64 KiB (20.1 GiB) a replica leave room for 2 copies
+	 * in 57.6 GiB, not 3
+	 */
+	synth_devices(4, PG_DEV_CPU, 64 * GiB, 0, 0);
+	if (auto_plan(4, &small, 330000, "so 2 replicas") ||
+	    auto_plan(4, &small, 330000, "2 other devices unused (one more copy of the model does not fit their memory)"))
+		return 1;
+	CHECK(plan.replicas == 2 && plan.n_devices == 2, "replicas %d",
+	      plan.replicas);
+	/* small enough for four on one memory */
+	if (auto_plan(4, &small, 4096, "so 4 replicas"))
+		return 1;
+	/* GPUs: a replica on each too */
+	synth_devices(2, PG_DEV_CUDA, 80 * GiB, 0, 1);
+	if (auto_plan(2, &small, 4096, "so 2 replicas"))
+		return 1;
+	CHECK(plan.replicas == 2 && plan.tp == 1, "GPU replicas %d", plan.replicas);
 	/* too big for one NUMA node: the fewest stages that fit */
+	synth_devices(4, PG_DEV_CPU, 64 * GiB, 1, 0);
 	if (auto_plan(4, &big, 4096, "slow links, so a pipeline: stages 2"))
 		return 1;
-	CHECK(plan.pp == 2 && plan.tp == 1 && plan.n_devices == 2, "pp %d", plan.pp);
-	if (auto_plan(4, &big, 4096, "2 other devices unused"))
+	CHECK(plan.pp == 2 && plan.tp == 1 && plan.n_devices == 2 &&
+	      plan.replicas == 1, "pp %d", plan.pp);
+	if (auto_plan(4, &big, 4096, "2 other devices unused (replicas of a split model are not built yet)"))
 		return 1;
 	/* CUDA with fast links: TP; links unknown: a pipeline */
 	synth_devices(4, PG_DEV_CUDA, 80 * GiB, 0, 1);
@@ -548,6 +579,20 @@ static int test_print(void)
 	      strstr(text, "TP: 60 all-gathers (2 per block) of partial sums") &&
 	      strstr(text, "PP: 1 stage hand-off of 2.2 KiB") &&
 	      strstr(text, "KV heads do not divide among 2 TP ranks: KV head 1 is held by ranks 0 and 1"),
+	      "printout:\n%s", text);
+	free(text);
+	/* replicas on one memory: the second reads the first's weights */
+	synth_devices(2, PG_DEV_CPU, 64 * GiB, 0, 0);
+	CHECK(!make(2, 0, 0, 0, 1, &f, NULL) && plan.replicas == 2, "auto: %s", err);
+	out = open_memstream(&text, &len);
+	CHECK(out, "open_memstream");
+	pg_plan_print(out, &plan, &f, NULL);
+	fclose(out);
+	CHECK(strstr(text, "plan: 2 replicas (data parallel) of pipeline 1 x tensor 1 x context 1 = 2 devices") &&
+	      strstr(text, "embedding, output head  cpu:0 | cpu:1") &&
+	      strstr(text, "cpu:0's") &&
+	      strstr(text, "total: 0 B (replicas: each device serves its own sequences)") &&
+	      strstr(text, "reason: fits one device") && strstr(text, "so 2 replicas"),
 	      "printout:\n%s", text);
 	free(text);
 	return 0;

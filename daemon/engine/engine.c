@@ -12,6 +12,7 @@
  * (kvcache.c does).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #include "common/clock.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/stepcost.h"
 #include "daemon/engine/tokenizer.h"
 
 enum seq_state {
@@ -84,6 +86,8 @@ struct batch {
 	struct seq **seq;		/* (max_batch_seqs) */
 	int n_tokens, n_seqs;
 	float *logits;			/* (max_batch_seqs, n_vocab) */
+	struct pg_step_shape shape;	/* for the cost model */
+	double t_submit;		/* seconds */
 };
 
 #define PG_ENGINE_MAX_INFLIGHT 16
@@ -112,6 +116,17 @@ struct pg_engine {
 	int n_slots, b_head, n_inflight;
 	struct batch *cur;		/* the one a step is building */
 	int seq_cap;			/* sequences per batch this step */
+	/*
+	 * Steps bounded by cost: the model, and the step being planned's
+	 * budget for prompt chunks (bounded: something decodes).
+	 */
+	struct pg_step_cost cost;
+	int bounded;
+	double budget_s;
+	int n_chunks;			/* prompt chunks in the batch so far */
+	double decode_step_s, target_s;	/* of the last bounded step */
+	uint64_t bounded_chunks;
+	double t_collect;		/* when the last batch was collected */
 	float *scratch;			/* (n_vocab) */
 	struct pg_engine_stats st;
 	char msg[256];
@@ -173,7 +188,8 @@ static void list_remove(struct seq_list *l, struct seq *s)
 
 struct pg_engine_config pg_engine_config_default(void)
 {
-	return (struct pg_engine_config){ .max_batch_seqs = 64, .prefix_cache = 1 };
+	return (struct pg_engine_config){ .max_batch_seqs = 64, .prefix_cache = 1,
+					  .step_factor = 2 };
 }
 
 static int check_config(struct pg_engine_config *c, const struct pg_forward *fw,
@@ -192,6 +208,12 @@ static int check_config(struct pg_engine_config *c, const struct pg_forward *fw,
 	}
 	if (c->max_batch_seqs > c->max_batch_tokens)
 		c->max_batch_seqs = c->max_batch_tokens;
+	if (!(c->step_factor > 0))
+		c->step_factor = 2;
+	if (isnan(c->step_target_s)) {
+		snprintf(err, err_len, "the step target is not a number");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -232,11 +254,14 @@ int pg_engine_create(const struct pg_model *m, struct pg_forward *fw,
 	e->fw = fw;
 	e->cfg = *cfg;
 	e->n_vocab = m->hp.n_vocab;
-	e->n_pages = kp.n_pages = pg_forward_n_pages(fw);
+	kp.n_pages = pg_forward_n_pages(fw);
+	e->n_pages = pg_forward_zone_pages(fw);	/* the most one sequence has */
 	e->page_tokens = kp.page_tokens = pg_forward_page_tokens(fw);
+	kp.n_zones = pg_forward_n_zones(fw);	/* one per replica */
 	e->next_id = 1;
 	if ((rc = check_config(&e->cfg, fw, err, err_len)))
 		goto out_free;
+	pg_step_cost_init(&e->cost, &m->hp);
 	rc = pg_kvc_create(&kp, &e->kvc);
 	if (rc == -EINVAL)
 		snprintf(err, err_len, "the forward pass has no usable KV pages (%d pages of %d tokens)",
@@ -729,20 +754,115 @@ static int batch_add_running(struct pg_engine *e, struct seq *s, int chunk)
 	}
 }
 
+/* ---- steps bounded by cost ---- */
+
+/*
+ * Whether a running sequence decodes (in a batch in flight, or left out
+ * of this one by the pipeline's share).
+ */
+static int decoding_elsewhere(const struct pg_engine *e)
+{
+	for (int i = 0; i < e->running.n; i++) {
+		const struct seq *s = e->running.v[i];
+
+		if (s->n_toks - pg_kvc_seq_len(s->kv) == 1)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Once the decodes are in the batch: the time its prompt chunks may add.
+ * Unbounded when nothing decodes (a lone prompt goes as fast as alone).
+ * Under a pipeline a batch may carry no decode while others are in
+ * flight; it is then held to the last decode step's target.
+ */
+static void plan_budget(struct pg_engine *e)
+{
+	struct pg_step_shape dec = { 0 };
+	const struct batch *b = e->cur;
+	double target;
+
+	e->bounded = 0;
+	e->n_chunks = 0;
+	if (e->cfg.step_target_s < 0 || (!b->n_seqs && !decoding_elsewhere(e)))
+		return;
+	for (int i = 0; i < b->n_seqs; i++)
+		pg_step_shape_add(&dec, pg_kvc_seq_len(b->seq[i]->kv),
+				  b->seq[i]->chunk);
+	if (b->n_seqs)
+		e->decode_step_s = pg_step_cost_predict(&e->cost, &dec);
+	target = e->cfg.step_target_s > 0 ? e->cfg.step_target_s :
+		 e->cfg.step_factor * e->decode_step_s;
+	e->target_s = target;
+	e->budget_s = target - pg_step_cost_predict(&e->cost, &dec);
+	e->bounded = 1;
+}
+
+/*
+ * The tokens of a prompt chunk after n_past to put in the batch (want
+ * pending, room left): all that fits when unbounded; else what the budget
+ * affords, cut to a multiple of PG_ENGINE_CHUNK_ALIGN when it affords
+ * that many (the chunk's rows share the decodes' pass over the weights,
+ * so fewer cost no extra pass).  When the budget affords nothing (an
+ * explicit target below the decodes' own step), the batch's first chunk
+ * still takes PG_ENGINE_MIN_CHUNK so that the prompt progresses; a later
+ * one waits.
+ */
+static int chunk_size(const struct pg_engine *e, int n_past, int want,
+		      int room)
+{
+	int n = want < room ? want : room, fit;
+
+	if (!e->bounded || n <= 0)
+		return n;
+	fit = pg_step_cost_chunk(&e->cost, n_past, n, e->budget_s);
+	if (fit >= n)
+		return n;
+	if (fit >= PG_ENGINE_CHUNK_ALIGN)
+		fit -= fit % PG_ENGINE_CHUNK_ALIGN;
+	if (!fit && !e->n_chunks)
+		fit = PG_ENGINE_MIN_CHUNK;
+	return fit < n ? fit : n;
+}
+
+/* A chunk of n tokens after n_past joined the batch: charge the budget. */
+static void chunk_taken(struct pg_engine *e, int n_past, int n, int want)
+{
+	if (!e->bounded)
+		return;
+	e->budget_s -= pg_step_cost_chunk_s(&e->cost, n_past, n);
+	e->n_chunks++;
+	if (n < want)
+		e->bounded_chunks++;
+}
+
+/* Whether the budget is spent: no chunk but a first one may join. */
+static int budget_spent(const struct pg_engine *e)
+{
+	return e->bounded && e->n_chunks &&
+	       pg_step_cost_chunk(&e->cost, 0, 1, e->budget_s) < 1;
+}
+
 /* Running sequences with tokens to compute: decodes (want 1) or prefills. */
 static void plan_running(struct pg_engine *e, int decodes)
 {
 	for (int i = 0; i < e->running.n; i++) {
 		struct seq *s = e->running.v[i];
-		int want = s->n_toks - pg_kvc_seq_len(s->kv);
-		int room = batch_room(e);
+		int len = pg_kvc_seq_len(s->kv), want = s->n_toks - len;
+		int room = batch_room(e), chunk;
 
 		if (room <= 0)
 			return;
 		if (s->chunk || (want == 1) != decodes)
 			continue;
-		if (batch_add_running(e, s, want < room ? want : room) == -ENOMEM)
+		chunk = decodes ? 1 : chunk_size(e, len, want, room);
+		if (!chunk)
+			continue;
+		if (batch_add_running(e, s, chunk) == -ENOMEM)
 			return;
+		if (!decodes && s->chunk)
+			chunk_taken(e, len, chunk, want);
 		/* a preemption may have shifted the list: find s again */
 		while (i >= 0 && (i >= e->running.n || e->running.v[i] != s))
 			i--;
@@ -792,7 +912,7 @@ static struct seq *pick_waiting(struct pg_engine *e)
  */
 static int admit(struct pg_engine *e, struct seq *s, int room)
 {
-	int cached = 0, want, rc;
+	int cached = 0, want, chunk, rc;
 	struct client *c;
 
 	s->kv = pg_kvc_seq_new(e->kvc, s->req->client);
@@ -802,13 +922,16 @@ static int admit(struct pg_engine *e, struct seq *s, int room)
 		cached = pg_kvc_seq_match(e->kvc, s->kv, s->toks, s->n_toks);
 	rc = cached < 0 ? cached : -ENOSPC;
 	if (cached < 0 || pg_kvc_pages_needed(e->kvc, s->kv, s->n_toks) >
-			  pg_kvc_n_available(e->kvc))
+			  pg_kvc_seq_n_available(e->kvc, s->kv))
 		goto out_free;
 	want = s->n_toks - cached;
-	if ((rc = list_push(&e->running, s)))
+	chunk = chunk_size(e, cached, want, room);
+	rc = -ENOSPC;
+	if (!chunk || (rc = list_push(&e->running, s)))
 		goto out_free;
-	if ((rc = batch_add(e, s, want < room ? want : room)))
+	if ((rc = batch_add(e, s, chunk)))
 		goto out_unlist;
+	chunk_taken(e, cached, chunk, want);
 	list_remove(&e->waiting, s);
 	s->state = SEQ_RUNNING;
 	s->preempted = 0;
@@ -829,7 +952,7 @@ static void plan_admissions(struct pg_engine *e)
 {
 	int room;
 
-	while ((room = batch_room(e)) > 0 && e->waiting.n)
+	while ((room = batch_room(e)) > 0 && e->waiting.n && !budget_spent(e))
 		if (admit(e, pick_waiting(e), room))
 			return;
 }
@@ -838,6 +961,7 @@ static void plan_admissions(struct pg_engine *e)
 
 static int submit_batch(struct pg_engine *e, struct batch *b)
 {
+	b->shape = (struct pg_step_shape){ 0 };
 	for (int i = 0; i < b->n_seqs; i++) {
 		struct seq *s = b->seq[i];
 
@@ -846,11 +970,30 @@ static int submit_batch(struct pg_engine *e, struct batch *b)
 			.n_past = pg_kvc_seq_len(s->kv),
 			.n_tokens = s->chunk,
 		};
+		pg_step_shape_add(&b->shape, b->fw[i].n_past, s->chunk);
 	}
 	e->st.forward_tokens += (uint64_t)b->n_tokens;
 	e->st.steps++;
+	b->t_submit = pg_now_s();
 	return pg_forward_submit(e->fw, b->tokens, b->n_tokens, b->fw,
 				 b->n_seqs, b->logits);
+}
+
+/*
+ * Batch b is back: what it cost goes to the model.  Under a pipeline a
+ * batch's time counts from the later of its start and the previous
+ * collection, the stages' pace rather than its latency.
+ */
+static void observe_batch(struct pg_engine *e, const struct batch *b)
+{
+	double t = pg_now_s(), from = b->t_submit > e->t_collect ?
+				      b->t_submit : e->t_collect;
+	double dt = t - from;
+
+	e->t_collect = t;
+	if (e->cfg.batch_seconds)
+		dt = e->cfg.batch_seconds(e->cfg.ctx, b->fw, b->n_seqs);
+	pg_step_cost_observe(&e->cost, &b->shape, dt);
 }
 
 static void after_batch(struct pg_engine *e, struct batch *b)
@@ -907,6 +1050,7 @@ int pg_engine_step(struct pg_engine *e)
 		e->cur->n_tokens = e->cur->n_seqs = 0;
 		e->seq_cap = seq_cap(e);
 		plan_running(e, 1);
+		plan_budget(e);
 		plan_running(e, 0);
 		plan_admissions(e);
 		n = e->cur->n_seqs;
@@ -934,6 +1078,7 @@ int pg_engine_step(struct pg_engine *e)
 			return fail(e, PG_ENGINE_EFORWARD, "the forward pass failed: %s; its requests end with an error",
 				    strerror(-rc));
 		}
+		observe_batch(e, b);
 		after_batch(e, b);
 		sweep(e);
 		if (!n)
@@ -978,6 +1123,19 @@ int pg_engine_evict(struct pg_engine *e, const struct pg_kvc_evict *ev)
 	if (rc < 0)
 		return fail(e, PG_ENGINE_ENOMEM, "out of memory evicting");
 	return rc;
+}
+
+void pg_engine_cost(const struct pg_engine *e, struct pg_engine_cost *out)
+{
+	double t[PG_STEPCOST_TERMS];
+
+	pg_step_cost_coef(&e->cost, t);
+	*out = (struct pg_engine_cost){
+		.fixed_s = t[0], .token_s = t[1], .seq_s = t[2],
+		.depth_s = t[3], .decode_step_s = e->decode_step_s,
+		.target_s = e->target_s, .n_obs = e->cost.n_obs,
+		.bounded_chunks = e->bounded_chunks,
+	};
 }
 
 void pg_engine_stats(const struct pg_engine *e, struct pg_engine_stats *st)

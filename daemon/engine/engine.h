@@ -93,16 +93,45 @@ struct pg_engine_event {
 
 typedef void (*pg_engine_event_fn)(void *ctx, const struct pg_engine_event *ev);
 
+/*
+ * For tests: the seconds a batch of n_seqs sequences (seqs: their
+ * positions and token counts) is to be taken to have run, in place of the
+ * time measured, so that the step cost model sees a known cost.
+ */
+typedef double (*pg_engine_batch_seconds_fn)(void *ctx,
+					     const struct pg_fw_seq *seqs,
+					     int n_seqs);
+
 struct pg_engine_config {
 	int max_batch_tokens;	/* tokens per step, <= the forward's max
 				   batch; <= 0: the forward's */
 	int max_batch_seqs;	/* sequences per step; <= 0: 64 */
 	int prefix_cache;	/* reuse cached pages for new prompts */
+	/*
+	 * Steps bounded by cost: while sequences decode, a step's prompt
+	 * chunks are cut so that the step's predicted time (stepcost.h)
+	 * stays under a target, a long prompt being spread over many steps
+	 * (the oldest prefill progresses every step: PG_ENGINE_MIN_CHUNK
+	 * tokens at least when the target leaves no room); with nothing
+	 * decoding, chunks are as large as max_batch_tokens allows.
+	 */
+	double step_target_s;	/* the target in seconds; 0: auto,
+				   step_factor times the predicted time of
+				   the step's decodes alone; < 0: no bound */
+	double step_factor;	/* auto's multiple; <= 0: 2 */
+	pg_engine_batch_seconds_fn batch_seconds;	/* tests; NULL: the
+							   wall clock */
 	pg_engine_event_fn on_event;	/* may be NULL */
-	void *ctx;
+	void *ctx;		/* on_event's and batch_seconds' */
 };
 
-/* pg_engine_config_default - the forward's batch, 64 sequences, cache on. */
+/* A prompt chunk in a bounded step: this many when the target leaves no
+   room; cut to a multiple of PG_ENGINE_CHUNK_ALIGN when it leaves more. */
+#define PG_ENGINE_MIN_CHUNK 16
+#define PG_ENGINE_CHUNK_ALIGN 16
+
+/* pg_engine_config_default - the forward's batch, 64 sequences, cache on,
+   step target auto (twice the decodes' step). */
 struct pg_engine_config pg_engine_config_default(void);
 
 struct pg_request {
@@ -155,8 +184,9 @@ int pg_engine_submit(struct pg_engine *e, const struct pg_request *req,
 /*
  * pg_engine_step - one scheduler step: running decodes first, then
  * running chunked prefills, then admission of waiting requests, all under
- * max_batch_tokens and max_batch_seqs, in one forward call; then sampling
- * and events.  With a pipeline of pp stages (pg_forward_max_inflight), a
+ * max_batch_tokens and max_batch_seqs (and, while something decodes, the
+ * step target: see struct pg_engine_config), in one forward call; then
+ * sampling and events.  With a pipeline of pp stages (pg_forward_max_inflight), a
  * step starts a batch of about 1/pp of the sequences and collects the
  * oldest batch in flight once pp are in flight (or when nothing new could
  * start), so that the stages work on different micro-batches at once; a
@@ -196,6 +226,24 @@ struct pg_engine_stats {
 	uint64_t preemptions;
 	struct pg_kvc_stats kv;	/* pages free/used/cached, prefix counters */
 };
+
+/*
+ * The step cost model's fit (stepcost.h) and the bound it gives: what a
+ * step costs in seconds, per step, per token, per sequence and per token
+ * of attention depth (position attended to), as last fitted.
+ */
+struct pg_engine_cost {
+	double fixed_s, token_s, seq_s, depth_s;
+	double decode_step_s;	/* the last planned step's decodes alone,
+				   predicted; 0: none yet */
+	double target_s;	/* the bound that step was planned under;
+				   0: none yet */
+	long n_obs;		/* batches the model has seen */
+	uint64_t bounded_chunks;/* prompt chunks cut short by the bound */
+};
+
+/* pg_engine_cost - the cost model now. */
+void pg_engine_cost(const struct pg_engine *e, struct pg_engine_cost *out);
 
 /* pg_engine_stats - the figures now. */
 void pg_engine_stats(const struct pg_engine *e, struct pg_engine_stats *st);

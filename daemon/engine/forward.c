@@ -29,6 +29,16 @@
  *    is no TP to split it.
  * Up to pp batches are in flight, so that stages overlap (micro-batches).
  *
+ * Replicas (data parallel): a plan of R replicas of one device each has
+ * R devices that share nothing but (CPU devices on one memory) their
+ * weights, which replica 0 places and the others read.  The KV page ids
+ * are cut into R zones as kvcache.h cuts them, zone r's pages stored by
+ * replica r (numbered from its zone's first page); a batch is split by
+ * the zone of each sequence's pages, every replica runs its share on its
+ * own thread at the same time, and each puts its logits rows where the
+ * batch's order wants them (jobs.c).  A sequence's computation is one
+ * device's, so its bits are one device's whatever the other sequences.
+ *
  * Exact parallel sums.  Where the backend offers them (exact_parallel:
  * the CPU backend), TP and CP plans give the very bits one device gives,
  * so an operator who changes the plan changes no answer:
@@ -94,6 +104,11 @@ struct pg_forward_params pg_forward_params_default(void)
 int fw_head_size(const struct pg_plan *pl)
 {
 	return pl->tp > 1 ? pl->tp : pl->cp;
+}
+
+int32_t fw_zone_first(int n_pages, int n_rep, int z)
+{
+	return (int32_t)((int64_t)z * n_pages / n_rep);
 }
 
 /* Set up the exact parallel sums of device d (see struct device). */
@@ -177,7 +192,7 @@ static int alloc_scratch(struct pg_forward *fw, struct device *d)
 	return 0;
 }
 
-static int alloc_job(struct pg_forward *fw, struct job *j)
+static int alloc_job_arrays(struct pg_forward *fw, struct job *j)
 {
 	size_t B = (size_t)fw->p.max_batch_tokens;
 
@@ -191,19 +206,56 @@ static int alloc_job(struct pg_forward *fw, struct job *j)
 	return 0;
 }
 
-static void free_job(struct job *j)
+/* A batch's arrays and, with replicas, its parts' (see struct job). */
+static int alloc_job(struct pg_forward *fw, struct job *j)
+{
+	size_t B = (size_t)fw->p.max_batch_tokens;
+	int rc = alloc_job_arrays(fw, j);
+
+	if (rc || fw->n_rep == 1)
+		return rc;
+	j->seq_zone = malloc(B * sizeof(*j->seq_zone));
+	j->part = calloc((size_t)fw->n_rep, sizeof(*j->part));
+	if (!j->seq_zone || !j->part)
+		return -ENOMEM;
+	for (int r = 0; r < fw->n_rep; r++) {
+		struct job *pj = &j->part[r];
+
+		if ((rc = alloc_job_arrays(fw, pj)))
+			return rc;
+		pj->dst_row = malloc(B * sizeof(*pj->dst_row));
+		if (!pj->dst_row)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void free_job_arrays(struct job *j)
 {
 	free(j->tokens);
 	free(j->pos);
 	free(j->out_rows);
 	free(j->seqs);
 	free(j->aseqs);
+	free(j->pages);
+	free(j->dst_row);
+	free(j->own);
+}
+
+static void free_job(struct job *j, int n_rep)
+{
+	free_job_arrays(j);
+	for (int r = 0; j->part && r < n_rep; r++)
+		free_job_arrays(&j->part[r]);
+	free(j->part);
+	free(j->seq_zone);
 }
 
 /*
  * How many pages the parameters ask for: n_pages, else kv_bytes, else
  * kv_fraction of the memory available, else room for 4 sequences of the
- * training context (at most 8192 tokens each).  0 when that is no page.
+ * training context (at most 8192 tokens each; for each replica).  0 when
+ * that is no page.
  * page_bytes is a page of the whole model: with a plan the bytes are the
  * budget of all devices together.
  */
@@ -235,8 +287,9 @@ static int pages_wanted(const struct pg_model *m,
 		bytes = p->kv_bytes;
 	else if (p->kv_fraction > 0)
 		bytes = (size_t)((double)mem_for_kv(m, p) * p->kv_fraction);
-	else
-		return 4 * ((ctx + p->page_tokens - 1) / p->page_tokens);
+	else	/* replicas: as many for each */
+		return 4 * ((ctx + p->page_tokens - 1) / p->page_tokens) *
+		       (p->plan ? pg_plan_n_replicas(p->plan) : 1);
 	bytes /= page_bytes;
 	return bytes > INT32_MAX ? INT32_MAX : (int)bytes;
 }
@@ -265,11 +318,22 @@ static int plan_ok(const struct pg_forward *fw, char *err, size_t err_len)
 	const struct pg_hparams *hp = &fw->m->hp;
 	int qb = 1;
 
-	if (pl->pp < 1 || pl->tp < 1 || pl->cp < 1 ||
-	    pl->pp * pl->tp * pl->cp != pl->n_devices ||
+	if (pl->pp < 1 || pl->tp < 1 || pl->cp < 1 || pl->replicas < 0 ||
+	    pg_plan_n_replicas(pl) * pl->pp * pl->tp * pl->cp != pl->n_devices ||
 	    pl->n_devices > PG_PLAN_MAX_DEVICES || pl->pp > hp->n_blocks) {
-		snprintf(err, err_len, "the parallel plan is inconsistent (pp %d × tp %d × cp %d for %d devices, %d blocks)",
-			 pl->pp, pl->tp, pl->cp, pl->n_devices, hp->n_blocks);
+		snprintf(err, err_len, "the parallel plan is inconsistent (%d replicas of pp %d × tp %d × cp %d for %d devices, %d blocks)",
+			 pg_plan_n_replicas(pl), pl->pp, pl->tp, pl->cp,
+			 pl->n_devices, hp->n_blocks);
+		return -EINVAL;
+	}
+	if (pg_plan_n_replicas(pl) > 1 && pl->pp * pl->tp * pl->cp > 1) {
+		snprintf(err, err_len, "replicas of a model split over several devices (pp %d × tp %d × cp %d) are not built yet; replicate one device each (pp = tp = cp = 1)",
+			 pl->pp, pl->tp, pl->cp);
+		return -ENOTSUP;
+	}
+	if (pg_plan_n_replicas(pl) > fw->p.n_pages) {
+		snprintf(err, err_len, "%d replicas but only %d KV pages: each replica needs pages of its own; give the KV cache more memory",
+			 pg_plan_n_replicas(pl), fw->p.n_pages);
 		return -EINVAL;
 	}
 	if (pl->first_block[0] != 0 || pl->first_block[pl->pp] != hp->n_blocks) {
@@ -283,7 +347,8 @@ static int plan_ok(const struct pg_forward *fw, char *err, size_t err_len)
 			return -EINVAL;
 		}
 	for (int i = 0; i < pl->n_devices && !pg_device_groups_built(); i++)
-		if (pl->dev[i].kind != PG_DEV_CPU && pl->n_devices > 1) {
+		if (pl->dev[i].kind != PG_DEV_CPU &&
+		    pl->pp * pl->tp * pl->cp > 1) {
 			snprintf(err, err_len, "device %s: a plan of several CUDA devices needs NCCL, which this pagodad was built without; install NCCL and rebuild, or run on one CUDA device",
 				 pl->dev[i].name);
 			return -ENOTSUP;
@@ -335,7 +400,7 @@ static int setup_devmem(struct pg_forward *fw, struct device *d, char *err,
 	rc = fw_upload_weights(d, fw_head_size(pl) > 1, err, err_len);
 	if (rc)
 		return rc;
-	rc = pg_kv_store_create_on(d->be, fw->p.n_pages,
+	rc = pg_kv_store_create_on(d->be, d->n_pages,
 				   fw->p.page_tokens / pl->cp, d->n_blocks,
 				   d->nkv, hp->head_dim, fw->p.kv_type, &d->kv);
 	if (rc) {
@@ -343,8 +408,8 @@ static int setup_devmem(struct pg_forward *fw, struct device *d, char *err,
 						  d->n_blocks, d->nkv,
 						  hp->head_dim, fw->p.kv_type);
 		snprintf(err, err_len, "device %s: cannot allocate its KV cache (%d pages of %zu bytes, %.2f GiB) after its weights: %s; give the KV cache less memory (--kv-size or --ctx-size) or spread the model over more devices",
-			 name, fw->p.n_pages, page_bytes,
-			 (double)page_bytes * fw->p.n_pages / (1 << 30),
+			 name, d->n_pages, page_bytes,
+			 (double)page_bytes * d->n_pages / (1 << 30),
 			 strerror(-rc));
 		return rc;
 	}
@@ -406,6 +471,41 @@ static int arch_ops_ok(const struct device *d, char *err, size_t err_len)
 	return 0;
 }
 
+/*
+ * A replica's CPU device on the memory of replica 0's counterpart reads
+ * that device's weights (set up before it: same slices, same backend
+ * kind and kernels, so the same packing); 1 when it does.
+ */
+static int share_weights(struct pg_forward *fw, struct device *d)
+{
+	const struct device *o = &fw->dev[d->index % fw->group];
+
+	if (d->replica == 0 || !o->info || o->devmem ||
+	    o->info->kind != PG_DEV_CPU || o->info->numa_node != d->info->numa_node)
+		return 0;
+	memcpy(d->w, o->w, sizeof(*d->w) * (size_t)d->n_blocks);
+	d->out_w = o->out_w;
+	return 1;
+}
+
+/* A CPU device's weights: shared, or on its node, repacked (weights.c). */
+static int place_weights(struct pg_forward *fw, struct device *d, char *err,
+			 size_t err_len)
+{
+	int rc;
+
+	if (share_weights(fw, d))
+		return 0;
+	if (d->info && d->info->numa_node >= 0 &&
+	    (rc = fw_localize_weights(d, d->info->numa_node))) {
+		snprintf(err, err_len, "device %s: cannot place its weights on NUMA node %d: %s",
+			 d->info->name, d->info->numa_node,
+			 rc == -EINVAL ? "no such node" : strerror(-rc));
+		return rc;
+	}
+	return fw_pack_weights(d, d->info ? d->info->numa_node : -1, err, err_len);
+}
+
 static int setup_device(struct pg_forward *fw, struct device *d,
 			size_t full_page_bytes, char *err, size_t err_len)
 {
@@ -457,23 +557,16 @@ static int setup_device(struct pg_forward *fw, struct device *d,
 		return rc;
 	if (fw->p.device_path)
 		return setup_devmem(fw, d, err, err_len);
-	if (d->info && d->info->numa_node >= 0 &&
-	    (rc = fw_localize_weights(d, d->info->numa_node))) {
-		snprintf(err, err_len, "device %s: cannot place its weights on NUMA node %d: %s",
-			 d->info->name, d->info->numa_node,
-			 rc == -EINVAL ? "no such node" : strerror(-rc));
-		return rc;
-	}
-	rc = fw_pack_weights(d, d->info ? d->info->numa_node : -1, err, err_len);
-	if (rc)
+	if ((rc = place_weights(fw, d, err, err_len)))
 		return rc;
 	if (d->info && d->info->numa_node >= 0)
 		mem.numa_node = d->info->numa_node;
-	rc = pg_kv_store_create(fw->p.n_pages, fw->p.page_tokens / pl->cp,
+	rc = pg_kv_store_create(d->n_pages, fw->p.page_tokens / pl->cp,
 				d->n_blocks, d->nkv, hp->head_dim,
 				fw->p.kv_type, &mem, &d->kv);
 	if (rc) {
-		kv_error(err, err_len, rc, fw->p.n_pages, full_page_bytes / (size_t)pl->n_devices, &mem);
+		kv_error(err, err_len, rc, d->n_pages,
+			 full_page_bytes / (size_t)fw->group, &mem);
 		return rc;
 	}
 	pg_kv_store_set_cp(d->kv, pl->cp, d->c);
@@ -606,8 +699,13 @@ int pg_forward_create(const struct pg_model *m,
 	if (rc)
 		goto out_free;
 	fw->n_dev = fw->plan.n_devices;
+	fw->n_rep = pg_plan_n_replicas(&fw->plan);
+	fw->group = fw->n_dev / fw->n_rep;
+	fw->plan.replicas = fw->n_rep;
 	fw->threaded = fw->n_dev > 1;
-	fw->gpus = fw->plan.dev[0].kind == PG_DEV_CUDA && p->plan;
+	/* NCCL groups join the devices of a split model; replicas need none */
+	fw->gpus = fw->plan.dev[0].kind == PG_DEV_CUDA && p->plan &&
+		   fw->group > 1;
 	fw->n_slots = fw->threaded ? fw->plan.pp : 1;
 	if (fw->n_slots > PG_FW_MAX_INFLIGHT)
 		fw->n_slots = PG_FW_MAX_INFLIGHT;
@@ -622,9 +720,13 @@ int pg_forward_create(const struct pg_model *m,
 		struct device *d = &fw->dev[i];
 
 		d->index = i;
-		d->c = i % fw->plan.cp;
-		d->t = i / fw->plan.cp % fw->plan.tp;
-		d->stage = i / (fw->plan.cp * fw->plan.tp);
+		d->replica = i / fw->group;
+		d->c = i % fw->group % fw->plan.cp;
+		d->t = i % fw->group / fw->plan.cp % fw->plan.tp;
+		d->stage = i % fw->group / (fw->plan.cp * fw->plan.tp);
+		d->page0 = fw_zone_first(fw->p.n_pages, fw->n_rep, d->replica);
+		d->n_pages = fw_zone_first(fw->p.n_pages, fw->n_rep,
+					   d->replica + 1) - d->page0;
 		d->info = p->plan ? &fw->plan.dev[i] : NULL;
 		rc = setup_device(fw, d, page_bytes, err, err_len);
 		if (rc)
@@ -633,10 +735,12 @@ int pg_forward_create(const struct pg_model *m,
 	for (int i = 0; i < fw->n_slots; i++)
 		if ((rc = alloc_job(fw, &fw->jobs[i])))
 			goto out_nomem;
-	if (fw->threaded) {
+	if (fw->threaded && fw->group > 1) {
 		rc = fw_setup_comms(fw, err, err_len);
 		if (rc)
 			goto out_free;
+	}
+	if (fw->threaded) {
 		fw->setup_pending = fw->gpus ? fw->n_dev : 0;
 		if (fw->gpus) {
 			fw->nccl_timeout_s = p->nccl_timeout_s > 0 ?
@@ -726,7 +830,7 @@ void pg_forward_destroy(struct pg_forward *fw)
 	free(fw->g_cp);
 	free(fw->nccl_ids);
 	for (int i = 0; i < PG_FW_MAX_INFLIGHT; i++)
-		free_job(&fw->jobs[i]);
+		free_job(&fw->jobs[i], fw->n_rep);
 	free(fw->dev);
 	pthread_mutex_destroy(&fw->lock);
 	pthread_cond_destroy(&fw->cond);
@@ -756,9 +860,14 @@ void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst)
 		struct device *d = &fw->dev[i];
 		int rc;
 
+		/* replicas: the device of the zone, pages as it numbers them */
+		if (dst < d->page0 || dst >= d->page0 + d->n_pages)
+			continue;
 		if (d->devmem)
 			pthread_mutex_lock(&d->be_lock);
-		rc = pg_kv_store_copy(d->kv, src, dst, d->err, sizeof(d->err));
+		rc = src < d->page0 || src >= d->page0 + d->n_pages ? -EINVAL :
+		     pg_kv_store_copy(d->kv, src - d->page0, dst - d->page0,
+				      d->err, sizeof(d->err));
 		/* a device that failed fails the next batch, which says so */
 		if (rc && !d->sticky_rc)
 			d->sticky_rc = rc;
@@ -770,6 +879,24 @@ void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst)
 int pg_forward_max_batch(const struct pg_forward *fw)
 {
 	return fw->p.max_batch_tokens;
+}
+
+int pg_forward_n_zones(const struct pg_forward *fw)
+{
+	return fw->n_rep;
+}
+
+int pg_forward_zone_pages(const struct pg_forward *fw)
+{
+	int least = fw->p.n_pages;
+
+	for (int r = 0; r < fw->n_rep; r++) {
+		int n = fw_zone_first(fw->p.n_pages, fw->n_rep, r + 1) -
+			fw_zone_first(fw->p.n_pages, fw->n_rep, r);
+
+		least = n < least ? n : least;
+	}
+	return least;
 }
 
 /*

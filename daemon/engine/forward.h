@@ -9,6 +9,10 @@
  * all-reduce, CP ranks split the KV pages' token slots and merge their
  * partial attentions (forward.c says how).  Up to pp batches may be in
  * flight (pg_forward_submit / pg_forward_wait) so that stages overlap.
+ * A plan of R replicas (one device each) cuts the KV page ids into R
+ * zones, as kvcache.h's zones: zone z is pages [z * n / R, (z + 1) * n /
+ * R) of n, stored by replica z, which computes the sequences whose pages
+ * lie there; the replicas of a batch run at the same time.
  * Prefill (many tokens of a sequence) and decode (one token) are the same
  * code.  This file knows nothing of requests, sampling or scheduling.
  */
@@ -106,12 +110,27 @@ int pg_forward_page_tokens(const struct pg_forward *fw);
 
 /*
  * pg_forward_copy_page - copy page src's K and V to page dst in every
- * stage (the copy-on-write that kvcache.h asks for).
+ * stage (the copy-on-write that kvcache.h asks for).  With replicas both
+ * pages must be in one zone (kvcache.h keeps them so); otherwise the
+ * zone's next batch fails with -EINVAL.
  */
 void pg_forward_copy_page(struct pg_forward *fw, int32_t src, int32_t dst);
 
 /* pg_forward_max_batch - max_batch_tokens of the parameters. */
 int pg_forward_max_batch(const struct pg_forward *fw);
+
+/*
+ * pg_forward_n_zones - the zones its KV pages are cut into: the plan's
+ * replicas, 1 without.  A page cache for it must have as many
+ * (pg_kvc_params.n_zones).
+ */
+int pg_forward_n_zones(const struct pg_forward *fw);
+
+/*
+ * pg_forward_zone_pages - the pages of its smallest zone: the most one
+ * sequence can hold (pg_forward_n_pages without replicas).
+ */
+int pg_forward_zone_pages(const struct pg_forward *fw);
 
 /*
  * pg_forward_threads - the host threads the devices run on: a CPU device's
@@ -138,8 +157,11 @@ size_t pg_forward_packed_bytes(const struct pg_forward *fw);
  * tokens take positions n_past .. n_past + n_tokens - 1; their K and V are
  * written into its pages and attention reads positions 0 .. through the
  * page table.  logits receives, sequence by sequence, n_tokens rows (when
- * logits_all) or one row of n_vocab floats.  Returns 0, -E2BIG (batch too
- * large), -EINVAL (token id or page id out of range, bad counts).
+ * logits_all) or one row of n_vocab floats.  With replicas, each
+ * sequence's pages must lie in one zone, and each replica runs its own
+ * sequences (the batch's sequences of no zone: that replica waits).
+ * Returns 0, -E2BIG (batch too large), -EINVAL (token id or page id out
+ * of range, a sequence's pages in two zones, bad counts), -ENOMEM.
  */
 int pg_forward_batch(struct pg_forward *fw, const int32_t *tokens,
 		     int n_tokens, const struct pg_fw_seq *seqs, int n_seqs,

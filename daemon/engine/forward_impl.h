@@ -57,14 +57,33 @@ struct job {
 	atomic_int pending;	/* devices still working on it */
 	atomic_int rc;		/* first error of a device, else 0 */
 	int done;		/* under fw->lock */
+	/*
+	 * Replicas: part[r] is replica r's share, the batch's sequences whose
+	 * pages lie in zone r, laid out as a job of its own (its pages as
+	 * the replica's KV store numbers them); NULL without replicas.
+	 */
+	struct job *part;	/* (n_rep) */
+	int32_t *seq_zone;	/* (B) each sequence's zone */
+	/* in a part: */
+	int32_t *pages;		/* (pages_cap) its sequences' page tables */
+	size_t pages_cap;
+	int32_t *dst_row;	/* (B) row of the batch's logits of each of
+				   its output rows */
+	float *own;		/* (own_rows, n_vocab) its logits, when its
+				   rows are not one run of the batch's */
+	size_t own_rows;
+	float *dst;		/* the batch's logits, when own is used */
 };
 
 enum { JOB_RUN = 0, JOB_RESET = 1 };
 
-/* One device of the plan: (stage, TP rank t, CP rank c). */
+/* One device of the plan: (replica, stage, TP rank t, CP rank c). */
 struct device {
 	struct pg_forward *fw;
 	int index, stage, t, c;
+	int replica;			/* 0 without replicas */
+	int32_t page0;			/* its zone's first page id ... */
+	int n_pages;			/* ... and its pages: its KV store */
 	const struct pg_device *info;	/* NULL: one device, no plan */
 	struct pg_backend *be;
 	struct pg_kv_store *kv;
@@ -73,7 +92,8 @@ struct device {
 	struct pg_matrix out_w;		/* last stage: vocabulary [v0, v1) */
 	void *local;			/* slices copied to the device's node */
 	size_t local_bytes;
-	void *packed;			/* fw_pack_weights' allocation */
+	void *packed;			/* fw_pack_weights' allocation (NULL
+					   when it reads another replica's) */
 	size_t packed_bytes;
 	int packed_numa;		/* from numa_alloc_onnode, else mmap */
 	int devmem;			/* the backend has memory of its own */
@@ -118,6 +138,8 @@ struct pg_forward {
 	struct pg_forward_params p;
 	struct pg_plan plan;
 	int n_dev;
+	int n_rep;			/* replicas (1: none) ... */
+	int group;			/* ... of this many devices each */
 	struct device *dev;
 	struct pg_host_group *g_world, **g_tp, **g_cp;
 	int n_g_tp, n_g_cp;
@@ -218,6 +240,10 @@ void fw_setup_failed(struct pg_forward *fw, int rc, const char *msg);
 /* fw_head_size - the ranks that share the output head by vocabulary:
  * TP's, else CP's. */
 int fw_head_size(const struct pg_plan *pl);
+
+/* fw_zone_first - the first page of zone z of n_pages among n_rep
+ * (kvcache.h's zones: z * n_pages / n_rep). */
+int32_t fw_zone_first(int n_pages, int n_rep, int z);
 
 /* ---- jobs.c: the course of a batch ---- */
 

@@ -40,6 +40,7 @@ struct pg_kvc *pg_kvc_for_forward(const struct pg_forward *fw,
 		.n_pages = pg_forward_n_pages(fw),
 		.page_tokens = pg_forward_page_tokens(fw),
 		.salt = pg_model_identity(m),
+		.n_zones = pg_forward_n_zones(fw),
 	};
 	struct pg_kvc *c;
 

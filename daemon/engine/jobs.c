@@ -5,7 +5,8 @@
  * head and the plan's sends and gathers, and the caller woken when every
  * device is done; a device's failure aborts the batch and resets the
  * devices before the next.  Up to pp jobs are in flight, so that stages
- * overlap.
+ * overlap.  With replicas, a job is split into one part a replica (the
+ * sequences of its zone), which the replicas run at the same time.
  */
 #include <errno.h>
 #include <math.h>
@@ -36,6 +37,165 @@ static int pages_ok(const struct pg_forward *fw, const struct pg_fw_seq *sq)
 			return 0;
 	return 1;
 }
+
+/* ---- replicas: a batch split by zone ---- */
+
+/*
+ * The zone of sequence sq's pages, or -1 when they are not all in one
+ * (kvcache.h keeps a sequence in its zone; a caller that does not has
+ * made a batch no replica can run).
+ */
+static int seq_zone(const struct pg_forward *fw, const struct pg_fw_seq *sq)
+{
+	int pt = fw->p.page_tokens, n = (sq->n_past + sq->n_tokens + pt - 1) / pt;
+	int z = (int)((int64_t)sq->pages[0] * fw->n_rep / fw->p.n_pages);
+	int32_t lo, hi;
+
+	/* an estimate, then the zone that holds the first page */
+	while (z > 0 && sq->pages[0] < fw_zone_first(fw->p.n_pages, fw->n_rep, z))
+		z--;
+	while (sq->pages[0] >= fw_zone_first(fw->p.n_pages, fw->n_rep, z + 1))
+		z++;
+	lo = fw_zone_first(fw->p.n_pages, fw->n_rep, z);
+	hi = fw_zone_first(fw->p.n_pages, fw->n_rep, z + 1);
+	for (int i = 1; i < n; i++)
+		if (sq->pages[i] < lo || sq->pages[i] >= hi)
+			return -1;
+	return z;
+}
+
+/*
+ * Each part's sequences, and room for their page tables; 0, -EINVAL (a
+ * sequence's pages span zones) or -ENOMEM.
+ */
+static int count_parts(struct pg_forward *fw, struct job *j)
+{
+	size_t need[PG_PLAN_MAX_DEVICES] = { 0 };
+	int pt = fw->p.page_tokens;
+
+	for (int i = 0; i < j->n_seqs; i++) {
+		const struct pg_fw_seq *sq = &j->seqs[i];
+
+		if ((j->seq_zone[i] = seq_zone(fw, sq)) < 0)
+			return -EINVAL;
+		need[j->seq_zone[i]] += (size_t)((sq->n_past + sq->n_tokens +
+						  pt - 1) / pt);
+	}
+	for (int r = 0; r < fw->n_rep; r++) {
+		struct job *pj = &j->part[r];
+		int32_t *pages;
+
+		pj->n_tokens = pj->n_seqs = pj->n_out = 0;
+		if (need[r] <= pj->pages_cap)
+			continue;
+		pages = realloc(pj->pages, need[r] * sizeof(*pages));
+		if (!pages)
+			return -ENOMEM;
+		pj->pages = pages;
+		pj->pages_cap = need[r];
+	}
+	return 0;
+}
+
+/*
+ * Sequence i of job j (its first row, its first output row) into its
+ * part: tokens, positions, output rows, and its page table as the
+ * replica's KV store numbers the pages.
+ */
+static void add_to_part(struct pg_forward *fw, struct job *j, int i, int row,
+			int out, size_t *pages_used)
+{
+	const struct pg_fw_seq *sq = &j->seqs[i];
+	int r = j->seq_zone[i], pt = fw->p.page_tokens;
+	int n_pages = (sq->n_past + sq->n_tokens + pt - 1) / pt;
+	int32_t page0 = fw_zone_first(fw->p.n_pages, fw->n_rep, r);
+	struct job *pj = &j->part[r];
+	int32_t *pages = pj->pages + pages_used[r];
+
+	for (int k = 0; k < n_pages; k++)
+		pages[k] = sq->pages[k] - page0;
+	pages_used[r] += (size_t)n_pages;
+	pj->seqs[pj->n_seqs] = *sq;
+	pj->seqs[pj->n_seqs].pages = pages;
+	pj->aseqs[pj->n_seqs] = j->aseqs[i];
+	pj->aseqs[pj->n_seqs].pages = pages;
+	pj->aseqs[pj->n_seqs].first_row = pj->n_tokens;
+	pj->n_seqs++;
+	memcpy(pj->tokens + pj->n_tokens, j->tokens + row,
+	       (size_t)sq->n_tokens * sizeof(*j->tokens));
+	memcpy(pj->pos + pj->n_tokens, j->pos + row,
+	       (size_t)sq->n_tokens * sizeof(*j->pos));
+	for (int k = 0; k < (sq->logits_all ? sq->n_tokens : 1); k++) {
+		pj->out_rows[pj->n_out] = pj->n_tokens +
+					  (sq->logits_all ? k : sq->n_tokens - 1);
+		pj->dst_row[pj->n_out++] = out + k;
+	}
+	pj->n_tokens += sq->n_tokens;
+}
+
+/*
+ * Where part pj's logits go: straight into the batch's when its rows are
+ * one run of them, else into its own rows, which its device copies into
+ * place (n_vocab floats each) when it is done.  0 or -ENOMEM.
+ */
+static int part_logits(struct pg_forward *fw, struct job *pj, float *logits)
+{
+	size_t V = (size_t)fw->m->hp.n_vocab;
+	int run = 1;
+	float *own;
+
+	for (int k = 1; k < pj->n_out && run; k++)
+		run = pj->dst_row[k] == pj->dst_row[0] + k;
+	pj->dst = NULL;
+	if (run && pj->n_out) {
+		pj->logits = logits + (size_t)pj->dst_row[0] * V;
+		return 0;
+	}
+	if ((size_t)pj->n_out > pj->own_rows) {
+		own = realloc(pj->own, (size_t)pj->n_out * V * sizeof(*own));
+		if (!own)
+			return -ENOMEM;
+		pj->own = own;
+		pj->own_rows = (size_t)pj->n_out;
+	}
+	pj->logits = pj->own;
+	pj->dst = logits;
+	return 0;
+}
+
+/* Job j (prepared) cut into its replicas' parts. */
+static int split_job(struct pg_forward *fw, struct job *j)
+{
+	size_t used[PG_PLAN_MAX_DEVICES] = { 0 };
+	int rc = count_parts(fw, j), row = 0, out = 0;
+
+	if (rc)
+		return rc;
+	for (int i = 0; i < j->n_seqs; i++) {
+		add_to_part(fw, j, i, row, out, used);
+		row += j->seqs[i].n_tokens;
+		out += j->seqs[i].logits_all ? j->seqs[i].n_tokens : 1;
+	}
+	for (int r = 0; r < fw->n_rep; r++)
+		if (j->part[r].n_seqs &&
+		    (rc = part_logits(fw, &j->part[r], j->logits)))
+			return rc;
+	return 0;
+}
+
+/* Part pj's logits rows into the batch's rows (when it had its own). */
+static void scatter_logits(const struct pg_forward *fw, const struct job *pj)
+{
+	size_t V = (size_t)fw->m->hp.n_vocab;
+
+	if (!pj->dst)
+		return;
+	for (int k = 0; k < pj->n_out; k++)
+		memcpy(pj->dst + (size_t)pj->dst_row[k] * V,
+		       pj->own + (size_t)k * V, V * sizeof(float));
+}
+
+/* ---- one batch ---- */
 
 /* Check the batch and lay out positions and attention spans in job j. */
 static int prepare(struct pg_forward *fw, struct job *j,
@@ -80,7 +240,7 @@ static int prepare(struct pg_forward *fw, struct job *j,
 				j->out_rows[j->n_out++] = row;
 		}
 	}
-	return 0;
+	return fw->n_rep > 1 ? split_job(fw, j) : 0;
 }
 
 /* This device's KV slot of every row (-1: another CP rank holds it). */
@@ -396,11 +556,20 @@ void *fw_device_main(void *arg)
 			job_done(fw, j, 0);
 			continue;
 		}
+		if (j->part && !j->part[d->replica].n_seqs) {
+			/* replicas: none of this batch's sequences is ours */
+			if (d->devmem)
+				pthread_mutex_unlock(&d->be_lock);
+			job_done(fw, j, 0);
+			continue;
+		}
 		t0 = pg_now_ns();
-		rc = run_job(d, j);
+		rc = run_job(d, j->part ? &j->part[d->replica] : j);
 		if (rc) {
 			report_fault(d, rc);
 			fw_abort_device(d);
+		} else if (j->part) {
+			scatter_logits(fw, &j->part[d->replica]);
 		}
 		if (d->devmem)
 			pthread_mutex_unlock(&d->be_lock);

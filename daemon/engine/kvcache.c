@@ -17,6 +17,13 @@
  * pages below it (no lookup could reach them), and a full page that is
  * released while nothing publishes its hash is published and cached
  * instead of freed.  So a prefix's whole subtree is found from its root.
+ *
+ * Zones (replicas, kvcache.h): zone z is pages [z*n/Z, (z+1)*n/Z), with a
+ * free stack (its slice of free_stack) and an LRU list of its own.  A
+ * sequence's pages, copies and prefix matches all stay in its zone, so a
+ * page's children are in its zone too; the index key of a page of zone
+ * z > 0 is its hash mixed with z (zkey), because one prefix may be cached
+ * once in every zone.  With one zone nothing differs from before.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -41,10 +48,20 @@ struct htab {
 struct pg_kvc_seq {
 	struct pg_kvc_seq *prev, *next;	/* the cache's live sequences */
 	uint64_t client;
+	int zone;		/* its pages' zone; -1 before its first page */
 	int32_t *pages;		/* (cap) page ids; n_pages used */
 	int n_pages;
 	int cap;
 	int len;		/* tokens held */
+};
+
+/* One zone: pages [lo, hi), its free stack free_stack[lo .. lo + n_free). */
+struct zone {
+	int lo, hi;
+	int n_free;
+	int32_t lru_head, lru_tail;	/* head: least recently used */
+	int n_cached;
+	int n_seqs;		/* live sequences in the zone */
 };
 
 struct pg_kvc {
@@ -52,6 +69,9 @@ struct pg_kvc {
 	uint64_t hash_mask;	/* ~0; narrower only in tests */
 	int n;			/* pages */
 	int pt;			/* tokens per page */
+	int n_zones;
+	struct zone *zones;	/* (n_zones) */
+	uint8_t *pzone;		/* (n) each page's zone */
 
 	/* per page, (n) each */
 	int32_t *refs;
@@ -67,10 +87,9 @@ struct pg_kvc {
 	int32_t *lru_prev, *lru_next;	/* -1 ends */
 	int32_t *tokens;	/* (n, pt) token ids */
 
-	int32_t *free_stack;	/* (n) */
-	int n_free;
-	int32_t lru_head, lru_tail;	/* head: least recently used */
-	int n_cached;
+	int32_t *free_stack;	/* (n) the zones' stacks, zone by zone */
+	int n_free;		/* all zones */
+	int n_cached;		/* all zones */
 
 	struct htab index;
 	struct htab children;
@@ -129,6 +148,12 @@ static uint64_t path_hash(const struct pg_kvc *c, uint64_t parent,
 			  const int32_t *tok)
 {
 	return hash_tokens(c, 0x13198a2e03707344ull, parent, tok);
+}
+
+/* The index key of a page of zone z with hash h: h itself in zone 0. */
+static uint64_t zkey(uint64_t h, int z)
+{
+	return z ? mix64(h ^ (0x9e3779b97f4a7c15ull * (uint64_t)z)) : h;
 }
 
 /* ---- hash tables ---- */
@@ -228,50 +253,83 @@ static int page_cached(const struct pg_kvc *c, int32_t p)
 	return !(c->flags[p] & PAGE_FREE) && c->refs[p] == 0;
 }
 
+/* Page p's index key. */
+static uint64_t page_key(const struct pg_kvc *c, int32_t p)
+{
+	return zkey(c->hash[p], c->pzone[p]);
+}
+
 static void lru_push_tail(struct pg_kvc *c, int32_t p)
 {
-	c->lru_prev[p] = c->lru_tail;
+	struct zone *z = &c->zones[c->pzone[p]];
+
+	c->lru_prev[p] = z->lru_tail;
 	c->lru_next[p] = -1;
-	if (c->lru_tail >= 0)
-		c->lru_next[c->lru_tail] = p;
+	if (z->lru_tail >= 0)
+		c->lru_next[z->lru_tail] = p;
 	else
-		c->lru_head = p;
-	c->lru_tail = p;
+		z->lru_head = p;
+	z->lru_tail = p;
+	z->n_cached++;
 	c->n_cached++;
 }
 
 static void lru_remove(struct pg_kvc *c, int32_t p)
 {
+	struct zone *z = &c->zones[c->pzone[p]];
+
 	if (c->lru_prev[p] >= 0)
 		c->lru_next[c->lru_prev[p]] = c->lru_next[p];
 	else
-		c->lru_head = c->lru_next[p];
+		z->lru_head = c->lru_next[p];
 	if (c->lru_next[p] >= 0)
 		c->lru_prev[c->lru_next[p]] = c->lru_prev[p];
 	else
-		c->lru_tail = c->lru_prev[p];
+		z->lru_tail = c->lru_prev[p];
 	c->lru_prev[p] = c->lru_next[p] = -1;
+	z->n_cached--;
 	c->n_cached--;
 }
 
-/* Put an unreferenced page back on the free stack, out of both tables. */
+/*
+ * The least recently used cached page of all zones (the oldest of the
+ * zones' LRU heads; ties: the lowest zone), or -1.
+ */
+static int32_t lru_oldest(const struct pg_kvc *c)
+{
+	int32_t best = -1;
+
+	for (int z = 0; z < c->n_zones; z++) {
+		int32_t p = c->zones[z].lru_head;
+
+		if (p >= 0 && (best < 0 || c->last_use[p] < c->last_use[best]))
+			best = p;
+	}
+	return best;
+}
+
+/* Put an unreferenced page back on its zone's free stack, out of both
+ * tables. */
 static void page_free(struct pg_kvc *c, int32_t p)
 {
+	struct zone *z = &c->zones[c->pzone[p]];
+
 	if (c->flags[p] & PAGE_PUB)
-		htab_remove(&c->index, c->hash[p], p);
+		htab_remove(&c->index, page_key(c, p), p);
 	if (page_full(c, p))
 		htab_remove(&c->children, c->parent[p], p);
 	c->flags[p] = PAGE_FREE;
 	c->n_tok[p] = 0;
-	c->free_stack[c->n_free++] = p;
+	c->free_stack[z->lo + z->n_free++] = p;
+	c->n_free++;
 }
 
-/* Publish a full page unless another page has its hash; 1 if published. */
+/* Publish a full page unless another page has its key; 1 if published. */
 static int page_publish(struct pg_kvc *c, int32_t p)
 {
-	if (htab_find(&c->index, c->hash[p]) >= 0)
+	if (htab_find(&c->index, page_key(c, p)) >= 0)
 		return 0;
-	htab_insert(&c->index, c->hash[p], p);
+	htab_insert(&c->index, page_key(c, p), p);
 	c->flags[p] |= PAGE_PUB;
 	return 1;
 }
@@ -318,7 +376,8 @@ static int evict_tree(struct pg_kvc *c, int32_t p)
 		     i = (i + 1) & c->children.mask) {
 			int32_t ch = c->children.val[i];
 
-			if (c->children.key[i] == h && page_cached(c, ch))
+			if (c->children.key[i] == h && page_cached(c, ch) &&
+			    c->pzone[ch] == c->pzone[q])
 				c->scratch[n_stack++] = ch;
 		}
 	}
@@ -326,14 +385,19 @@ static int evict_tree(struct pg_kvc *c, int32_t p)
 	return n_evicted;
 }
 
-/* A private, empty page for client: free, or evicted from the LRU head. */
-static int32_t page_alloc(struct pg_kvc *c, uint64_t client, int depth)
+/*
+ * A private, empty page of zone z for client: free, or evicted from the
+ * head of the zone's LRU list.
+ */
+static int32_t page_alloc(struct pg_kvc *c, int z, uint64_t client, int depth)
 {
+	struct zone *zn = &c->zones[z];
 	int32_t p;
 
-	if (c->n_free == 0)
-		evict_tree(c, c->lru_head);
-	p = c->free_stack[--c->n_free];
+	if (zn->n_free == 0)
+		evict_tree(c, zn->lru_head);
+	p = c->free_stack[zn->lo + --zn->n_free];
+	c->n_free--;
 	c->flags[p] = 0;
 	c->refs[p] = 1;
 	c->n_tok[p] = 0;
@@ -363,24 +427,45 @@ static int kvc_alloc_arrays(struct pg_kvc *c)
 	c->free_stack = calloc(n, sizeof(*c->free_stack));
 	c->scratch = calloc(n, sizeof(*c->scratch));
 	c->mark = calloc(n, sizeof(*c->mark));
+	c->pzone = calloc(n, sizeof(*c->pzone));
+	c->zones = calloc((size_t)c->n_zones, sizeof(*c->zones));
 	if (!c->refs || !c->flags || !c->n_tok || !c->depth || !c->hash || !c->path ||
 	    !c->parent || !c->client || !c->last_use || !c->lru_prev ||
 	    !c->lru_next || !c->tokens || !c->free_stack || !c->scratch ||
-	    !c->mark)
+	    !c->mark || !c->pzone || !c->zones)
 		return -ENOMEM;
 	if (htab_init(&c->index, c->n) || htab_init(&c->children, c->n))
 		return -ENOMEM;
 	return 0;
 }
 
+/* Zone z's pages, every one free; its stack pops its first page first. */
+static void zone_init(struct pg_kvc *c, int z)
+{
+	struct zone *zn = &c->zones[z];
+
+	zn->lo = (int)((int64_t)z * c->n / c->n_zones);
+	zn->hi = (int)((int64_t)(z + 1) * c->n / c->n_zones);
+	zn->n_free = zn->hi - zn->lo;
+	zn->lru_head = zn->lru_tail = -1;
+	for (int i = zn->lo; i < zn->hi; i++) {
+		c->free_stack[i] = zn->hi - 1 - (i - zn->lo);
+		c->flags[i] = PAGE_FREE;
+		c->pzone[i] = (uint8_t)z;
+		c->lru_prev[i] = c->lru_next[i] = -1;
+	}
+}
+
 int pg_kvc_create(const struct pg_kvc_params *p, struct pg_kvc **out)
 {
 	struct pg_kvc *c;
-	int i;
+	int n_zones = p && p->n_zones > 1 ? p->n_zones : 1;
 
 	*out = NULL;
 	if (!p || p->n_pages < 1 || p->page_tokens < 1 ||
-	    p->n_pages > (1 << 28) || p->page_tokens > (1 << 20))
+	    p->n_pages > (1 << 28) || p->page_tokens > (1 << 20) ||
+	    p->n_zones < 0 || n_zones > PG_KVC_MAX_ZONES ||
+	    n_zones > p->n_pages)
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));
 	if (!c)
@@ -389,18 +474,14 @@ int pg_kvc_create(const struct pg_kvc_params *p, struct pg_kvc **out)
 	c->hash_mask = ~0ull;
 	c->n = p->n_pages;
 	c->pt = p->page_tokens;
+	c->n_zones = n_zones;
 	if (kvc_alloc_arrays(c)) {
 		pg_kvc_destroy(c);
 		return -ENOMEM;
 	}
-	/* the stack pops page 0 first */
-	for (i = 0; i < c->n; i++) {
-		c->free_stack[i] = c->n - 1 - i;
-		c->flags[i] = PAGE_FREE;
-		c->lru_prev[i] = c->lru_next[i] = -1;
-	}
+	for (int z = 0; z < c->n_zones; z++)
+		zone_init(c, z);
 	c->n_free = c->n;
-	c->lru_head = c->lru_tail = -1;
 	*out = c;
 	return 0;
 }
@@ -428,6 +509,8 @@ void pg_kvc_destroy(struct pg_kvc *c)
 	free(c->free_stack);
 	free(c->scratch);
 	free(c->mark);
+	free(c->pzone);
+	free(c->zones);
 	free(c);
 }
 
@@ -440,6 +523,7 @@ static struct pg_kvc_seq *seq_alloc(struct pg_kvc *c, uint64_t client)
 	if (!s)
 		return NULL;
 	s->client = client;
+	s->zone = -1;
 	s->next = c->seqs;
 	if (c->seqs)
 		c->seqs->prev = s;
@@ -465,6 +549,61 @@ static int seq_grow(struct pg_kvc_seq *s, int n)
 	return 0;
 }
 
+/* s (zone-less) goes to zone z (or stays without one, z < 0). */
+static void seq_set_zone(struct pg_kvc *c, struct pg_kvc_seq *s, int z)
+{
+	s->zone = z;
+	if (z >= 0)
+		c->zones[z].n_seqs++;
+}
+
+/* Free pages plus evictable cached pages of zone z. */
+static int zone_available(const struct pg_kvc *c, int z)
+{
+	return c->zones[z].n_free + c->zones[z].n_cached;
+}
+
+/*
+ * The zone for a new sequence that needs[z] more pages in zone z and has
+ * matched[z] of its pages cached there (NULL: none anywhere).  Zones
+ * that can hold it come first; among those, the ones with at most one
+ * live sequence more than the least loaded; among those, the longest
+ * cached prefix, then the fewest sequences, the most pages available,
+ * the lowest zone.  So streams spread evenly over the replicas (what
+ * throughput needs), and a cached prefix still draws a sequence (a
+ * conversation's next turn) to its zone unless that zone is ahead; a
+ * prefix is computed at most once more in a second zone and cached there
+ * too.  -1 when no zone can hold it.
+ */
+static int zone_choose(const struct pg_kvc *c, const int *needs,
+		       const int *matched)
+{
+	int least = -1, best = -1;
+
+	for (int z = 0; z < c->n_zones; z++)
+		if (needs[z] <= zone_available(c, z) &&
+		    (least < 0 || c->zones[z].n_seqs < least))
+			least = c->zones[z].n_seqs;
+	for (int z = 0; z < c->n_zones; z++) {
+		const struct zone *a = &c->zones[z];
+		int m = matched ? matched[z] : 0, mb;
+
+		if (needs[z] > zone_available(c, z) || a->n_seqs > least + 1)
+			continue;
+		if (best < 0) {
+			best = z;
+			continue;
+		}
+		mb = matched ? matched[best] : 0;
+		if (m != mb ? m > mb :
+		    a->n_seqs != c->zones[best].n_seqs ?
+		    a->n_seqs < c->zones[best].n_seqs :
+		    zone_available(c, z) > zone_available(c, best))
+			best = z;
+	}
+	return best;
+}
+
 struct pg_kvc_seq *pg_kvc_seq_new(struct pg_kvc *c, uint64_t client)
 {
 	return seq_alloc(c, client);
@@ -478,6 +617,7 @@ struct pg_kvc_seq *pg_kvc_seq_fork(struct pg_kvc *c, const struct pg_kvc_seq *s)
 
 	if (!f)
 		return NULL;
+	seq_set_zone(c, f, s->zone);
 	if (seq_grow(f, n_data)) {
 		pg_kvc_seq_free(c, f);
 		return NULL;
@@ -500,6 +640,8 @@ void pg_kvc_seq_free(struct pg_kvc *c, struct pg_kvc_seq *s)
 	/* last page first, so that a prefix's tail is older in the LRU */
 	for (i = s->n_pages - 1; i >= 0; i--)
 		page_unref(c, s->pages[i]);
+	if (s->zone >= 0)
+		c->zones[s->zone].n_seqs--;
 	if (s->prev)
 		s->prev->next = s->next;
 	else
@@ -515,19 +657,56 @@ void pg_kvc_seq_free(struct pg_kvc *c, struct pg_kvc_seq *s)
  * *h2; both updated), or -1.  A key collision cannot attach the wrong
  * page: its tokens and its whole path's second hash must match too.
  */
-static int32_t match_page(const struct pg_kvc *c, int depth,
+static int32_t match_page(const struct pg_kvc *c, int zone, int depth,
 			  const int32_t *tok, uint64_t *h, uint64_t *h2)
 {
 	int32_t p;
 
 	*h = page_hash(c, *h, tok);
 	*h2 = path_hash(c, *h2, tok);
-	p = htab_find(&c->index, *h);
-	if (p < 0 || c->path[p] != *h2 || c->depth[p] != depth ||
+	p = htab_find(&c->index, zkey(*h, zone));
+	if (p < 0 || c->pzone[p] != zone || c->path[p] != *h2 ||
+	    c->depth[p] != depth ||
 	    memcmp(c->tokens + (size_t)p * c->pt, tok,
 		   (size_t)c->pt * sizeof(*tok)))
 		return -1;
 	return p;
+}
+
+/* How many of the first max_pages pages of tokens zone z has cached. */
+static int match_count(const struct pg_kvc *c, int z, const int32_t *tokens,
+		       int max_pages)
+{
+	uint64_t h = 0, h2 = 0;
+	int j;
+
+	for (j = 0; j < max_pages; j++)
+		if (match_page(c, z, j, tokens + (size_t)j * c->pt, &h, &h2) < 0)
+			break;
+	return j;
+}
+
+/*
+ * A new sequence of n tokens: the zone it goes to (zone_choose with what
+ * each zone has cached of them), or the least loaded one when none can
+ * hold it (it will not be admitted, and may try again).
+ */
+static int match_zone(const struct pg_kvc *c, const int32_t *tokens, int n,
+		      int max_pages)
+{
+	int needs[PG_KVC_MAX_ZONES] = { 0 }, matched[PG_KVC_MAX_ZONES] = { 0 };
+	int total = (n + c->pt - 1) / c->pt, z;
+
+	for (z = 0; z < c->n_zones; z++) {
+		matched[z] = match_count(c, z, tokens, max_pages);
+		needs[z] = total - matched[z];
+	}
+	z = zone_choose(c, needs, matched);
+	if (z >= 0)
+		return z;
+	for (z = 0; z < c->n_zones; z++)
+		needs[z] = 0;
+	return zone_choose(c, needs, NULL);
 }
 
 int pg_kvc_seq_match(struct pg_kvc *c, struct pg_kvc_seq *s,
@@ -543,9 +722,12 @@ int pg_kvc_seq_match(struct pg_kvc *c, struct pg_kvc_seq *s,
 		return -ENOMEM;
 	c->st.queries++;
 	c->st.query_tokens += (uint64_t)n;
+	if (s->zone < 0)
+		seq_set_zone(c, s, c->n_zones == 1 ? 0 :
+			     match_zone(c, tokens, n, max_pages));
 	for (j = 0; j < max_pages; j++) {
-		int32_t p = match_page(c, j, tokens + (size_t)j * c->pt,
-				       &h, &h2);
+		int32_t p = match_page(c, s->zone, j,
+				       tokens + (size_t)j * c->pt, &h, &h2);
 
 		if (p < 0)
 			break;
@@ -587,13 +769,34 @@ int pg_kvc_n_available(const struct pg_kvc *c)
 	return c->n_free + c->n_cached;
 }
 
+int pg_kvc_seq_n_available(const struct pg_kvc *c, const struct pg_kvc_seq *s)
+{
+	int most = 0;
+
+	if (s->zone >= 0)
+		return zone_available(c, s->zone);
+	for (int z = 0; z < c->n_zones; z++)
+		most = zone_available(c, z) > most ? zone_available(c, z) : most;
+	return most;
+}
+
+int pg_kvc_n_zones(const struct pg_kvc *c)
+{
+	return c->n_zones;
+}
+
+int pg_kvc_seq_zone(const struct pg_kvc_seq *s)
+{
+	return s->zone;
+}
+
 /* Replace the page at position len by a private copy. */
 static void seq_cow(struct pg_kvc *c, struct pg_kvc_seq *s,
 		    struct pg_kvc_copy *copy)
 {
 	int idx = s->len / c->pt;
 	int32_t src = s->pages[idx];
-	int32_t dst = page_alloc(c, s->client, idx);
+	int32_t dst = page_alloc(c, s->zone, s->client, idx);
 
 	c->n_tok[dst] = s->len - idx * c->pt;
 	memcpy(c->tokens + (size_t)dst * c->pt, c->tokens + (size_t)src * c->pt,
@@ -610,19 +813,31 @@ int pg_kvc_seq_reserve(struct pg_kvc *c, struct pg_kvc_seq *s, int n_tokens,
 {
 	int total = (n_tokens + c->pt - 1) / c->pt;
 
+	int needs[PG_KVC_MAX_ZONES] = { 0 };
+
 	*n_copies = 0;
 	if (n_tokens <= s->len)
 		return 0;
 	if (seq_grow(s, total))
 		return -ENOMEM;
+	if (s->zone < 0) {	/* no page yet (and no lookup): a zone */
+		int z;
+
+		for (z = 0; z < c->n_zones; z++)
+			needs[z] = pg_kvc_pages_needed(c, s, n_tokens);
+		if ((z = zone_choose(c, needs, NULL)) < 0)
+			return -ENOSPC;
+		seq_set_zone(c, s, z);
+	}
 	/* an injected failure (fault.h) is a pool that is short just now */
-	if (pg_kvc_pages_needed(c, s, n_tokens) > pg_kvc_n_available(c) ||
+	if (pg_kvc_pages_needed(c, s, n_tokens) > zone_available(c, s->zone) ||
 	    pg_fault_hit())
 		return -ENOSPC;
 	if (seq_needs_cow(c, s))
 		seq_cow(c, s, &copies[(*n_copies)++]);
 	while (s->n_pages < total) {
-		s->pages[s->n_pages] = page_alloc(c, s->client, s->n_pages);
+		s->pages[s->n_pages] = page_alloc(c, s->zone, s->client,
+						  s->n_pages);
 		s->n_pages++;
 	}
 	return 0;
@@ -719,20 +934,24 @@ static int collect_cached(const struct pg_kvc *c, const struct pg_kvc_evict *e,
 	int32_t p;
 	int n = 0;
 
-	for (p = c->lru_head; p >= 0; p = c->lru_next[p]) {
-		if (e->by == PG_KVC_EVICT_AGE && now - c->last_use[p] < e->age_s)
-			continue;
-		if (e->by == PG_KVC_EVICT_CLIENT && c->client[p] != e->client)
-			continue;
-		list[n++] = p;
-	}
+	for (int z = 0; z < c->n_zones; z++)
+		for (p = c->zones[z].lru_head; p >= 0; p = c->lru_next[p]) {
+			if (e->by == PG_KVC_EVICT_AGE &&
+			    now - c->last_use[p] < e->age_s)
+				continue;
+			if (e->by == PG_KVC_EVICT_CLIENT &&
+			    c->client[p] != e->client)
+				continue;
+			list[n++] = p;
+		}
 	return n;
 }
 
 /*
- * The children of the pages in from[0 .. n_from) (or the depth-0 pages if
- * root) that begin with tok[0 .. n_tok) and are not marked: marked and
- * appended to to[]; returns the new length of to.
+ * The children of the pages in from[0 .. n_from) (in their zones), or the
+ * depth-0 pages of every zone if root, that begin with tok[0 .. n_tok)
+ * and are not marked: marked and appended to to[]; returns the new length
+ * of to.
  */
 static int tree_children(struct pg_kvc *c, const int32_t *from, int n_from,
 			 int root, const int32_t *tok, int n_tok,
@@ -748,7 +967,8 @@ static int tree_children(struct pg_kvc *c, const int32_t *from, int n_from,
 		for (i = htab_home(t, key); t->val[i] >= 0; i = (i + 1) & t->mask) {
 			int32_t q = t->val[i];
 
-			if (t->key[i] != key || c->mark[q])
+			if (t->key[i] != key || c->mark[q] ||
+			    (!root && c->pzone[q] != c->pzone[from[k]]))
 				continue;
 			if (n_tok && memcmp(c->tokens + (size_t)q * c->pt, tok,
 					    (size_t)n_tok * sizeof(*tok)))
@@ -815,14 +1035,14 @@ int pg_kvc_evict(struct pg_kvc *c, const struct pg_kvc_evict *e)
 
 	switch (e->by) {
 	case PG_KVC_EVICT_ALL:
-		while (c->lru_head >= 0)
-			n += evict_tree(c, c->lru_head);
+		while (lru_oldest(c) >= 0)
+			n += evict_tree(c, lru_oldest(c));
 		return n;
 	case PG_KVC_EVICT_PAGES:
 		if (e->n_pages < 0)
 			return -EINVAL;
-		while (n < e->n_pages && c->lru_head >= 0)
-			n += evict_tree(c, c->lru_head);
+		while (n < e->n_pages && lru_oldest(c) >= 0)
+			n += evict_tree(c, lru_oldest(c));
 		return n;
 	case PG_KVC_EVICT_PREFIX:
 		return evict_prefix(c, e);
@@ -866,38 +1086,64 @@ void pg_kvc_reset_counters(struct pg_kvc *c)
 
 static int check_free(const struct pg_kvc *c, char *err, size_t err_len)
 {
-	int i, n_flagged = 0;
+	int i, n_flagged = 0, n_stacked = 0;
 
-	for (i = 0; i < c->n_free; i++) {
-		int32_t p = c->free_stack[i];
+	for (int z = 0; z < c->n_zones; z++) {
+		const struct zone *zn = &c->zones[z];
 
-		if (p < 0 || p >= c->n || !(c->flags[p] & PAGE_FREE))
-			FAIL("free stack slot %d holds page %d, not free", i, p);
-		if (c->refs[p] || c->n_tok[p])
-			FAIL("free page %d has refs %d, %d tokens", p,
-			     c->refs[p], c->n_tok[p]);
+		n_stacked += zn->n_free;
+		for (i = zn->lo; i < zn->lo + zn->n_free; i++) {
+			int32_t p = c->free_stack[i];
+
+			if (p < zn->lo || p >= zn->hi || !(c->flags[p] & PAGE_FREE))
+				FAIL("zone %d's free stack slot %d holds page %d, not a free page of the zone",
+				     z, i, p);
+			if (c->refs[p] || c->n_tok[p])
+				FAIL("free page %d has refs %d, %d tokens", p,
+				     c->refs[p], c->n_tok[p]);
+		}
 	}
 	for (i = 0; i < c->n; i++)
 		n_flagged += !!(c->flags[i] & PAGE_FREE);
-	if (n_flagged != c->n_free)
-		FAIL("%d pages flagged free, %d on the stack", n_flagged,
-		     c->n_free);
+	if (n_flagged != c->n_free || n_stacked != c->n_free)
+		FAIL("%d pages flagged free, %d on the stacks, count %d",
+		     n_flagged, n_stacked, c->n_free);
+	return 0;
+}
+
+/* Zone z's LRU list: its cached pages, linked both ways; adds to *n. */
+static int check_zone_lru(const struct pg_kvc *c, int z, int *n, char *err,
+			  size_t err_len)
+{
+	const struct zone *zn = &c->zones[z];
+	int32_t p, prev = -1;
+	int k = 0;
+
+	for (p = zn->lru_head; p >= 0; prev = p, p = c->lru_next[p]) {
+		if (++k > c->n || c->lru_prev[p] != prev)
+			FAIL("LRU list broken at page %d", p);
+		if (!page_cached(c, p) || !(c->flags[p] & PAGE_PUB) ||
+		    !page_full(c, p))
+			FAIL("LRU page %d is not cached, full and published", p);
+		if (c->pzone[p] != z)
+			FAIL("page %d of zone %d is on zone %d's LRU", p,
+			     c->pzone[p], z);
+	}
+	if (prev != zn->lru_tail || k != zn->n_cached)
+		FAIL("zone %d's LRU holds %d pages, count says %d", z, k,
+		     zn->n_cached);
+	*n += k;
 	return 0;
 }
 
 static int check_lru(const struct pg_kvc *c, char *err, size_t err_len)
 {
-	int32_t p, prev = -1;
-	int n = 0, i, n_zero = 0;
+	int n = 0, i, n_zero = 0, rc;
 
-	for (p = c->lru_head; p >= 0; prev = p, p = c->lru_next[p]) {
-		if (++n > c->n || c->lru_prev[p] != prev)
-			FAIL("LRU list broken at page %d", p);
-		if (!page_cached(c, p) || !(c->flags[p] & PAGE_PUB) ||
-		    !page_full(c, p))
-			FAIL("LRU page %d is not cached, full and published", p);
-	}
-	if (prev != c->lru_tail || n != c->n_cached)
+	for (int z = 0; z < c->n_zones; z++)
+		if ((rc = check_zone_lru(c, z, &n, err, err_len)))
+			return rc;
+	if (n != c->n_cached)
 		FAIL("LRU holds %d pages, count says %d", n, c->n_cached);
 	for (i = 0; i < c->n; i++)
 		n_zero += page_cached(c, i);
@@ -922,9 +1168,11 @@ static int check_refs(const struct pg_kvc *c, char *err, size_t err_len)
 
 			want = want < 0 ? 0 : want > c->pt ? c->pt : want;
 			if (p < 0 || p >= c->n || (c->flags[p] & PAGE_FREE) ||
-			    c->n_tok[p] != want || c->depth[p] != i) {
-				snprintf(err, err_len, "sequence page %d (%d) holds %d tokens, want %d",
-					 i, p, p >= 0 && p < c->n ? c->n_tok[p] : -1, want);
+			    c->n_tok[p] != want || c->depth[p] != i ||
+			    c->pzone[p] != s->zone) {
+				snprintf(err, err_len, "sequence page %d (%d) holds %d tokens, want %d (zone %d, the sequence's %d)",
+					 i, p, p >= 0 && p < c->n ? c->n_tok[p] : -1, want,
+					 p >= 0 && p < c->n ? c->pzone[p] : -1, s->zone);
 				rc = -EFAULT;
 				break;
 			}
@@ -941,6 +1189,26 @@ static int check_refs(const struct pg_kvc *c, char *err, size_t err_len)
 	return rc;
 }
 
+/* Each zone's count of live sequences is right. */
+static int check_zone_seqs(const struct pg_kvc *c, char *err, size_t err_len)
+{
+	int cnt[PG_KVC_MAX_ZONES] = { 0 };
+
+	for (const struct pg_kvc_seq *s = c->seqs; s; s = s->next) {
+		if (s->zone < -1 || s->zone >= c->n_zones ||
+		    (s->zone < 0 && s->n_pages))
+			FAIL("a sequence of %d pages is in zone %d", s->n_pages,
+			     s->zone);
+		if (s->zone >= 0)
+			cnt[s->zone]++;
+	}
+	for (int z = 0; z < c->n_zones; z++)
+		if (cnt[z] != c->zones[z].n_seqs)
+			FAIL("zone %d counts %d sequences, has %d", z,
+			     c->zones[z].n_seqs, cnt[z]);
+	return 0;
+}
+
 /* Both tables against the pages, and every hash recomputed. */
 static int check_tables(const struct pg_kvc *c, char *err, size_t err_len)
 {
@@ -951,7 +1219,7 @@ static int check_tables(const struct pg_kvc *c, char *err, size_t err_len)
 			continue;
 		if (c->flags[i] & PAGE_PUB) {
 			n_pub++;
-			if (htab_find(&c->index, c->hash[i]) != i)
+			if (htab_find(&c->index, page_key(c, i)) != i)
 				FAIL("published page %d is not in the index", i);
 		}
 		if (!page_full(c, i))
@@ -986,10 +1254,10 @@ static int check_orphans(const struct pg_kvc *c, char *err, size_t err_len)
 	}
 	for (i = 0; i < c->n; i++)
 		if (!(c->flags[i] & PAGE_FREE) && page_full(c, i))
-			htab_insert(&held, c->hash[i], i);
+			htab_insert(&held, page_key(c, i), i);
 	for (i = 0; i < c->n && !rc; i++)
 		if (page_cached(c, i) && c->depth[i] > 0 &&
-		    htab_find(&held, c->parent[i]) < 0) {
+		    htab_find(&held, zkey(c->parent[i], c->pzone[i])) < 0) {
 			snprintf(err, err_len, "cached page %d is an orphan", i);
 			rc = -EFAULT;
 		}
@@ -1004,6 +1272,7 @@ int pg_kvc_check(const struct pg_kvc *c, char *err, size_t err_len)
 	if ((rc = check_free(c, err, err_len)) ||
 	    (rc = check_lru(c, err, err_len)) ||
 	    (rc = check_refs(c, err, err_len)) ||
+	    (rc = check_zone_seqs(c, err, err_len)) ||
 	    (rc = check_tables(c, err, err_len)) ||
 	    (rc = check_orphans(c, err, err_len)))
 		return rc;

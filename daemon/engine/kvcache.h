@@ -18,6 +18,15 @@
  * (no lookup could reach them any more), so a cached page's prefix is
  * always known to the cache.
  *
+ * Zones: a pool may be cut into n_zones zones, zone z holding page ids
+ * [z * n_pages / n_zones, (z + 1) * n_pages / n_zones) (integer division),
+ * for a forward pass with that many replicas (forward.h: replica z keeps
+ * the KV of zone z's pages).  A sequence lives in one zone: it gets one
+ * with its first page or prefix lookup (pg_kvc_seq_match says which), and
+ * its pages, copies, forks and prefix matches all stay there; each zone
+ * has its own free pages and LRU list, so evicting for a sequence evicts
+ * in its zone.  With one zone (the default) there is no difference.
+ *
  * Not thread-safe: one engine thread owns a cache.
  */
 #ifndef PAGODA_KVCACHE_H
@@ -26,6 +35,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The most zones a pool may have (one per replica of a plan). */
+#define PG_KVC_MAX_ZONES 64
+
 struct pg_kvc;
 struct pg_kvc_seq;
 
@@ -33,6 +45,8 @@ struct pg_kvc_params {
 	int n_pages;		/* pages in the pool, >= 1 */
 	int page_tokens;	/* tokens per page, >= 1 */
 	uint64_t salt;		/* mixed into every hash: the model's identity */
+	int n_zones;		/* zones, 1 .. min(PG_KVC_MAX_ZONES, n_pages);
+				   0: 1 */
 	/* monotonic seconds for LRU ages; NULL: CLOCK_MONOTONIC (tests inject) */
 	double (*now)(void *ctx);
 	void *now_ctx;
@@ -77,7 +91,7 @@ void pg_kvc_destroy(struct pg_kvc *c);
 struct pg_kvc_seq *pg_kvc_seq_new(struct pg_kvc *c, uint64_t client);
 
 /*
- * pg_kvc_seq_fork - a new sequence of the same client sharing the pages
+ * pg_kvc_seq_fork - a new sequence of the same client and zone sharing the pages
  * that hold s's tokens (refcounts raised; pages s reserved beyond its
  * length stay s's own), for n > 1 completions of one prompt.  The first
  * write to a shared page copies it (see pg_kvc_seq_reserve).  NULL on
@@ -96,6 +110,12 @@ void pg_kvc_seq_free(struct pg_kvc *c, struct pg_kvc_seq *s);
  * pg_kvc_seq_match - on an empty sequence, attach the longest run of
  * cached full pages whose tokens equal the start of tokens[0 .. n), but
  * leave at least one token uncovered (its logits must be computed).
+ * With several zones, a sequence without one first goes to a zone: of
+ * those with room for all n tokens, the ones at most one live sequence
+ * above the least loaded, and of those the one with the longest cached
+ * prefix (then the fewest sequences, the most pages available); so load
+ * stays even and a cached prefix still draws its continuations.  The
+ * match is made in that zone only.
  * Returns the number of tokens covered (a multiple of page_tokens); the
  * sequence's length is that number.  Counts a query.  -EINVAL when s is
  * not empty or n < 0, -ENOMEM.
@@ -110,8 +130,9 @@ int pg_kvc_seq_match(struct pg_kvc *c, struct pg_kvc_seq *s,
  * replaced by a private copy: the copies to make are returned in
  * copies[0 .. *n_copies) (room for 2 is always enough).  New pages come
  * from the free list, then by evicting the least recently used cached
- * pages.  Returns 0, or -ENOSPC when not enough pages can be had (then
- * nothing changed), -ENOMEM.
+ * pages, all in s's zone (a sequence without one gets one here, as
+ * pg_kvc_seq_match gives it).  Returns 0, or -ENOSPC when not enough
+ * pages can be had (then nothing changed but, perhaps, s's zone), -ENOMEM.
  */
 int pg_kvc_seq_reserve(struct pg_kvc *c, struct pg_kvc_seq *s, int n_tokens,
 		       struct pg_kvc_copy *copies, int *n_copies);
@@ -150,6 +171,19 @@ int pg_kvc_pages_needed(const struct pg_kvc *c, const struct pg_kvc_seq *s,
 
 /* pg_kvc_n_available - free pages plus evictable cached pages. */
 int pg_kvc_n_available(const struct pg_kvc *c);
+
+/*
+ * pg_kvc_seq_n_available - what s can be given: free plus evictable
+ * cached pages of its zone, or of the zone that has most when s has none
+ * yet.  With one zone, pg_kvc_n_available.
+ */
+int pg_kvc_seq_n_available(const struct pg_kvc *c, const struct pg_kvc_seq *s);
+
+/* pg_kvc_n_zones - the pool's zones (1 unless n_zones asked for more). */
+int pg_kvc_n_zones(const struct pg_kvc *c);
+
+/* pg_kvc_seq_zone - s's zone, or -1 before it has one. */
+int pg_kvc_seq_zone(const struct pg_kvc_seq *s);
 
 enum pg_kvc_evict_by {
 	PG_KVC_EVICT_ALL = 0,	/* every cached page */

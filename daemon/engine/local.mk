@@ -35,6 +35,8 @@ daemon_engine_libpgengine_la_SOURCES = \
 	daemon/engine/plan_print.c \
 	daemon/engine/sampler.c \
 	daemon/engine/sampler.h \
+	daemon/engine/stepcost.c \
+	daemon/engine/stepcost.h \
 	daemon/engine/tokenizer.c \
 	daemon/engine/tokenizer.h \
 	daemon/engine/weights.c

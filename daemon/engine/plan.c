@@ -636,10 +636,30 @@ static uint64_t div_up(uint64_t a, uint64_t b)
 	return (a + b - 1) / b;
 }
 
+static int same_memory(const struct pg_device *a, const struct pg_device *b);
+
+/*
+ * Device i of plan p: its place in its replica's group, and whether it
+ * reads the weights of replica 0's device there (CPU devices on one
+ * memory: forward.c shares them), then that device, else -1.
+ */
+static int replica_weights_of(const struct pg_plan *p, int i, int *li)
+{
+	int per = p->pp * p->tp * p->cp;
+
+	*li = i % per;
+	if (i < per || p->dev[i].kind != PG_DEV_CPU ||
+	    p->dev[*li].kind != PG_DEV_CPU ||
+	    !same_memory(&p->dev[i], &p->dev[*li]))
+		return -1;
+	return *li;
+}
+
 void plan_share_of(const struct pg_plan *p, const struct pg_model_facts *f,
 		     const struct sizing *z, int i, struct share *sh)
 {
-	int s = i / (p->tp * p->cp), t = i / p->cp % p->tp;
+	int li, of = replica_weights_of(p, i, &li);
+	int s = li / (p->tp * p->cp), t = li / p->cp % p->tp;
 	uint64_t per_token;
 
 	pg_plan_tp_heads(f->n_heads, f->n_kv_heads, p->tp, t, &sh->h0, &sh->h1,
@@ -651,6 +671,9 @@ void plan_share_of(const struct pg_plan *p, const struct pg_model_facts *f,
 		sh->weights += f->embd_bytes;
 	if (s == p->pp - 1 && !(f->tied_output && s == 0))
 		sh->weights += f->output_bytes;
+	sh->weights_of = of;
+	if (of >= 0)
+		sh->weights = 0;
 	per_token = 2ull * (uint64_t)(sh->k1 - sh->k0) * (uint64_t)f->head_dim *
 		    (uint64_t)z->kv_elem * (uint64_t)sh->n_blocks;
 	sh->kv_seq = div_up((uint64_t)z->ctx_tokens, (uint64_t)p->cp) * per_token;
@@ -831,6 +854,7 @@ static int plan_build(struct pg_plan *p, const struct pg_device *dev, int pp,
 	p->pp = pp;
 	p->tp = tp;
 	p->cp = cp;
+	p->replicas = 1;
 	p->n_devices = pp * tp * cp;
 	memcpy(p->dev, dev, sizeof(*dev) * (size_t)p->n_devices);
 	p->kv_replicated = kv_replicated(f, tp);
@@ -946,15 +970,22 @@ static int one_memory(const struct pg_device *dev, int n)
 	return n > 1;
 }
 
-/* "; 3 devices unused (replicas not built yet)" or "". */
+/*
+ * "; 2 other devices unused (...)" or "": a model split over several
+ * devices is not replicated yet; one device's copies stop where memory
+ * does.
+ */
 static void unused_note(const struct autoplan *a, char *buf, size_t len)
 {
 	int n = a->n_dev - a->p->n_devices;
+	int split = a->p->pp * a->p->tp * a->p->cp > 1;
 
 	buf[0] = '\0';
 	if (n > 0)
-		snprintf(buf, len, "; %d other device%s unused (replicas not built yet)",
-			 n, n == 1 ? "" : "s");
+		snprintf(buf, len, "; %d other device%s unused (%s)",
+			 n, n == 1 ? "" : "s", split ?
+			 "replicas of a split model are not built yet" :
+			 "one more copy of the model does not fit their memory");
 }
 
 static void ap_reason(struct autoplan *a, const char *fmt, ...)
@@ -962,7 +993,7 @@ static void ap_reason(struct autoplan *a, const char *fmt, ...)
 
 static void ap_reason(struct autoplan *a, const char *fmt, ...)
 {
-	char note[96];
+	char note[128];
 	va_list ap;
 	int n;
 
@@ -997,8 +1028,8 @@ static int smallest_device(const struct pg_device *dev, int n)
 }
 
 /*
- * The whole model on the first device, when it fits the smallest one;
- * otherwise the start of the reason, in head.
+ * Whether the whole model fits the smallest device; the figures in head,
+ * for the reason.
  */
 static int ap_fits_one(struct autoplan *a, char *head, size_t head_len)
 {
@@ -1013,10 +1044,38 @@ static int ap_fits_one(struct autoplan *a, char *head, size_t head_len)
 		 a->z.batch_seqs, a->z.ctx_tokens,
 		 plan_fmt_bytes(b3, sizeof(b3), sh.weights + sh.kv), small->name,
 		 fmt_usable(b4, sizeof(b4), small));
-	if (small->mem_bytes && sh.weights + sh.kv > usable(small))
-		return 0;
-	ap_reason(a, "fits one device: %s", head);
-	return 1;
+	return !small->mem_bytes || sh.weights + sh.kv <= usable(small);
+}
+
+/*
+ * The model fits one device: as many replicas as fit, one a device (the
+ * first r), each a whole copy serving its own sequences.  Replicas on one
+ * memory share their weights but not their KV.
+ */
+static void ap_replicas(struct autoplan *a, const char *head)
+{
+	char b1[32], b2[32];
+	struct fit fit;
+	int r;
+
+	for (r = a->n_dev; r > 1; r--) {
+		ap_build(a, 1, 1);
+		a->p->replicas = r;
+		a->p->n_devices = r;
+		memcpy(a->p->dev, a->dev, sizeof(*a->dev) * (size_t)r);
+		plan_fit(a->p, a->f, &a->z, &fit);
+		if (fit.fits)
+			break;
+	}
+	if (r == 1) {
+		ap_build(a, 1, 1);
+		ap_reason(a, "fits one device: %s", head);
+		return;
+	}
+	ap_reason(a, "fits one device: %s; so %d replicas, one a device, each a whole copy of the model serving its own share of the sequences (data parallel, no communication; fullest memory: %s needs %s of %s)",
+		  head, r, a->p->dev[fit.dev].name,
+		  plan_fmt_bytes(b1, sizeof(b1), fit.need),
+		  fit.have ? plan_fmt_bytes(b2, sizeof(b2), fit.have) : "unknown");
 }
 
 /* The fewest stages (or TP ranks) that fit, without CP. */
@@ -1126,8 +1185,10 @@ static int plan_auto(const struct pg_device *dev, int n_dev,
 
 	if ((rc = plan_build(p, dev, 1, 1, 1, f, z, err, err_len)))
 		return rc;
-	if (ap_fits_one(&a, fig, sizeof(fig)))
+	if (ap_fits_one(&a, fig, sizeof(fig))) {
+		ap_replicas(&a, fig);
 		return 0;
+	}
 	snprintf(head, sizeof(head), "does not fit one device: %s", fig);
 	a.tp_kind = fast_linked(dev, n_dev);
 	a.x_max = ap_x_max(&a);
@@ -1166,6 +1227,11 @@ int pg_plan_make(const struct pg_plan_request *req,
 		rc = plan_build(out, dev, pp, tp, cp, f, &z, err, err_len);
 	free(dev);
 	return rc;
+}
+
+int pg_plan_n_replicas(const struct pg_plan *p)
+{
+	return p->replicas > 1 ? p->replicas : 1;
 }
 
 const struct pg_device *pg_plan_device(const struct pg_plan *p, int stage,

@@ -7,6 +7,10 @@
  * a group of TP × CP devices: TP ranks divide the heads and FFN columns of
  * the stage's blocks, CP ranks divide the tokens of its KV pages.  The
  * device of (stage s, TP rank t, CP rank c) is dev[(s * tp + t) * cp + c].
+ * A plan may hold R replicas of that group (data parallel): replica r is
+ * dev[r * pp*tp*cp ..], a whole copy of the model serving the sequences
+ * whose KV pages lie in zone r of the pool (kvcache.h); today the planner
+ * makes replicas of one device only (pp = tp = cp = 1).
  *
  * This file decides; it runs nothing and loads no weights.  The planner
  * (parallel = auto) follows DESIGN.md idea 7 and bench/README's cost model:
@@ -80,7 +84,10 @@ struct pg_plan_request {
 
 struct pg_plan {
 	int pp, tp, cp;
-	int n_devices;			/* pp * tp * cp */
+	int replicas;			/* copies of the pp x tp x cp group, each
+					   serving its own sequences; 1 none
+					   (0, in a plan made by hand: 1) */
+	int n_devices;			/* replicas * pp * tp * cp */
 	struct pg_device dev[PG_PLAN_MAX_DEVICES];
 	int first_block[PG_PLAN_MAX_DEVICES + 1];	/* stage s runs blocks
 					   first_block[s] .. first_block[s+1]-1 */
@@ -134,8 +141,10 @@ void pg_model_facts_of(const struct pg_model *m, struct pg_model_facts *f);
  * a CPU device may fill 90% of its mem_bytes with weights and KV for
  * batch_seqs x ctx_tokens, a GPU its mem_bytes less 6 GB (0: unknown,
  * enough), counted once per memory (CPU devices on one node, or on none,
- * share theirs).  The model fits the smallest
- * device: pp = tp = cp = 1 on the first.  Else the fewest TP ranks that fit
+ * share theirs; replicas on one memory share their weights).  The model
+ * fits the smallest device: one replica per device (pp = tp = cp = 1),
+ * as many as fit their memory, each serving its own share of the
+ * sequences (data parallel: no communication at all).  Else the fewest TP ranks that fit
  * when every device is CUDA with fast_links, otherwise the fewest stages.
  * When even the widest split does not fit and one sequence's KV exceeds
  * what some device has left after its weights, CP ranks are added (fewest
@@ -160,7 +169,10 @@ uint64_t pg_mem_available(void);
 int pg_plan_cut(const uint64_t *cost, int n_blocks, uint64_t last_extra,
 		int pp, int *first_block);
 
-/* pg_plan_device - the device of (stage, TP rank, CP rank). */
+/* pg_plan_n_replicas - p's replicas: its replicas field, at least 1. */
+int pg_plan_n_replicas(const struct pg_plan *p);
+
+/* pg_plan_device - replica 0's device of (stage, TP rank, CP rank). */
 const struct pg_device *pg_plan_device(const struct pg_plan *p, int stage,
 				       int tp_rank, int cp_rank);
 
@@ -206,7 +218,7 @@ int pg_plan_tp_rank_parts(int n_heads, int n_kv_heads, int head_dim,
 			  int64_t *cols);
 
 /*
- * pg_plan_print - the plan as pagodad --plan shows it: devices, stages and
+ * pg_plan_print - the plan as pagodad --plan shows it: replicas, devices, stages and
  * their blocks, memory per device (weights and KV for req's context; req
  * may be NULL for the defaults), the communication per token (bytes and
  * count of all-reduces, all-gathers and stage hand-offs), the reason, and

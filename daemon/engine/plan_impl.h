@@ -24,7 +24,9 @@ struct share {
 	int h0, h1, k0, k1;	/* heads and KV heads held */
 	int f0, f1;		/* FFN columns */
 	int n_blocks;		/* blocks of its stage */
-	uint64_t weights;	/* bytes */
+	uint64_t weights;	/* bytes; 0 when shared (weights_of >= 0) */
+	int weights_of;		/* a replica whose weights are another
+				   device's (same memory): that device */
 	uint64_t kv;		/* bytes, for every planned sequence */
 	uint64_t kv_seq;	/* bytes, for one sequence of the context */
 };

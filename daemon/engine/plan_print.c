@@ -81,15 +81,18 @@ static void print_stages(FILE *out, const struct pg_plan *p)
 		"also", "devices");
 	for (int s = 0; s < p->pp; s++) {
 		int b0 = p->first_block[s], b1 = p->first_block[s + 1];
-		int per = p->tp * p->cp;
+		int per = p->tp * p->cp, group = p->pp * per;
 		char blocks[32];
 
 		snprintf(blocks, sizeof(blocks), "%d-%d (%d)", b0, b1 - 1, b1 - b0);
 		fprintf(out, "  %-5d  %-14s %-23s", s, blocks,
 			p->pp == 1 ? "embedding, output head" :
 			s == 0 ? "embedding" : s == p->pp - 1 ? "output head" : "-");
-		for (int i = 0; i < per; i++)
-			fprintf(out, "%s%s", i ? "," : " ", p->dev[s * per + i].name);
+		/* replicas: each replica's devices of the stage, " | " apart */
+		for (int r = 0; r < pg_plan_n_replicas(p); r++)
+			for (int i = 0; i < per; i++)
+				fprintf(out, "%s%s", i ? "," : r ? " | " : " ",
+					p->dev[r * group + s * per + i].name);
 		fputc('\n', out);
 	}
 }
@@ -98,22 +101,32 @@ static void print_shares(FILE *out, const struct pg_plan *p,
 			 const struct pg_model_facts *f, const struct sizing *z)
 {
 	char w[32], kv[32], tot[32], heads[16], kvh[16], ffn[24];
+	int per = p->pp * p->tp * p->cp, reps = pg_plan_n_replicas(p) > 1;
 	struct share sh;
 
-	fprintf(out, "\nper device (KV for %d x %d tokens, %d bytes an element)\n",
-		z->batch_seqs, z->ctx_tokens, z->kv_elem);
-	fprintf(out, "  %-8s %2s %2s %2s  %-9s %-9s %-12s %10s %10s %10s\n",
-		"device", "s", "t", "c", "heads", "kv heads", "ffn cols",
-		"weights", "kv", "total");
+	fprintf(out, "\nper device (KV for %d x %d tokens%s, %d bytes an element)\n",
+		z->batch_seqs, z->ctx_tokens, reps ? " a replica" : "",
+		z->kv_elem);
+	fprintf(out, "  %-8s %s%2s %2s %2s  %-9s %-9s %-12s %10s %10s %10s\n",
+		"device", reps ? " r " : "", "s", "t", "c", "heads", "kv heads",
+		"ffn cols", "weights", "kv", "total");
 	for (int i = 0; i < p->n_devices; i++) {
+		int li = i % per;
+		char r[16] = "";
+
 		plan_share_of(p, f, z, i, &sh);
+		if (reps)
+			snprintf(r, sizeof(r), "%2d ", i / per);
 		snprintf(heads, sizeof(heads), "%d-%d", sh.h0, sh.h1 - 1);
 		snprintf(kvh, sizeof(kvh), "%d-%d", sh.k0, sh.k1 - 1);
 		snprintf(ffn, sizeof(ffn), "%d-%d", sh.f0, sh.f1 - 1);
-		fprintf(out, "  %-8s %2d %2d %2d  %-9s %-9s %-12s %10s %10s %10s\n",
-			p->dev[i].name, i / (p->tp * p->cp), i / p->cp % p->tp,
-			i % p->cp, heads, kvh, ffn,
-			plan_fmt_bytes(w, sizeof(w), sh.weights),
+		if (sh.weights_of >= 0)	/* replicas on one memory share them */
+			snprintf(w, sizeof(w), "%s's", p->dev[sh.weights_of].name);
+		else
+			plan_fmt_bytes(w, sizeof(w), sh.weights);
+		fprintf(out, "  %-8s %s%2d %2d %2d  %-9s %-9s %-12s %10s %10s %10s\n",
+			p->dev[i].name, r, li / (p->tp * p->cp),
+			li / p->cp % p->tp, li % p->cp, heads, kvh, ffn, w,
 			plan_fmt_bytes(kv, sizeof(kv), sh.kv),
 			plan_fmt_bytes(tot, sizeof(tot), sh.weights + sh.kv));
 	}
@@ -191,7 +204,9 @@ static void print_comm(FILE *out, const struct pg_plan *p,
 			(unsigned long long)n_ag, plan_fmt_bytes(b1, sizeof(b1), part),
 			p->cp, hh, f->head_dim, plan_fmt_bytes(b2, sizeof(b2), n_ag * part));
 	fprintf(out, "  total: %s%s\n", plan_fmt_bytes(b1, sizeof(b1), total),
-		total ? "" : " (one device)");
+		total ? "" : pg_plan_n_replicas(p) > 1 ?
+		" (replicas: each device serves its own sequences)" :
+		" (one device)");
 }
 
 /* "KV head 1 is held by ranks 0 and 1" for each shared KV head. */
@@ -252,8 +267,13 @@ void pg_plan_print(FILE *out, const struct pg_plan *p,
 			   (f->tied_output ? 0 : f->output_bytes);
 	char b1[32], b2[32];
 
-	fprintf(out, "plan: pipeline %d x tensor %d x context %d = %d device%s\n",
-		p->pp, p->tp, p->cp, p->n_devices, p->n_devices == 1 ? "" : "s");
+	if (pg_plan_n_replicas(p) > 1)
+		fprintf(out, "plan: %d replicas (data parallel) of pipeline %d x tensor %d x context %d = %d devices\n",
+			p->replicas, p->pp, p->tp, p->cp, p->n_devices);
+	else
+		fprintf(out, "plan: pipeline %d x tensor %d x context %d = %d device%s\n",
+			p->pp, p->tp, p->cp, p->n_devices,
+			p->n_devices == 1 ? "" : "s");
 	fprintf(out, "model: %d blocks of %s, embedding %d, %d heads (%d KV) of %d, FFN %d (blocks of %d), vocabulary %d; weights %s%s\n",
 		f->n_blocks, plan_fmt_bytes(b1, sizeof(b1), f->block_bytes), f->n_embd,
 		f->n_heads, f->n_kv_heads, f->head_dim, f->n_ff, f->qblock,
