@@ -143,6 +143,11 @@ struct pg_cpu_kernels {
 	pg_gemm8_fn gemm8_q4x8_q4_0;
 	pg_gemm8_fn gemm8_q4x8_q4_1;
 	pg_gemm8_fn gemm8_q4x8_q5_0;
+	/* optional: Q8_0 . Q8_0, 8 rows x n_tok tokens as they are (w_stride
+	 * apart; work unused), the bits of dot4_q8_0; xp: for each group of
+	 * 8 tokens (the last: the rest, nt), for each block, the nt tokens' d
+	 * as floats then their nt x 32 quants (matmul.c lays it out) */
+	pg_gemm8_fn gemm8_q8_0;
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1, Q5_1 */
 	pg_quant_fn quant_q8_k;		/* activations for the K-quants */
@@ -430,6 +435,10 @@ void pg_gemm8_q6_k_avx2(int64_t n, const void *w, size_t w_stride,
 			size_t out_stride, void *work,
 			const struct pg_cuts *cuts);
 void pg_quant_q8_k_avx2(const float *x, void *dst, int64_t n);
+void pg_gemm8_q8_0_avx2(int64_t n, const void *w, size_t w_stride,
+			const void *xp, int n_tok, float *out,
+			size_t out_stride, void *work,
+			const struct pg_cuts *cuts);
 void pg_gemm8_q4x8_q4_0_avx2(int64_t n, const void *w, size_t w_stride,
 			     const void *xp, int n_tok, float *out,
 			     size_t out_stride, void *work,

@@ -309,3 +309,124 @@ void pg_quant_q8_1_avx2(const float *x, void *dst, int64_t n)
 		b[i].s = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
 	}
 }
+
+/*
+ * Q8_0 weights x many tokens (matmul's gemm8 loop for Q8_0, from 6
+ * tokens): each weight block is loaded, and its absolute value taken,
+ * once for up to 8 tokens, and the d_w d_x of the 8 come from one
+ * multiply; each token's lanes then take qblock_step's very integers,
+ * scale and fma, in the same order, and hsum256x4 gives hsum256's bits,
+ * so every output is the one-token dot's (dot1, dot4), bit for bit.
+ *
+ * xp: the tokens as pg_gemm_prep_q8_0 lays them out (cpu_impl.h): for
+ * each group of 8 tokens (the last one: the rest), for each block, the
+ * group's d as floats, then its tokens' 32 quants one after another.
+ */
+#define Q8G 8	/* tokens a group */
+
+/* A token's sum of each of the 8 accumulators, into out (tokens os
+ * floats apart), or added to run[t] for a summed part. */
+static inline __attribute__((always_inline)) void
+q8g_put(const struct pg_cuts *cuts, int p, float *out, size_t os, int nt,
+	const __m256 acc[Q8G], float run[Q8G])
+{
+	float v[Q8G] __attribute__((aligned(16)));
+	__m256 z = _mm256_setzero_ps();
+
+	_mm_store_ps(v, hsum256x4(acc[0], nt > 1 ? acc[1] : z,
+				  nt > 2 ? acc[2] : z, nt > 3 ? acc[3] : z));
+	if (nt > 4)
+		_mm_store_ps(v + 4, hsum256x4(acc[4], nt > 5 ? acc[5] : z,
+					      nt > 6 ? acc[6] : z,
+					      nt > 7 ? acc[7] : z));
+#pragma GCC unroll 8
+	for (int t = 0; t < nt; t++) {
+		if (!pg_cuts_summed(cuts))
+			pg_cuts_out(cuts, p, out)[(size_t)t * os] = v[t];
+		else	/* the earlier parts, then this: dot4's order */
+			run[t] = p ? run[t] + v[t] : v[t];
+	}
+}
+
+/* One row (w) against the nt tokens of a group (xg: its block 0). */
+static inline __attribute__((always_inline)) void
+q8g_row(int nt, int64_t nb, const uint8_t *w, const uint8_t *xg,
+	float *out, size_t os, const struct pg_cuts *cuts)
+{
+	size_t xb_bytes = (size_t)nt * (sizeof(float) + PG_QK);
+	int np = cuts ? cuts->n : 1;
+	float run[Q8G] = { 0 };
+	int64_t i = 0;
+
+	for (int p = 0; p < np; p++) {
+		int64_t end = cuts ? cuts->end[p] : nb;
+		__m256 acc[Q8G];
+
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			acc[t] = _mm256_setzero_ps();
+		for (; i < end; i++) {
+			const struct pg_block_q8_0 *wb =
+				(const struct pg_block_q8_0 *)w + i;
+			const uint8_t *xb = xg + (size_t)i * xb_bytes;
+			__m256i wq = _mm256_loadu_si256((const void *)wb->qs);
+			__m256i aw = _mm256_sign_epi8(wq, wq);
+			/* lanes past nt: the group's quants, unused */
+			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(h2f(wb->d)),
+						  _mm256_loadu_ps((const float *)xb));
+			float f[Q8G] __attribute__((aligned(32)));
+
+			_mm256_store_ps(f, sc);
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				__m256i xq = _mm256_loadu_si256((const void *)(
+					xb + (size_t)nt * sizeof(float) +
+					(size_t)t * PG_QK));
+				__m256i q = dot_u8s8(aw, _mm256_sign_epi8(xq, wq));
+
+				acc[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&f[t]),
+							 _mm256_cvtepi32_ps(q), acc[t]);
+			}
+		}
+		q8g_put(cuts, p, out, os, nt, acc, run);
+	}
+	if (pg_cuts_summed(cuts))
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			out[(size_t)t * os] = run[t];
+}
+
+/* The 8 rows against a group of nt tokens. */
+static inline __attribute__((always_inline)) void
+q8g_rows(int nt, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *xg,
+	 float *out, size_t os, const struct pg_cuts *cuts)
+{
+	for (int r = 0; r < 8; r++)
+		q8g_row(nt, nb, w + (size_t)r * ws, xg, out + r, os, cuts);
+}
+
+/* work unused: the rows are read as they are, from L1 for every group */
+void pg_gemm8_q8_0_avx2(int64_t n, const void *w, size_t ws, const void *xp,
+			int n_tok, float *out, size_t os, void *work,
+			const struct pg_cuts *cuts)
+{
+	int64_t nb = n / PG_QK;
+	size_t gb = (size_t)nb * Q8G * (sizeof(float) + PG_QK);
+
+	(void)work;
+	for (int t0 = 0; t0 < n_tok; t0 += Q8G) {
+		const uint8_t *xg = (const uint8_t *)xp + (size_t)(t0 / Q8G) * gb;
+		float *o = out + (size_t)t0 * os;
+
+		switch (n_tok - t0 < Q8G ? n_tok - t0 : Q8G) {
+		case 8: q8g_rows(8, nb, w, ws, xg, o, os, cuts); break;
+		case 7: q8g_rows(7, nb, w, ws, xg, o, os, cuts); break;
+		case 6: q8g_rows(6, nb, w, ws, xg, o, os, cuts); break;
+		case 5: q8g_rows(5, nb, w, ws, xg, o, os, cuts); break;
+		case 4: q8g_rows(4, nb, w, ws, xg, o, os, cuts); break;
+		case 3: q8g_rows(3, nb, w, ws, xg, o, os, cuts); break;
+		case 2: q8g_rows(2, nb, w, ws, xg, o, os, cuts); break;
+		default: q8g_rows(1, nb, w, ws, xg, o, os, cuts); break;
+		}
+	}
+}

@@ -4,12 +4,13 @@
  *
  * Quantised weights take activations quantised once per call (Q8_0, Q8_1
  * for Q4_1) by all threads into the backend's scratch.  Rows of W are then
- * dealt in chunks from an atomic counter, and inside a chunk blocks of
+ * dealt in chunks, each thread's own run of them first (mm_worker), and
+ * inside a chunk blocks of
  * PG_MM_ROWS rows are swept over all tokens (4 rows x 2 tokens a tile
  * where the table has one) so that they stay in L1 while used.  From
  * PG_MM_GEMM_MIN tokens on, where the table has a gemm8 loop for the type
  * (Q4_0, Q4_1, Q5_0, the K-quants; pg_cpu_mm_loops says which loops a
- * type has),
+ * type has; Q8_0's, from 6 tokens, reads its rows as they are, q8_prep),
  * groups of 8 rows are repacked once and swept over all the tokens by it
  * instead (rows left over take the tiles).  The dot loops come from the
  * ISA table; this file holds no intrinsics.
@@ -39,6 +40,14 @@
 #define PG_MM_QUANT_PAR 64	/* blocks per thread worth a parallel run */
 #define PG_MM_GEMM_MIN 4	/* tokens from which gemm8 pays */
 #define PG_MM_MAX_PARTS 64	/* matmul_parts' parts the loops take at once */
+#define PG_MM_REGIONS 16	/* threads with a run of chunks of their own */
+
+/* A run of consecutive chunks, its counter on a cache line of its own. */
+struct mm_region {
+	_Atomic int64_t next;
+	int64_t end;
+	char pad[64 - 2 * sizeof(int64_t)];
+};
 
 struct mm_ctx {
 	const struct pg_cpu_kernels *k;
@@ -62,14 +71,42 @@ struct mm_ctx {
 	pg_gemm8_fn gemm8;	/* or NULL; used for n >= PG_MM_GEMM_MIN (the
 				 * K-quants' take xq itself, not xp) */
 	pg_gemm8_fn packed;	/* PG_LAYOUT_Q4X8: the loop for every n */
+	int q8;			/* gemm8 is Q8_0's: xp laid out by q8_prep */
+	int gemm_min;		/* tokens from which gemm8 runs */
 	enum pg_dtype vt;	/* the activations' type */
 	uint8_t *xp;		/* gemm8's activations, in the scratch */
 	uint8_t *work;		/* gemm8's work areas, one a thread */
 	size_t work_bytes;	/* each */
 	int64_t chunk_rows;
 	int64_t n_chunks;
-	_Atomic int64_t next_chunk;
+	int n_regions;
+	struct mm_region region[PG_MM_REGIONS];
 };
+
+/*
+ * Blocks lo .. hi - 1 of the quantised tokens (block j: token j / nb,
+ * block j % nb) laid out for gemm8_q8_0 (cpu_impl.h): group g of 8
+ * tokens at g x 8 x nb x 36 bytes, its block i at i x nt x 36 on, nt
+ * the group's tokens: their d as floats, then their quants.
+ */
+static void q8_prep(const struct mm_ctx *c, int64_t lo, int64_t hi)
+{
+	const struct pg_block_q8_0 *b = c->xq_out;
+	int64_t nb = c->w->n_cols / PG_QK;
+	size_t bb = sizeof(float) + PG_QK;
+
+	for (int64_t j = lo; j < hi; j++) {
+		int64_t t = j / nb, i = j % nb, g = t / 8;
+		int nt = c->n - 8 * g < 8 ? (int)(c->n - 8 * g) : 8;
+		uint8_t *o = c->xp + (size_t)(g * 8 * nb) * bb +
+			     (size_t)i * (size_t)nt * bb;
+		float d = pg_fp16_to_fp32(b[j].d);
+
+		memcpy(o + sizeof(float) * (size_t)(t % 8), &d, sizeof(d));
+		memcpy(o + sizeof(float) * (size_t)nt + PG_QK * (size_t)(t % 8),
+		       b[j].qs, PG_QK);
+	}
+}
 
 /* Quantise this thread's share of the n * n_cols / 32 blocks (and lay
  * them out for gemm8 if it runs). */
@@ -85,7 +122,9 @@ static void mm_quant_worker(void *arg, int ith, int nth)
 		return;
 	c->quant(c->x + lo * bs, (uint8_t *)c->xq_out + lo * bb,
 		 (hi - lo) * bs);
-	if (c->xp)
+	if (c->xp && c->q8)
+		q8_prep(c, lo, hi);
+	else if (c->xp)
 		pg_gemm_prep(c->vt, (uint8_t *)c->xq_out + lo * bb, hi - lo,
 			     c->xp + (size_t)lo * PG_GEMM_XP_BYTES(c->vt));
 }
@@ -182,19 +221,29 @@ static void mm_chunk(struct mm_ctx *c, int64_t chunk, void *work)
 		mm_rows(c, r, r + PG_MM_ROWS < r1 ? r + PG_MM_ROWS : r1, work);
 }
 
-/* Chunks are all dealt from the counter: a thread the scheduler delays
- * (a busy machine) then holds up no chunk of its own. */
+/*
+ * Each thread first takes the chunks of its own region in order, so that
+ * it reads one stream of weights, which the prefetchers follow (chunks
+ * dealt in turn from one counter left each thread a stream broken at
+ * every chunk); then it helps the others, taking from their counters, so
+ * that a thread the scheduler delays (a busy machine) holds up no chunk
+ * of its own.  Which thread computes a row never changes its numbers.
+ */
 static void mm_worker(void *arg, int ith, int nth)
 {
 	struct mm_ctx *c = arg;
 	void *work = c->work ? c->work + (size_t)ith * c->work_bytes : NULL;
+	int nr = c->n_regions;
 	int64_t chunk;
 
 	(void)nth;
-	while ((chunk = atomic_fetch_add_explicit(&c->next_chunk, 1,
-						  memory_order_relaxed)) <
-	       c->n_chunks)
-		mm_chunk(c, chunk, work);
+	for (int k = 0; k < nr; k++) {
+		struct mm_region *g = &c->region[(ith + k) % nr];
+
+		while ((chunk = atomic_fetch_add_explicit(
+				&g->next, 1, memory_order_relaxed)) < g->end)
+			mm_chunk(c, chunk, work);
+	}
 }
 
 /* Grow the scratch to want bytes if possible; return what it holds. */
@@ -223,7 +272,13 @@ static void mm_run(struct pg_cpu_backend *cpu, struct mm_ctx *c)
 	per = (per + PG_MM_ROWS - 1) / PG_MM_ROWS * PG_MM_ROWS;
 	c->chunk_rows = per;
 	c->n_chunks = (nr + per - 1) / per;
-	atomic_store(&c->next_chunk, 0);
+	c->n_regions = nth < PG_MM_REGIONS ? nth : PG_MM_REGIONS;
+	for (int j = 0; j < c->n_regions; j++) {
+		atomic_store_explicit(&c->region[j].next,
+				      c->n_chunks * j / c->n_regions,
+				      memory_order_relaxed);
+		c->region[j].end = c->n_chunks * (j + 1) / c->n_regions;
+	}
 	pg_pool_run(cpu->pool, mm_worker, c);
 }
 
@@ -277,17 +332,17 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 	int64_t nc = c->w->n_cols, nr = c->w->n_rows;
 	int per;
 
-	if (c->packed || (c->gemm8 && n >= PG_MM_GEMM_MIN)) {
-		/* Q8_K: the rows as they are (no xp) */
+	if (c->packed || (c->gemm8 && n >= c->gemm_min)) {
+		/* Q8_K: the rows as they are (no xp); Q8_0: no work */
 		pb = c->vt == PG_Q8_K ? 0 :
 		     (size_t)(nc / PG_QK) * PG_GEMM_XP_BYTES(c->vt);
-		c->work_bytes = c->vt == PG_Q8_K ?
+		c->work_bytes = c->q8 ? 0 : c->vt == PG_Q8_K ?
 				(size_t)(nc / PG_QK_K) * PG_GEMM8_KWORK :
 				(size_t)(nc / PG_QK) * PG_GEMM8_WORK;
-		fixed = n >= PG_MM_GEMM_MIN ?
+		fixed = n >= c->gemm_min ?
 			32 + (size_t)cpu->n_threads * c->work_bytes : 0;
 		if (mm_scratch(cpu, (rb + pb) * (size_t)n + fixed) <
-		    (rb + pb) * PG_MM_GEMM_MIN + fixed) {
+		    (rb + pb) * (size_t)c->gemm_min + fixed) {
 			if (c->packed) {	/* no memory: no work areas */
 				fixed = 0;
 				c->work_bytes = 0;
@@ -304,7 +359,7 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 		c->n = n - t < per ? n - t : per;
 		c->x = x + (size_t)t * (size_t)nc;
 		c->y = y + (size_t)t * (size_t)nr;
-		c->xp = pb && (c->packed || c->n >= PG_MM_GEMM_MIN) ?
+		c->xp = pb && (c->packed || c->n >= c->gemm_min) ?
 			cpu->scratch : NULL;
 		c->xq = c->xq_out = (uint8_t *)cpu->scratch + pb * (size_t)c->n;
 		end = (uint8_t *)c->xq_out + rb * (size_t)c->n;
@@ -412,6 +467,13 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 :
 		  vt == PG_Q8_K ? cpu->k->quant_q8_k : cpu->k->quant_q8_0;
 	c.gemm8 = c.dot4 ? loops.gemm8 : NULL;
+	c.gemm_min = PG_MM_GEMM_MIN;
+	if (w->type == PG_Q8_0 && c.dot4 && cpu->k->gemm8_q8_0) {
+		/* one weight block for 8 tokens: pays from 6 on (tiles below) */
+		c.gemm8 = cpu->k->gemm8_q8_0;
+		c.q8 = 1;
+		c.gemm_min = 6;
+	}
 	if (w->layout == PG_LAYOUT_Q4X8) {	/* pg_cpu_q4x8_pack made it */
 		c.packed = q4x8_loop(cpu->k, w->type);
 		if (!c.packed) {	/* packed for another backend: cpu.h */

@@ -196,6 +196,7 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx2 = {
 	.gemm8_q4x8_q4_0 = pg_gemm8_q4x8_q4_0_avx2,
 	.gemm8_q4x8_q4_1 = pg_gemm8_q4x8_q4_1_avx2,
 	.gemm8_q4x8_q5_0 = pg_gemm8_q4x8_q5_0_avx2,
+	.gemm8_q8_0 = pg_gemm8_q8_0_avx2,
 	.quant_q8_0 = pg_quant_q8_0_avx2,
 	.quant_q8_1 = pg_quant_q8_1_avx2,
 	.quant_q8_k = pg_quant_q8_k_avx2,
