@@ -431,6 +431,105 @@ static void wake_stop(struct wake_link *l)
 	munmap(l->s, sizeof(*l->s));
 }
 
+/*
+ * The floor of token delivery: one process on the daemon's CPU writes
+ * the eventfds of n processes asleep in read(2) on this side's CPU, back
+ * to back, as the daemon rings the doorbells of a step's clients; each
+ * notes when it woke.  From the first write to each wake-up, and per
+ * round from the first wake-up to the last.
+ */
+#define FAN_ROUNDS 50
+
+struct fan_seg {
+	_Alignas(64) _Atomic uint64_t t0;	/* the round's first write */
+	_Alignas(64) _Atomic int done;		/* wake-ups of the round */
+	uint64_t woke[];			/* (FAN_ROUNDS x n) ns */
+};
+
+static void fan_floor(const struct opts *o, int n, int gap_us, double *p50,
+		      double *p99, double *sp50)
+{
+	size_t size = sizeof(struct fan_seg) + sizeof(uint64_t) * FAN_ROUNDS * (size_t)n;
+	struct fan_seg *s = mmap(NULL, size, PROT_READ | PROT_WRITE,
+				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int *fd = calloc((size_t)n, sizeof(*fd)), st;
+	uint64_t *lag = malloc(sizeof(uint64_t) * FAN_ROUNDS * (size_t)n);
+	uint64_t sp[FAN_ROUNDS];
+	pid_t writer;
+
+	if (s == MAP_FAILED || !fd || !lag)
+		die("out of memory");
+	for (int i = 0; i < n; i++)
+		if ((fd[i] = eventfd(0, EFD_CLOEXEC)) < 0)
+			die("eventfd: %s", strerror(errno));
+	fflush(NULL);
+	for (int i = 0; i < n; i++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			die("fork: %s", strerror(errno));
+		if (pid == 0) {
+			for (int r = 0; r < FAN_ROUNDS; r++) {
+				uint64_t v;
+
+				if (read(fd[i], &v, sizeof(v)) != sizeof(v))
+					_exit(1);
+				s->woke[(size_t)r * n + i] = pg_now_ns();
+				atomic_fetch_add(&s->done, 1);
+			}
+			_exit(0);
+		}
+	}
+	writer = fork();
+	if (writer < 0)
+		die("fork: %s", strerror(errno));
+	if (writer == 0) {
+		pin(o->peer_cpu);
+		for (int r = 0; r < FAN_ROUNDS; r++) {
+			uint64_t v = 1;
+
+			sleep_us(gap_us);
+			atomic_store(&s->t0, pg_now_ns());
+			for (int i = 0; i < n; i++)
+				if (write(fd[i], &v, sizeof(v)) != sizeof(v))
+					_exit(1);
+			while (atomic_load(&s->done) < (r + 1) * n)
+				sleep_us(100);
+			for (int i = 0; i < n; i++)	/* t0 of the round, kept */
+				s->woke[(size_t)r * n + i] -= atomic_load(&s->t0);
+		}
+		_exit(0);
+	}
+	while (wait(&st) > 0)
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			die("the fan-out floor's processes failed");
+	for (int r = 0; r < FAN_ROUNDS; r++) {
+		uint64_t lo = UINT64_MAX, hi = 0;
+
+		for (int i = 0; i < n; i++) {
+			uint64_t v = s->woke[(size_t)r * n + i];
+
+			lag[(size_t)r * n + i] = v;
+			lo = v < lo ? v : lo;
+			hi = v > hi ? v : hi;
+		}
+		sp[r] = hi - lo;
+	}
+	printf("fan-out floor: %d sleepers woken by eventfd writes from one "
+	       "process, %d rounds %d us apart\n", n, FAN_ROUNDS, gap_us);
+	report("fan-out: first write to wake-up", lag, (size_t)FAN_ROUNDS * n, p50, p99);
+	{
+		double q;
+
+		report("fan-out: spread of a round", sp, FAN_ROUNDS, sp50, &q);
+	}
+	for (int i = 0; i < n; i++)
+		close(fd[i]);
+	free(fd);
+	free(lag);
+	munmap(s, size);
+}
+
 /* ---- the round trips, interleaved ---- */
 
 struct rtt {
@@ -512,6 +611,12 @@ static void bench_rtt(const struct opts *o, struct rtt *r)
  * after the engine (completions, publication, doorbells) and the client's
  * (spin or wake-up, reading the ring).
  */
+struct deliver_fig {
+	double p50, p99;		/* step's first emission to read */
+	double own50, own99;		/* the token's own stamp to read */
+	double spread50, spread99;	/* a step's first read to its last */
+};
+
 struct stream_log {
 	int status;		/* 0 ok, else the client's error */
 	int n;			/* tokens received */
@@ -612,25 +717,74 @@ static void deliver_dump(void *base, size_t stride, const struct opts *o)
 		die("%s: %s", o->dump, strerror(errno));
 }
 
-static void deliver_analyse(void *base, size_t stride, const struct opts *o,
-			    int spin_us, double *p50, double *p99)
+struct tok_ref {
+	uint64_t emitted, read;
+};
+
+static int cmp_emitted(const void *a, const void *b)
 {
-	size_t n = 0, cap = (size_t)o->clients * o->tokens;
+	const struct tok_ref *x = a, *y = b;
+
+	return (x->emitted > y->emitted) - (x->emitted < y->emitted);
+}
+
+/*
+ * Two measures of every token: from its own stamp to its read, and from
+ * the first emission of its step to its read.  The daemon stamps tokens
+ * one after the other as the engine emits them, so the first measure
+ * hides how long the later clients of a step wait behind the earlier;
+ * the second does not.  A step's tokens are those whose stamps follow
+ * each other by less than a quarter of the median step time (steps are
+ * hundreds of ms apart, their emissions within a millisecond or so).
+ * spread: per step, from the first client's read to the last's.
+ */
+static void deliver_analyse(void *base, size_t stride, const struct opts *o,
+			    int spin_us, struct deliver_fig *f)
+{
+	size_t n = 0, n_steps = 0, cap = (size_t)o->clients * o->tokens;
 	uint64_t *lag = malloc(cap * sizeof(*lag));
+	uint64_t *own = malloc(cap * sizeof(*own));
+	uint64_t *spread = malloc(cap * sizeof(*spread));
+	struct tok_ref *t = malloc(cap * sizeof(*t));
 	uint64_t step = median_step_ns(base, stride, o);
 
-	if (!lag)
+	if (!lag || !own || !spread || !t)
 		die("out of memory");
 	for (int c = 0; c < o->clients; c++) {
 		struct stream_log *lg = log_of(base, stride, c);
 
-		for (int i = 0; i < lg->n; i++)
-			lag[n++] = lg->tok[i].read - lg->tok[i].emitted;
+		for (int i = 0; i < lg->n; i++) {
+			t[n].emitted = lg->tok[i].emitted;
+			t[n].read = lg->tok[i].read;
+			own[n] = t[n].read - t[n].emitted;
+			n++;
+		}
+	}
+	qsort(t, n, sizeof(*t), cmp_emitted);
+	for (size_t i = 0, j; i < n; i = j) {
+		uint64_t lo = t[i].read, hi = t[i].read;
+
+		for (j = i + 1; j < n && t[j].emitted - t[j - 1].emitted < step / 4; j++)
+			;
+		for (size_t k = i; k < j; k++) {
+			lag[k] = t[k].read - t[i].emitted;
+			lo = t[k].read < lo ? t[k].read : lo;
+			hi = t[k].read > hi ? t[k].read : hi;
+		}
+		if (j - i > 1)
+			spread[n_steps++] = hi - lo;
 	}
 	printf("streaming: %d clients x %d tokens, client spin %d us, engine "
-	       "step %.1f ms (median)\n", o->clients, o->tokens, spin_us,
-	       step / 1e6);
-	report("token delivery: emitted to read", lag, n, p50, p99);
+	       "step %.1f ms (median), %zu steps of 2+ tokens\n", o->clients,
+	       o->tokens, spin_us, step / 1e6, n_steps);
+	report("token delivery: own stamp to read", own, n, &f->own50, &f->own99);
+	report("token delivery: step's first to read", lag, n, &f->p50, &f->p99);
+	if (n_steps)
+		report("token delivery: spread of a step", spread, n_steps,
+		       &f->spread50, &f->spread99);
+	free(t);
+	free(spread);
+	free(own);
 	free(lag);
 }
 
@@ -638,8 +792,8 @@ static void deliver_analyse(void *base, size_t stride, const struct opts *o,
  * clients streaming processes (on this process's CPUs), each spinning
  * spin_us (-1: the library's default) before it sleeps.
  */
-static void bench_deliver(const struct opts *o, int spin_us, double *p50,
-			  double *p99)
+static void bench_deliver(const struct opts *o, int spin_us,
+			  struct deliver_fig *f)
 {
 	size_t stride = (sizeof(struct stream_log) +
 			 o->tokens * sizeof(((struct stream_log *)0)->tok[0])
@@ -671,7 +825,7 @@ static void bench_deliver(const struct opts *o, int spin_us, double *p50,
 		    "--max-clients below %d?)", bad, o->clients, o->clients);
 	if (o->dump && spin_us < 0)	/* the library's default spin */
 		deliver_dump(base, stride, o);
-	deliver_analyse(base, stride, o, spin_us < 0 ? 20 : spin_us, p50, p99);
+	deliver_analyse(base, stride, o, spin_us < 0 ? 20 : spin_us, f);
 	munmap(base, stride * o->clients);
 }
 
@@ -691,7 +845,8 @@ int main(int argc, char **argv)
 	};
 	struct opts o = { NULL, 20000, 2000, -1, -1, 64, 64, NULL, 0 };
 	struct rtt r;
-	double dl50 = 0, dl99 = 0, ds50 = 0, ds99 = 0;
+	struct deliver_fig dl = { 0 }, ds = { 0 };
+	double fan50 = 0, fan99 = 0, fansp = 0;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -719,15 +874,21 @@ int main(int argc, char **argv)
 	pin(o.cpu);
 	bench_rtt(&o, &r);
 	if (o.clients > 0) {
-		bench_deliver(&o, -1, &dl50, &dl99);
-		bench_deliver(&o, 0, &ds50, &ds99);
+		fan_floor(&o, o.clients, 5000, &fan50, &fan99, &fansp);
+		bench_deliver(&o, -1, &dl);
+		bench_deliver(&o, 0, &ds);
 	}
 	printf("ipc-pagoda: ring_p50_us=%.2f ring_p99_us=%.2f sleep_p50_us=%.2f "
 	       "sleep_p99_us=%.2f uds_p50_us=%.2f uds_p99_us=%.2f speedup=%.1f "
 	       "floor_p50_us=%.2f wake1_p50_us=%.2f wake2_p50_us=%.2f "
 	       "deliver_p50_us=%.1f deliver_p99_us=%.1f "
-	       "deliver_nospin_p50_us=%.1f deliver_nospin_p99_us=%.1f\n",
+	       "deliver_nospin_p50_us=%.1f deliver_nospin_p99_us=%.1f "
+	       "deliver_own_p50_us=%.1f deliver_own_p99_us=%.1f "
+	       "deliver_spread_p50_us=%.1f deliver_spread_p99_us=%.1f "
+	       "fanout_p50_us=%.1f fanout_p99_us=%.1f fanout_spread_p50_us=%.1f\n",
 	       r.ring50, r.ring99, r.sleep50, r.sleep99, r.uds50, r.uds99,
-	       r.uds50 / r.ring50, r.fl50, r.wake1_50, r.wake2_50, dl50, dl99, ds50, ds99);
+	       r.uds50 / r.ring50, r.fl50, r.wake1_50, r.wake2_50, dl.p50, dl.p99,
+	       ds.p50, ds.p99, dl.own50, dl.own99, dl.spread50, dl.spread99,
+	       fan50, fan99, fansp);
 	return 0;
 }

@@ -11,13 +11,15 @@
 #   parallel: parallel plans (PP, TP, PP x TP, CP) on CPU devices against
 #             one device; bench/parallel generates its larger model with
 #             gguf-gen
-#   serve:    the serving engine under load (bench/serve)
+#   serve:    the serving engine under load (bench/serve); serve-daemon:
+#             the same load through pagodad and libpagoda
 noinst_PROGRAMS += \
 	bench/decode-pagoda \
 	bench/gpu-pagoda \
 	bench/ipc-pagoda \
 	bench/kernels \
 	bench/parallel-pagoda \
+	bench/serve-daemon \
 	bench/serve-pagoda \
 	bench/window
 bench_decode_pagoda_SOURCES = bench/decode-pagoda.c
@@ -35,6 +37,8 @@ bench_kernels_SOURCES = bench/kernels.c
 bench_kernels_LDADD = kernels/libpgkernels.la
 bench_parallel_pagoda_SOURCES = bench/parallel-pagoda.c
 bench_parallel_pagoda_LDADD = daemon/engine/libpgengine.la
+bench_serve_daemon_SOURCES = bench/serve-daemon.c
+bench_serve_daemon_LDADD = client/libpagoda.la
 bench_serve_pagoda_SOURCES = bench/serve-pagoda.c
 bench_serve_pagoda_LDADD = daemon/engine/libpgengine.la
 bench_window_SOURCES = bench/window.c
