@@ -773,6 +773,62 @@ static inline __m256i bcast4(const void *p)
 }
 
 /*
+ * The end of cut p of nt tokens' sums v: stored (the parts apart), or
+ * added to the running sums (summed: the earlier parts, then this).
+ */
+static inline __attribute__((always_inline)) void
+kg_part_end(const struct pg_cuts *cuts, int p, float *out, size_t os, int nt,
+	    const __m256 *v, __m256 *run)
+{
+#pragma GCC unroll 4
+	for (int t = 0; t < nt; t++) {
+		if (!pg_cuts_summed(cuts))
+			_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
+					 (size_t)t * os, v[t]);
+		else
+			run[t] = p ? _mm256_add_ps(run[t], v[t]) : v[t];
+	}
+}
+
+/* The running sums out, when the cuts are summed (kg_part_end). */
+static inline __attribute__((always_inline)) void
+kg_sums_out(const struct pg_cuts *cuts, float *out, size_t os, int nt,
+	    const __m256 *run)
+{
+	if (pg_cuts_summed(cuts))
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++)
+			_mm256_storeu_ps(out + (size_t)t * os, run[t]);
+}
+
+/*
+ * NAME(buf, nb, x, n_tok, out, os, cuts) - n_tok tokens through TOKENS,
+ * KG_TOK at a time, the rest (1 .. 3) with a constant count so that each
+ * call is specialised for it.
+ */
+#define KG_SWEEP(NAME, TOKENS, BLOCK)					\
+static void NAME(const BLOCK *buf, int64_t nb, const uint8_t *x,	\
+		 int n_tok, float *out, size_t os,			\
+		 const struct pg_cuts *cuts)				\
+{									\
+	size_t xs = (size_t)nb * sizeof(struct pg_block_q8_k);		\
+	int t = 0;							\
+									\
+	for (; t + KG_TOK <= n_tok; t += KG_TOK)			\
+		TOKENS(buf, nb, x + (size_t)t * xs, xs, KG_TOK,		\
+		       out + (size_t)t * os, os, cuts);			\
+	switch (n_tok - t) {						\
+	case 3: TOKENS(buf, nb, x + (size_t)t * xs, xs, 3,		\
+		       out + (size_t)t * os, os, cuts); break;		\
+	case 2: TOKENS(buf, nb, x + (size_t)t * xs, xs, 2,		\
+		       out + (size_t)t * os, os, cuts); break;		\
+	case 1: TOKENS(buf, nb, x + (size_t)t * xs, xs, 1,		\
+		       out + (size_t)t * os, os, cuts); break;		\
+	default: break;							\
+	}								\
+}
+
+/*
  * nt (<= KG_TOK) tokens at x, xs bytes apart, against the repacked
  * blocks: each weight vector loaded once for the nt tokens.  Per token
  * and super-block: a sub-block's 8 chunk products summed in int16, madd
@@ -854,42 +910,14 @@ kg8_tokens(const struct kg8_block *buf, int64_t nb, const uint8_t *x,
 			}
 		}
 #pragma GCC unroll 4
-		for (int t = 0; t < nt; t++) {
-			__m256 v = _mm256_sub_ps(acc[t], ms[t]);
-
-			if (!pg_cuts_summed(cuts))
-				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
-						 (size_t)t * os, v);
-			else	/* the earlier parts, then this */
-				run[t] = p ? _mm256_add_ps(run[t], v) : v;
-		}
-	}
-	if (pg_cuts_summed(cuts))
-#pragma GCC unroll 4
 		for (int t = 0; t < nt; t++)
-			_mm256_storeu_ps(out + (size_t)t * os, run[t]);
-}
-
-static void kg8_sweep(const struct kg8_block *buf, int64_t nb, const uint8_t *x,
-		      int n_tok, float *out, size_t os,
-		      const struct pg_cuts *cuts)
-{
-	size_t xs = (size_t)nb * sizeof(struct pg_block_q8_k);
-	int t = 0;
-
-	for (; t + KG_TOK <= n_tok; t += KG_TOK)
-		kg8_tokens(buf, nb, x + (size_t)t * xs, xs, KG_TOK,
-			   out + (size_t)t * os, os, cuts);
-	switch (n_tok - t) {
-	case 3: kg8_tokens(buf, nb, x + (size_t)t * xs, xs, 3,
-			   out + (size_t)t * os, os, cuts); break;
-	case 2: kg8_tokens(buf, nb, x + (size_t)t * xs, xs, 2,
-			   out + (size_t)t * os, os, cuts); break;
-	case 1: kg8_tokens(buf, nb, x + (size_t)t * xs, xs, 1,
-			   out + (size_t)t * os, os, cuts); break;
-	default: break;
+			acc[t] = _mm256_sub_ps(acc[t], ms[t]);
+		kg_part_end(cuts, p, out, os, nt, acc, run);
 	}
+	kg_sums_out(cuts, out, os, nt, run);
 }
+
+KG_SWEEP(kg8_sweep, kg8_tokens, struct kg8_block)
 
 /*
  * Super-block i of the 8 Q6_K rows at w into *b: k_row's 6-bit quants
@@ -1029,41 +1057,12 @@ kg6_tokens(const struct kg6_block *buf, int64_t nb, const uint8_t *x,
 					_mm256_cvtepi32_ps(s[t]), acc[t]);
 			}
 		}
-#pragma GCC unroll 4
-		for (int t = 0; t < nt; t++) {
-			if (!pg_cuts_summed(cuts))
-				_mm256_storeu_ps(pg_cuts_out(cuts, p, out) +
-						 (size_t)t * os, acc[t]);
-			else	/* the earlier parts, then this */
-				run[t] = p ? _mm256_add_ps(run[t], acc[t]) : acc[t];
-		}
+		kg_part_end(cuts, p, out, os, nt, acc, run);
 	}
-	if (pg_cuts_summed(cuts))
-#pragma GCC unroll 4
-		for (int t = 0; t < nt; t++)
-			_mm256_storeu_ps(out + (size_t)t * os, run[t]);
+	kg_sums_out(cuts, out, os, nt, run);
 }
 
-static void kg6_sweep(const struct kg6_block *buf, int64_t nb, const uint8_t *x,
-		      int n_tok, float *out, size_t os,
-		      const struct pg_cuts *cuts)
-{
-	size_t xs = (size_t)nb * sizeof(struct pg_block_q8_k);
-	int t = 0;
-
-	for (; t + KG_TOK <= n_tok; t += KG_TOK)
-		kg6_tokens(buf, nb, x + (size_t)t * xs, xs, KG_TOK,
-			   out + (size_t)t * os, os, cuts);
-	switch (n_tok - t) {
-	case 3: kg6_tokens(buf, nb, x + (size_t)t * xs, xs, 3,
-			   out + (size_t)t * os, os, cuts); break;
-	case 2: kg6_tokens(buf, nb, x + (size_t)t * xs, xs, 2,
-			   out + (size_t)t * os, os, cuts); break;
-	case 1: kg6_tokens(buf, nb, x + (size_t)t * xs, xs, 1,
-			   out + (size_t)t * os, os, cuts); break;
-	default: break;
-	}
-}
+KG_SWEEP(kg6_sweep, kg6_tokens, struct kg6_block)
 
 /* Q6_K: repacked from KG8_MIN tokens on (with work), else kq_gemm. */
 void pg_gemm8_q6_k_avx2(int64_t n, const void *w, size_t ws, const void *xp,
