@@ -15,8 +15,10 @@
  *
  * Batched: the int8 peak first, a micro-kernel of independent
  * vpmaddubsw + vpmaddwd + vpaddd chains (32 multiply-adds of unsigned by
- * signed bytes summed into int32, the AVX2 kernels' building block) on
- * every thread of a pool of the matmul's size, in GMAC/s.  Then Q4_0,
+ * signed bytes summed into int32, the AVX2 kernels' building block), or
+ * where the best table is avx512vnni of vpdpbusd chains on zmm registers
+ * (64 a instruction, that table's building block), on every thread of a
+ * pool of the matmul's size, in GMAC/s.  Then Q4_0,
  * Q4_1, Q8_0, Q4_K, Q5_0 and Q6_K matrices of 576x1536 and 1536x576 (the
  * default model's FFN shapes; not the K-quants, whose rows are multiples
  * of 256) and 2048x2048 against n = 16 and 64 tokens, hot, 2 threads, the
@@ -175,7 +177,7 @@ static double bench_one(const char *name, const struct mat_set *s,
 	double cold2 = 0;
 
 	for (int th = 1; th <= 2; th++) {
-		struct pg_backend *be = pg_cpu_backend_create(th, PG_ISA_AVX512);
+		struct pg_backend *be = pg_cpu_backend_create(th, PG_ISA_TOP);
 		double e, hot, cold;
 
 		if (!be) {
@@ -263,15 +265,79 @@ __attribute__((target("avx2"))) static int32_t peak_avx2(long steps)
 		s += out[j];
 	return s;
 }
+
+/* One VNNI chain's step: acc += dpbusd(w, x), 64 multiply-adds. */
+#define PEAK_VNNI(acc) "vpdpbusd %%zmm13, %%zmm12, %%" acc "\n\t"
+
+/*
+ * The same for AVX-512 VNNI: steps trips of 12 independent chains acc +=
+ * vpdpbusd(w, x) on zmm registers (12 x 64 multiply-adds a trip: enough
+ * chains to cover the instruction's latency at two a cycle).
+ */
+__attribute__((target("avx512f,avx512vnni"))) static int32_t
+peak_vnni(long steps)
+{
+	int32_t out[16], s = 0;
+
+	__asm__ volatile(
+		"vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+		"vmovdqa64 %%zmm0, %%zmm1\n\tvmovdqa64 %%zmm0, %%zmm2\n\t"
+		"vmovdqa64 %%zmm0, %%zmm3\n\tvmovdqa64 %%zmm0, %%zmm4\n\t"
+		"vmovdqa64 %%zmm0, %%zmm5\n\tvmovdqa64 %%zmm0, %%zmm6\n\t"
+		"vmovdqa64 %%zmm0, %%zmm7\n\tvmovdqa64 %%zmm0, %%zmm8\n\t"
+		"vmovdqa64 %%zmm0, %%zmm9\n\tvmovdqa64 %%zmm0, %%zmm10\n\t"
+		"vmovdqa64 %%zmm0, %%zmm11\n\t"
+		"vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"	/* -1 */
+		"vpabsb %%zmm12, %%zmm13\n\t"				/* 1 */
+		"1:\n\t"
+		PEAK_VNNI("zmm0") PEAK_VNNI("zmm1") PEAK_VNNI("zmm2")
+		PEAK_VNNI("zmm3") PEAK_VNNI("zmm4") PEAK_VNNI("zmm5")
+		PEAK_VNNI("zmm6") PEAK_VNNI("zmm7") PEAK_VNNI("zmm8")
+		PEAK_VNNI("zmm9") PEAK_VNNI("zmm10") PEAK_VNNI("zmm11")
+		"dec %[n]\n\t"
+		"jnz 1b\n\t"
+		"vpaddd %%zmm1, %%zmm0, %%zmm0\n\tvpaddd %%zmm3, %%zmm2, %%zmm2\n\t"
+		"vpaddd %%zmm5, %%zmm4, %%zmm4\n\tvpaddd %%zmm7, %%zmm6, %%zmm6\n\t"
+		"vpaddd %%zmm9, %%zmm8, %%zmm8\n\tvpaddd %%zmm11, %%zmm10, %%zmm10\n\t"
+		"vpaddd %%zmm2, %%zmm0, %%zmm0\n\tvpaddd %%zmm6, %%zmm4, %%zmm4\n\t"
+		"vpaddd %%zmm10, %%zmm8, %%zmm8\n\tvpaddd %%zmm4, %%zmm0, %%zmm0\n\t"
+		"vpaddd %%zmm8, %%zmm0, %%zmm0\n\t"
+		"vmovdqu32 %%zmm0, %[out]\n\t"
+		"vzeroupper\n\t"
+		: [n] "+r"(steps), [out] "=m"(out)
+		:
+		: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
+		  "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",
+		  "cc");
+	for (int j = 0; j < 16; j++)
+		s += out[j];
+	return s;
+}
 #endif
 
 static volatile int32_t peak_sink;
+
+/* Whether the peak is VNNI's: the table the matmuls run has it. */
+static int peak_is_vnni(void)
+{
+	return pg_cpu_isa_best() >= PG_ISA_AVX512VNNI;
+}
+
+/* Multiply-adds of one thread's peak run. */
+static double peak_macs(void)
+{
+	return peak_is_vnni() ? (double)PEAK_STEPS / 2 * 12 * 64 :
+	       (double)PEAK_STEPS * 256;
+}
 
 static void peak_worker(void *arg, int ith, int nth)
 {
 	(void)arg, (void)ith, (void)nth;
 #if defined(__x86_64__)
-	peak_sink += peak_avx2(PEAK_STEPS);
+	if (peak_is_vnni())
+		peak_sink += peak_vnni(PEAK_STEPS / 2);
+	else
+		peak_sink += peak_avx2(PEAK_STEPS);
 #endif
 }
 
@@ -288,8 +354,8 @@ static double int8_peak(struct pg_pool *pool, int nth, int reps)
 
 		pg_pool_run(pool, peak_worker, NULL);
 		t = pg_now_s() - t0;
-		if ((double)PEAK_STEPS * 256 * nth / t / 1e9 > best)
-			best = (double)PEAK_STEPS * 256 * nth / t / 1e9;
+		if (peak_macs() * nth / t / 1e9 > best)
+			best = peak_macs() * nth / t / 1e9;
 	}
 	return best;
 }
@@ -393,7 +459,7 @@ static double batch_rate(struct pg_backend *be, struct pg_backend *ref,
 static void batched(struct pg_backend *ref, double frac[][2])
 {
 	struct pg_backend *be = pg_cpu_backend_create(BATCH_THREADS,
-						      PG_ISA_AVX512);
+						      PG_ISA_TOP);
 	double rate[N_BATCH_TYPES][N_BATCH_SHAPES][2], peak, p2;
 	struct pg_pool *pool;
 
@@ -412,8 +478,10 @@ static void batched(struct pg_backend *ref, double frac[][2])
 		if (p2 > peak)
 			peak = p2;
 	}
-	printf("int8 multiply-add peak (vpmaddubsw + vpmaddwd + vpaddd, %s, "
-	       "%dt): %.1f GMAC/s\n", pg_cpu_isa_name(pg_cpu_backend_isa(be)),
+	printf("int8 multiply-add peak (%s, %s, %dt): %.1f GMAC/s\n",
+	       peak_is_vnni() ? "vpdpbusd zmm" :
+	       "vpmaddubsw + vpmaddwd + vpaddd",
+	       pg_cpu_isa_name(pg_cpu_backend_isa(be)),
 	       BATCH_THREADS, peak);
 	frac[N_BATCH_TYPES][0] = peak;
 	for (int k = 0; k < N_BATCH_TYPES; k++) {
@@ -441,7 +509,7 @@ static void batched(struct pg_backend *ref, double frac[][2])
 int main(void)
 {
 	struct pg_backend *ref = pg_cpu_backend_create(1, PG_ISA_SCALAR);
-	struct pg_backend *best = pg_cpu_backend_create(1, PG_ISA_AVX512);
+	struct pg_backend *best = pg_cpu_backend_create(1, PG_ISA_TOP);
 	static struct mat_set q41, q80, q41p, q4k, q50, q50p, q6k;
 	double r1, r2, g41, g80, g41p = 0, g4k, g50, g50p = 0, g6k;
 	int packed;

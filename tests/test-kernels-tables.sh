@@ -32,15 +32,15 @@ for t in $tables; do
 done
 
 # refused: tables the processor lacks, and names of none
-for t in scalar avx2 avx512; do
+for t in scalar avx2 avx512 avx512vnni; do
 	case " $tables " in *" $t "*) continue ;; esac
 	PAGODA_CPU_KERNELS=$t $tk >/dev/null 2>"$tmp/e"
 	check "PAGODA_CPU_KERNELS=$t (beyond this processor): refused" test $? -eq 1
 	check "PAGODA_CPU_KERNELS=$t: says why" grep -q "this processor cannot run the $t kernels" "$tmp/e"
 done
-PAGODA_CPU_KERNELS=avx512vnni $tk >/dev/null 2>"$tmp/e"
-check "PAGODA_CPU_KERNELS=avx512vnni (no such table): refused" test $? -eq 1
-check "PAGODA_CPU_KERNELS=avx512vnni: says what to use" grep -q "no such table of CPU kernels; use scalar, avx2 or avx512" "$tmp/e"
+PAGODA_CPU_KERNELS=avx512bf16 $tk >/dev/null 2>"$tmp/e"
+check "PAGODA_CPU_KERNELS=avx512bf16 (no such table): refused" test $? -eq 1
+check "PAGODA_CPU_KERNELS=avx512bf16: says what to use" grep -q "no such table of CPU kernels; use scalar, avx2, avx512 or avx512vnni" "$tmp/e"
 
 # pagodad: its figures name the table it ran; a bad value stops it
 $gen --preset tiny --type q4_1 --embd-type q8_0 --seed 5 --out "$tmp/tiny.gguf" >/dev/null ||
@@ -66,8 +66,8 @@ for t in $tables; do
 done
 check "pagodad, Q4_K_M mix: writes text" test -s "$tmp/mix.scalar"
 
-PAGODA_CPU_KERNELS=avx512vnni $bin --model "$tmp/tiny.gguf" --prompt hi --max-tokens 2 >/dev/null 2>"$tmp/p.err"
-check "pagodad, PAGODA_CPU_KERNELS=avx512vnni: refused" test $? -ne 0
-check "pagodad, PAGODA_CPU_KERNELS=avx512vnni: says why" grep -q "PAGODA_CPU_KERNELS=avx512vnni: no such table of CPU kernels" "$tmp/p.err"
+PAGODA_CPU_KERNELS=avx512bf16 $bin --model "$tmp/tiny.gguf" --prompt hi --max-tokens 2 >/dev/null 2>"$tmp/p.err"
+check "pagodad, PAGODA_CPU_KERNELS=avx512bf16: refused" test $? -ne 0
+check "pagodad, PAGODA_CPU_KERNELS=avx512bf16: says why" grep -q "PAGODA_CPU_KERNELS=avx512bf16: no such table of CPU kernels" "$tmp/p.err"
 [ $fail -eq 0 ] || cat "$tmp/p.err"
 exit $fail

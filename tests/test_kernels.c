@@ -1,7 +1,7 @@
 /*
  * test_kernels.c - conformance of the CPU backend's ops: every op, at every
- * instruction-set level this processor has (scalar, avx2, avx512; there is
- * no VNNI table), on 1 and 2 threads, against the scalar backend and
+ * instruction-set level this processor has (scalar, avx2, avx512,
+ * avx512vnni), on 1 and 2 threads, against the scalar backend and
  * against double-precision references.
  *
  * Inputs: each case draws from a random stream of its own (reseed), so
@@ -73,7 +73,7 @@
 #include "tests/check.h"
 
 /* The backends under test: every level present, 1 and 2 threads. */
-#define MAX_BE 6
+#define MAX_BE (2 * (PG_ISA_TOP + 1))	/* every table on 1 and 2 threads */
 static struct pg_backend *bes[MAX_BE];
 static int n_bes;
 static struct pg_backend *ref;		/* scalar, 1 thread: bes[0] */
@@ -890,7 +890,8 @@ static void check_attention(void)
 
 static const struct pg_cpu_kernels *table_of(enum pg_cpu_isa isa)
 {
-	return isa == PG_ISA_AVX512 ? pg_cpu_kernels_avx512() :
+	return isa == PG_ISA_AVX512VNNI ? pg_cpu_kernels_avx512vnni() :
+	       isa == PG_ISA_AVX512 ? pg_cpu_kernels_avx512() :
 	       isa == PG_ISA_AVX2 ? &pg_cpu_kernels_avx2 :
 	       &pg_cpu_kernels_scalar;
 }
@@ -2059,7 +2060,7 @@ static void check_env_value(const char *v, enum pg_cpu_isa hw)
 
 	setenv(PG_CPU_KERNELS_ENV, v, 1);
 	rc = pg_cpu_isa_forced(&isa, err, sizeof(err));
-	be = pg_cpu_backend_create(1, PG_ISA_AVX512);
+	be = pg_cpu_backend_create(1, PG_ISA_TOP);
 	if (want >= 0 && want <= (int)hw) {
 		CHECK(rc == 1 && isa == (enum pg_cpu_isa)want &&
 		      pg_cpu_isa_best() == isa, "%s=%s: forced %d, level %s",
@@ -2077,7 +2078,7 @@ static void check_env_value(const char *v, enum pg_cpu_isa hw)
 		int code = want < 0 ? EINVAL : ENOTSUP;
 
 		CHECK(rc == -code && strstr(err, v) &&
-		      strstr(err, want < 0 ? "use scalar, avx2 or avx512" :
+		      strstr(err, want < 0 ? "use scalar, avx2, avx512 or avx512vnni" :
 			     "this processor cannot run"),
 		      "%s=%s: %d, message \"%s\"", PG_CPU_KERNELS_ENV, v, rc,
 		      err);
@@ -2092,7 +2093,7 @@ static void check_env_value(const char *v, enum pg_cpu_isa hw)
 
 static void check_env(void)
 {
-	static const char *const bad[] = { "avx512vnni", "AVX2", "avx", " avx2" };
+	static const char *const bad[] = { "avx512bf16", "avxvnni", "AVX2", "avx", " avx2" };
 	const char *was = getenv(PG_CPU_KERNELS_ENV);
 	char *saved = was ? strdup(was) : NULL;
 	enum pg_cpu_isa hw = pg_cpu_isa_hw();
@@ -2103,7 +2104,7 @@ static void check_env(void)
 	setenv(PG_CPU_KERNELS_ENV, "", 1);
 	CHECK(pg_cpu_isa_forced(NULL, NULL, 0) == 0 && pg_cpu_isa_best() == hw,
 	      "%s empty: not the processor's best", PG_CPU_KERNELS_ENV);
-	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_AVX512; isa++)
+	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_TOP; isa++)
 		check_env_value(pg_cpu_isa_name((enum pg_cpu_isa)isa), hw);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		check_env_value(bad[i], hw);
@@ -2129,7 +2130,7 @@ static void open_backends(void)
 	char run[64] = "", skipped[256] = "";
 
 	top = pg_cpu_isa_best();
-	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_AVX512; isa++) {
+	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_TOP; isa++) {
 		const char *name = pg_cpu_isa_name((enum pg_cpu_isa)isa);
 		size_t len = strlen(skipped);
 

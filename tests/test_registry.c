@@ -26,7 +26,7 @@
 static void test_cpu(void)
 {
 	struct pg_backend_spec s = {
-		.kind = PG_BACKEND_CPU, .n_threads = 2, .isa = PG_ISA_AVX512,
+		.kind = PG_BACKEND_CPU, .n_threads = 2, .isa = PG_ISA_TOP,
 	};
 	struct pg_backend *be = NULL;
 	char err[512] = "";

@@ -91,7 +91,7 @@ struct pg_forward_params pg_forward_params_default(void)
 {
 	return (struct pg_forward_params){
 		.n_threads = 2,
-		.isa = PG_ISA_AVX512,
+		.isa = PG_ISA_TOP,
 		.max_batch_tokens = 512,
 		.n_pages = 0,
 		.page_tokens = 16,

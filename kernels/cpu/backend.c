@@ -18,7 +18,7 @@
 
 enum pg_cpu_isa pg_cpu_isa_hw(void)
 {
-	int avx2, avx512;
+	int avx2, avx512, vnni;
 
 	/* __builtin_cpu_supports also asks whether the OS saves the registers */
 	__builtin_cpu_init();
@@ -30,7 +30,9 @@ enum pg_cpu_isa pg_cpu_isa_hw(void)
 		 __builtin_cpu_supports("avx512bw") &&
 		 __builtin_cpu_supports("avx512vl") &&
 		 __builtin_cpu_supports("avx512dq");
-	return avx512 ? PG_ISA_AVX512 : avx2 ? PG_ISA_AVX2 : PG_ISA_SCALAR;
+	vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+	return vnni ? PG_ISA_AVX512VNNI : avx512 ? PG_ISA_AVX512 :
+	       avx2 ? PG_ISA_AVX2 : PG_ISA_SCALAR;
 }
 
 const char *pg_cpu_isa_name(enum pg_cpu_isa isa)
@@ -39,13 +41,14 @@ const char *pg_cpu_isa_name(enum pg_cpu_isa isa)
 	case PG_ISA_SCALAR: return "scalar";
 	case PG_ISA_AVX2: return "avx2";
 	case PG_ISA_AVX512: return "avx512";
+	case PG_ISA_AVX512VNNI: return "avx512vnni";
 	}
 	return "unknown";
 }
 
 int pg_cpu_isa_parse(const char *name)
 {
-	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_AVX512; isa++)
+	for (int isa = PG_ISA_SCALAR; isa <= PG_ISA_TOP; isa++)
 		if (!strcmp(name, pg_cpu_isa_name((enum pg_cpu_isa)isa)))
 			return isa;
 	return -1;
@@ -54,7 +57,9 @@ int pg_cpu_isa_parse(const char *name)
 /* What a level needs of the processor, for messages. */
 static const char *isa_needs(enum pg_cpu_isa isa)
 {
-	return isa == PG_ISA_AVX512 ?
+	return isa == PG_ISA_AVX512VNNI ?
+	       "AVX2, FMA, F16C and AVX-512 F, BW, VL, DQ and VNNI" :
+	       isa == PG_ISA_AVX512 ?
 	       "AVX2, FMA, F16C and AVX-512 F, BW, VL and DQ" :
 	       "AVX2, FMA and F16C";
 }
@@ -69,7 +74,7 @@ int pg_cpu_isa_forced(enum pg_cpu_isa *isa, char *err, size_t err_len)
 		return 0;
 	want = pg_cpu_isa_parse(v);
 	if (want < 0) {
-		snprintf(err, err_len, "%s=%s: no such table of CPU kernels; use scalar, avx2 or avx512, or unset it for the best this processor runs",
+		snprintf(err, err_len, "%s=%s: no such table of CPU kernels; use scalar, avx2, avx512 or avx512vnni, or unset it for the best this processor runs",
 			 PG_CPU_KERNELS_ENV, v);
 		return -EINVAL;
 	}
@@ -222,6 +227,7 @@ static const struct pg_backend_ops cpu_ops = {
 static const struct pg_cpu_kernels *kernels_for(enum pg_cpu_isa isa)
 {
 	switch (isa) {
+	case PG_ISA_AVX512VNNI: return pg_cpu_kernels_avx512vnni();
 	case PG_ISA_AVX512: return pg_cpu_kernels_avx512();
 	case PG_ISA_AVX2: return &pg_cpu_kernels_avx2;
 	default: return &pg_cpu_kernels_scalar;

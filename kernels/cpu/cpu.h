@@ -12,18 +12,27 @@
 
 /*
  * Instruction-set levels, from the portable scalar reference upwards: one
- * table of inner loops each (there is no VNNI table: the AVX-512 one is
- * built without VNNI and its integer dots are the AVX2 loops).
+ * table of inner loops each, every level running all the levels below it
+ * (a processor that runs a level runs those below).  The AVX-512 table's
+ * integer dots are the AVX2 loops; the AVX-512 VNNI table adds batched
+ * loops of 16 rows on vpdpbusd (gemm_vnni.c, kq_vnni.c).  AVX-VNNI (the
+ * 256-bit VEX form of processors without AVX-512) has no table yet: such
+ * processors run the AVX2 one.
  */
 enum pg_cpu_isa {
 	PG_ISA_SCALAR = 0,
 	PG_ISA_AVX2 = 1,	/* AVX2 + FMA + F16C */
 	PG_ISA_AVX512 = 2,	/* those + AVX-512 F/BW/VL/DQ */
+	PG_ISA_AVX512VNNI = 3,	/* those + AVX512_VNNI */
 };
 
+/* The highest level this library has a table for. */
+#define PG_ISA_TOP PG_ISA_AVX512VNNI
+
 /*
- * The environment variable that forces one table: "scalar", "avx2" or
- * "avx512" (unset or empty: the best the processor runs).  It stands in
+ * The environment variable that forces one table: "scalar", "avx2",
+ * "avx512" or "avx512vnni" (unset or empty: the best the processor
+ * runs).  It stands in
  * for the processor's best level everywhere (pg_cpu_isa_best), so that
  * one machine runs the paths of machines with less: pagodad and the tests
  * then use that table, and backends asked for a lower level still get the
@@ -54,7 +63,7 @@ enum pg_cpu_isa pg_cpu_isa_best(void);
  */
 int pg_cpu_isa_forced(enum pg_cpu_isa *isa, char *err, size_t err_len);
 
-/* pg_cpu_isa_name - "scalar", "avx2", "avx512". */
+/* pg_cpu_isa_name - "scalar", "avx2", "avx512", "avx512vnni". */
 const char *pg_cpu_isa_name(enum pg_cpu_isa isa);
 
 /* pg_cpu_isa_parse - the level of such a name, or -1 for any other. */

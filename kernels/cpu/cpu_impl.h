@@ -90,6 +90,16 @@ typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
 #define PG_GEMM_XP_BYTES(vt) 40	/* for either activation type */
 #define PG_GEMM8_KWORK 2848	/* the K-quants': per 256 columns */
 
+/*
+ * The same contract for 16 weight rows (w, w + w_stride, .. 15 of them):
+ * out[t * out_stride + r] for r < 16, bit for bit what gemm8 of the same
+ * numerics gives rows 0-7 and rows 8-15; work twice gemm8's (64-byte
+ * aligned) or NULL.  Packed: w at the first of two consecutive groups.
+ * The AVX-512 VNNI table's, which multiply 16 rows in one zmm register.
+ */
+#define PG_GEMM16_WORK (2 * PG_GEMM8_WORK)
+#define PG_GEMM16_KWORK (2 * PG_GEMM8_KWORK)
+
 /* Quantise n floats (a multiple of 32) to the activation type at dst. */
 typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
 
@@ -148,6 +158,12 @@ struct pg_cpu_kernels {
 	 * 8 tokens (the last: the rest, nt), for each block, the nt tokens' d
 	 * as floats then their nt x 32 quants (matmul.c lays it out) */
 	pg_gemm8_fn gemm8_q8_0;
+	/* optional: 16 rows x many tokens (PG_GEMM16_WORK above), used from
+	 * gemm8's token counts on where a matmul has 16 rows to give it */
+	pg_gemm8_fn gemm16_q4_0, gemm16_q4_1, gemm16_q5_0;
+	pg_gemm8_fn gemm16_q4x8_q4_0, gemm16_q4x8_q4_1, gemm16_q4x8_q5_0;
+	pg_gemm8_fn gemm16_q2_k, gemm16_q3_k, gemm16_q4_k, gemm16_q5_k,
+		    gemm16_q6_k;
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1, Q5_1 */
 	pg_quant_fn quant_q8_k;		/* activations for the K-quants */
@@ -225,6 +241,10 @@ extern const struct pg_cpu_kernels pg_cpu_kernels_avx2;
 /* pg_cpu_kernels_avx512 - the AVX-512 table: the AVX2 table with the
  * entries vec_avx512.c widens, made on the first call (thread-safe). */
 const struct pg_cpu_kernels *pg_cpu_kernels_avx512(void);
+/* pg_cpu_kernels_avx512vnni - the AVX-512 VNNI table: the AVX-512 one
+ * with the 16-row loops of gemm_vnni.c and kq_vnni.c, made on the first
+ * call (thread-safe). */
+const struct pg_cpu_kernels *pg_cpu_kernels_avx512vnni(void);
 
 /* A float's bits, and the float of some bits (no aliasing games). */
 static inline uint32_t pg_f32_bits(float f)
@@ -274,12 +294,13 @@ pg_dot4x2_fn pg_cpu_dot4x2_for(const struct pg_cpu_kernels *k,
  * The multi-row loops matmul runs for weights of type t in pagoda's
  * numerics (llama.cpp's Q4_1 order aside): pg_cpu_dot4_for and
  * pg_cpu_dot4x2_for's, and the Q5 and K-quant ones; *gemm8 the 8-row
- * loop (only with a dot4).  NULL where the table has none.
+ * loop (only with a dot4), *gemm16 the 16-row one.  NULL where the table has none.
  */
 struct pg_mm_loops {
 	pg_dot4_fn dot4;
 	pg_dot4x2_fn dot4x2;
 	pg_gemm8_fn gemm8;
+	pg_gemm8_fn gemm16;	/* the 16-row one (only with a gemm8) */
 };
 
 void pg_cpu_mm_loops(const struct pg_cpu_kernels *k, enum pg_dtype t,
@@ -451,6 +472,25 @@ void pg_gemm8_q4x8_q5_0_avx2(int64_t n, const void *w, size_t w_stride,
 			     const void *xp, int n_tok, float *out,
 			     size_t out_stride, void *work,
 			     const struct pg_cuts *cuts);
+
+/* The AVX-512 VNNI 16-row loops (gemm_vnni.c, kq_vnni.c). */
+#define PG_GEMM16_DECL(name)						\
+void pg_gemm16_##name##_vnni(int64_t n, const void *w, size_t w_stride,	\
+			     const void *xp, int n_tok, float *out,	\
+			     size_t out_stride, void *work,		\
+			     const struct pg_cuts *cuts)
+PG_GEMM16_DECL(q4_0);
+PG_GEMM16_DECL(q4_1);
+PG_GEMM16_DECL(q5_0);
+PG_GEMM16_DECL(q4x8_q4_0);
+PG_GEMM16_DECL(q4x8_q4_1);
+PG_GEMM16_DECL(q4x8_q5_0);
+PG_GEMM16_DECL(q2_k);
+PG_GEMM16_DECL(q3_k);
+PG_GEMM16_DECL(q4_k);
+PG_GEMM16_DECL(q5_k);
+PG_GEMM16_DECL(q6_k);
+
 float pg_dot_q4_1_llama_avx2(int64_t n, const void *w, const void *x);
 void pg_dot4_q4_1_llama_avx2(int64_t n, const void *w, size_t w_stride,
 			     const void *x, float *out,

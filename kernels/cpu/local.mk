@@ -28,7 +28,8 @@ kernels_libpgkernels_la_SOURCES = \
 	kernels/dtype.h
 kernels_libpgkernels_la_LIBADD = \
 	kernels/libpgkernels_avx2.la \
-	kernels/libpgkernels_avx512.la
+	kernels/libpgkernels_avx512.la \
+	kernels/libpgkernels_vnni.la
 
 # SIMD variants are compiled with their own flags and picked at run time.
 noinst_LTLIBRARIES += kernels/libpgkernels_avx2.la
@@ -37,6 +38,7 @@ kernels_libpgkernels_avx2_la_SOURCES = \
 	kernels/cpu/dot4x2_avx2.c \
 	kernels/cpu/dot_avx2.c \
 	kernels/cpu/gemm_avx2.c \
+	kernels/cpu/gemm_q4.h \
 	kernels/cpu/kq_avx2.c \
 	kernels/cpu/q4_avx2.c \
 	kernels/cpu/simd_avx2.h \
@@ -47,3 +49,8 @@ noinst_LTLIBRARIES += kernels/libpgkernels_avx512.la
 kernels_libpgkernels_avx512_la_SOURCES = \
 	kernels/cpu/vec_avx512.c
 kernels_libpgkernels_avx512_la_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
+
+noinst_LTLIBRARIES += kernels/libpgkernels_vnni.la
+kernels_libpgkernels_vnni_la_SOURCES = \
+	kernels/cpu/gemm_vnni.c
+kernels_libpgkernels_vnni_la_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni

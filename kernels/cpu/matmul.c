@@ -71,6 +71,9 @@ struct mm_ctx {
 	pg_gemm8_fn gemm8;	/* or NULL; used for n >= PG_MM_GEMM_MIN (the
 				 * K-quants' take xq itself, not xp) */
 	pg_gemm8_fn packed;	/* PG_LAYOUT_Q4X8: the loop for every n */
+	pg_gemm8_fn gemm16;	/* or NULL: gemm8's for 16 rows at once */
+	pg_gemm8_fn packed16;	/* or NULL: packed's for 2 groups, n >=
+				 * PG_MM_GEMM_MIN with work areas */
 	int q8;			/* gemm8 is Q8_0's: xp laid out by q8_prep */
 	int gemm_min;		/* tokens from which gemm8 runs */
 	enum pg_dtype vt;	/* the activations' type */
@@ -182,6 +185,12 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 	int t = 0;
 
 	if (c->packed) {	/* whole groups: n_rows % 8 == 0 */
+		if (c->packed16 && c->n >= PG_MM_GEMM_MIN && c->work_bytes)
+			for (; r + 16 <= r1; r += 16)
+				c->packed16(c->w->n_cols, (const uint8_t *)c->w->data +
+					    (size_t)r * c->w->row_bytes, 0, c->xp,
+					    c->n, c->y + r, (size_t)nr, work,
+					    c->cuts);
 		for (; r < r1; r += 8)
 			c->packed(c->w->n_cols, (const uint8_t *)c->w->data +
 				  (size_t)r * c->w->row_bytes, 0, c->xp, c->n,
@@ -190,6 +199,14 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 				  work : NULL, c->cuts);
 		goto bias;
 	}
+	if (c->gemm16 && (c->xp || (c->vt == PG_Q8_K &&
+				     c->n >= PG_MM_GEMM_MIN)))
+		for (; r + 16 <= r1; r += 16)
+			c->gemm16(c->w->n_cols, (const uint8_t *)c->w->data +
+				  (size_t)r * c->w->row_bytes, c->w->row_bytes,
+				  c->xp ? (const void *)c->xp : c->xq, c->n,
+				  c->y + r, (size_t)nr,
+				  c->work_bytes ? work : NULL, c->cuts);
 	if (c->xp || (c->gemm8 && c->vt == PG_Q8_K && c->n >= PG_MM_GEMM_MIN))
 		for (; r + 8 <= r1; r += 8)	/* Q8_K: the rows as they are */
 			c->gemm8(c->w->n_cols, (const uint8_t *)c->w->data +
@@ -322,8 +339,9 @@ void pg_gemm_prep(enum pg_dtype vt, const void *xq, int64_t n_blocks,
 /*
  * Quantise tokens then multiply, as many tokens a pass as scratch holds.
  * With gemm8 the scratch holds, in order: the activations laid out for it
- * (pg_gemm_prep), the quantised rows, then one work area a thread (32-byte
- * aligned); without, the quantised rows only.
+ * (pg_gemm_prep), the quantised rows, then one work area a thread (64-byte
+ * aligned, each as big as the 16-row loops need where they run); without,
+ * the quantised rows only.
  */
 static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 			 const float *x, int n, float *y)
@@ -336,18 +354,22 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 		/* Q8_K: the rows as they are (no xp); Q8_0: no work */
 		pb = c->vt == PG_Q8_K ? 0 :
 		     (size_t)(nc / PG_QK) * PG_GEMM_XP_BYTES(c->vt);
+		int wide = c->gemm16 || c->packed16;
+
 		c->work_bytes = c->q8 ? 0 : c->vt == PG_Q8_K ?
-				(size_t)(nc / PG_QK_K) * PG_GEMM8_KWORK :
-				(size_t)(nc / PG_QK) * PG_GEMM8_WORK;
+				(size_t)(nc / PG_QK_K) * (wide ? PG_GEMM16_KWORK :
+							  PG_GEMM8_KWORK) :
+				(size_t)(nc / PG_QK) * (wide ? PG_GEMM16_WORK :
+							PG_GEMM8_WORK);
 		fixed = n >= c->gemm_min ?
-			32 + (size_t)cpu->n_threads * c->work_bytes : 0;
+			64 + (size_t)cpu->n_threads * c->work_bytes : 0;
 		if (mm_scratch(cpu, (rb + pb) * (size_t)n + fixed) <
 		    (rb + pb) * (size_t)c->gemm_min + fixed) {
 			if (c->packed) {	/* no memory: no work areas */
 				fixed = 0;
 				c->work_bytes = 0;
 			} else {	/* no memory: the tiles */
-				c->gemm8 = NULL;
+				c->gemm8 = c->gemm16 = NULL;
 				pb = fixed = 0;
 			}
 		}
@@ -363,7 +385,7 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 			cpu->scratch : NULL;
 		c->xq = c->xq_out = (uint8_t *)cpu->scratch + pb * (size_t)c->n;
 		end = (uint8_t *)c->xq_out + rb * (size_t)c->n;
-		c->work = end + (-(uintptr_t)end & 31);
+		c->work = end + (-(uintptr_t)end & 63);
 		if ((int64_t)c->n * nc / PG_QK >=
 		    (int64_t)PG_MM_QUANT_PAR * cpu->n_threads)
 			pg_pool_run(cpu->pool, mm_quant_worker, c);
@@ -380,23 +402,28 @@ void pg_cpu_mm_loops(const struct pg_cpu_kernels *k, enum pg_dtype t,
 	l->dot4x2 = pg_cpu_dot4x2_for(k, t);
 	l->gemm8 = t == PG_Q4_0 ? k->gemm8_q4_0 : t == PG_Q4_1 ? k->gemm8_q4_1 :
 		   t == PG_Q5_0 ? k->gemm8_q5_0 : NULL;
+	l->gemm16 = t == PG_Q4_0 ? k->gemm16_q4_0 :
+		    t == PG_Q4_1 ? k->gemm16_q4_1 :
+		    t == PG_Q5_0 ? k->gemm16_q5_0 : NULL;
 	switch (t) {
 	case PG_Q5_0: l->dot4 = k->dot4_q5_0, l->dot4x2 = k->dot4x2_q5_0; break;
 	case PG_Q5_1: l->dot4 = k->dot4_q5_1, l->dot4x2 = k->dot4x2_q5_1; break;
 	case PG_Q2_K: l->dot4 = k->dot4_q2_k, l->dot4x2 = k->dot4x2_q2_k;
-		l->gemm8 = k->gemm8_q2_k; break;
+		l->gemm8 = k->gemm8_q2_k, l->gemm16 = k->gemm16_q2_k; break;
 	case PG_Q3_K: l->dot4 = k->dot4_q3_k, l->dot4x2 = k->dot4x2_q3_k;
-		l->gemm8 = k->gemm8_q3_k; break;
+		l->gemm8 = k->gemm8_q3_k, l->gemm16 = k->gemm16_q3_k; break;
 	case PG_Q4_K: l->dot4 = k->dot4_q4_k, l->dot4x2 = k->dot4x2_q4_k;
-		l->gemm8 = k->gemm8_q4_k; break;
+		l->gemm8 = k->gemm8_q4_k, l->gemm16 = k->gemm16_q4_k; break;
 	case PG_Q5_K: l->dot4 = k->dot4_q5_k, l->dot4x2 = k->dot4x2_q5_k;
-		l->gemm8 = k->gemm8_q5_k; break;
+		l->gemm8 = k->gemm8_q5_k, l->gemm16 = k->gemm16_q5_k; break;
 	case PG_Q6_K: l->dot4 = k->dot4_q6_k, l->dot4x2 = k->dot4x2_q6_k;
-		l->gemm8 = k->gemm8_q6_k; break;
+		l->gemm8 = k->gemm8_q6_k, l->gemm16 = k->gemm16_q6_k; break;
 	default: break;
 	}
 	if (!l->dot4)
 		l->gemm8 = NULL;
+	if (!l->gemm8)
+		l->gemm16 = NULL;
 }
 
 /* The table's loop for matrices of type t packed by pg_cpu_q4x8_pack,
@@ -407,6 +434,18 @@ static pg_gemm8_fn q4x8_loop(const struct pg_cpu_kernels *k, enum pg_dtype t)
 	case PG_Q4_0: return k->gemm8_q4x8_q4_0;
 	case PG_Q4_1: return k->gemm8_q4x8_q4_1;
 	case PG_Q5_0: return k->gemm8_q4x8_q5_0;
+	default: return NULL;
+	}
+}
+
+/* The same for two such groups at once (16 rows), or NULL. */
+static pg_gemm8_fn q4x16_loop(const struct pg_cpu_kernels *k,
+			      enum pg_dtype t)
+{
+	switch (t) {
+	case PG_Q4_0: return k->gemm16_q4x8_q4_0;
+	case PG_Q4_1: return k->gemm16_q4x8_q4_1;
+	case PG_Q5_0: return k->gemm16_q4x8_q5_0;
 	default: return NULL;
 	}
 }
@@ -450,6 +489,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 		c.dot4 = cpu->k->dot4_q4_1_llama;
 		c.dot4x2 = cpu->k->dot4x2_q4_1_llama;
 		loops.gemm8 = cpu->k->gemm8_q4_1_llama;
+		loops.gemm16 = NULL;
 	}
 	if (n_parts > PG_MM_MAX_PARTS || vt == PG_F32)
 		c.cuts = NULL;	/* no multi-row loops: dot part by part */
@@ -467,15 +507,18 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	c.quant = vt == PG_Q8_1 ? cpu->k->quant_q8_1 :
 		  vt == PG_Q8_K ? cpu->k->quant_q8_k : cpu->k->quant_q8_0;
 	c.gemm8 = c.dot4 ? loops.gemm8 : NULL;
+	c.gemm16 = c.gemm8 ? loops.gemm16 : NULL;
 	c.gemm_min = PG_MM_GEMM_MIN;
 	if (w->type == PG_Q8_0 && c.dot4 && cpu->k->gemm8_q8_0) {
 		/* one weight block for 8 tokens: pays from 6 on (tiles below) */
 		c.gemm8 = cpu->k->gemm8_q8_0;
+		c.gemm16 = NULL;
 		c.q8 = 1;
 		c.gemm_min = 6;
 	}
 	if (w->layout == PG_LAYOUT_Q4X8) {	/* pg_cpu_q4x8_pack made it */
 		c.packed = q4x8_loop(cpu->k, w->type);
+		c.packed16 = cpu->llama ? NULL : q4x16_loop(cpu->k, w->type);
 		if (!c.packed) {	/* packed for another backend: cpu.h */
 			size_t ny = (size_t)n * (size_t)w->n_rows *
 				    (size_t)(sum ? 1 : n_parts);

@@ -1,0 +1,291 @@
+/*
+ * gemm_vnni.c - AVX-512 VNNI batched matmul of Q4_0, Q4_1 and Q5_0
+ * weights, 16 rows x many tokens, in pagoda's numerics: the loops of the
+ * avx512vnni table that gemm_avx2.c's 8-row loops are in the AVX2 one,
+ * bit for bit their results.
+ *
+ * The blocks are gemm_avx2.c's repacked blocks (gemm_q4.h), two groups of
+ * 8 rows joined: zmm lanes 0-7 hold rows 0-7, lanes 8-15 rows 8-15.  A
+ * token's chunk of 4 activation bytes (pg_gemm_prep's layout) is then one
+ * vpdpbusd of its 64 weight bytes, the 4 bytes broadcast from memory
+ * ({1to16}): 64 products summed into each row's int32 lane, where the
+ * AVX2 loops spend two maddubs and a share of a madd on 32.  Every
+ * product and sum is exact in int32 (|block| <= 32 x 31 x 128), so the
+ * block's integer is the AVX2 loops' whatever the order of its adds; the
+ * offsets (Q4_0's -8 x the block's sum of x, Q5_0's -16 x) start the
+ * sums instead of being added at the end, which is the same integer.
+ * The floats then go exactly as there, lane by lane: one conversion and
+ * fma of d_w d_x a block, Q4_1's mins in a second chain, added at the end
+ * of each cut.
+ *
+ * GV tokens a pass: the block's 8 weight vectors and its scales are
+ * loaded once for them, and each token's block sum runs in two chains of
+ * 4 vpdpbusd (even and odd chunks), so that 2 GV chains are in flight.
+ *
+ * Compiled with -mavx2 -mfma -mf16c -mavx512f/bw/vl/dq -mavx512vnni;
+ * reached only through the avx512vnni table.
+ */
+#include <pthread.h>
+
+#include "kernels/cpu/gemm_q4.h"
+
+/* Two repacked blocks of 8 rows side by side; PG_GEMM16_WORK bytes. */
+struct gemm16_block {
+	__m512i wa[4];		/* gemm_block's wa[c], rows 0-7 then 8-15 */
+	__m512i wb[4];
+	__m512 d;		/* the rows' scales */
+	__m512 m;		/* the rows' mins (Q4_1) */
+};
+
+_Static_assert(sizeof(struct gemm16_block) == PG_GEMM16_WORK,
+	       "PG_GEMM16_WORK is the size of a joined block");
+
+#define GV 4	/* tokens a pass (register blocking) */
+
+/* The blocks of rows 0-7 (a) and 8-15 (b) as one. */
+static inline __attribute__((always_inline)) void
+join(const struct gemm_block *a, const struct gemm_block *b,
+     struct gemm16_block *o)
+{
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++) {
+		o->wa[c] = _mm512_inserti64x4(_mm512_castsi256_si512(a->wa[c]),
+					      b->wa[c], 1);
+		o->wb[c] = _mm512_inserti64x4(_mm512_castsi256_si512(a->wb[c]),
+					      b->wb[c], 1);
+	}
+	o->d = _mm512_insertf32x8(_mm512_castps256_ps512(a->d), b->d, 1);
+	o->m = _mm512_insertf32x8(_mm512_castps256_ps512(a->m), b->m, 1);
+}
+
+/* 4 bytes at p in all 16 lanes (a broadcast operand of vpdpbusd). */
+static inline __m512i bcast4x16(const uint8_t *p)
+{
+	int32_t v;
+
+	__builtin_memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+/*
+ * Blocks i0 .. i1 - 1 of buf against nt (<= GV) tokens at xb, xs bytes
+ * apart (xb: the first token's block i0); v[t]: token t's 16 values.
+ */
+static inline __attribute__((always_inline)) void
+part16(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
+       int64_t i1, const uint8_t *xb, size_t xs, int nt, __m512 v[GV])
+{
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
+	__m512 acc[GV], ms[GV];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < nt; t++)
+		acc[t] = ms[t] = _mm512_setzero_ps();
+	for (int64_t i = i0; i < i1; i++, xb += pb) {
+		const struct gemm16_block *b = &buf[i];
+		__m512i w[8];
+
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			w[2 * c] = _mm512_load_si512(&b->wa[c]);
+			w[2 * c + 1] = _mm512_load_si512(&b->wb[c]);
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++) {
+			const uint8_t *x = xb + (size_t)t * xs;
+			const float *xf = (const float *)(x + 32);
+			__m512i s0, s1 = _mm512_setzero_si512();
+			int32_t off;
+
+			__builtin_memcpy(&off, x + 36, 4);
+			/* Q4_0: - 8 x the block's sum of x; Q5_0: twice that */
+			s0 = k == G_Q4_0 ? _mm512_set1_epi32(off) :
+			     k == G_Q5_0 ? _mm512_set1_epi32(2 * off) :
+			     _mm512_setzero_si512();
+#pragma GCC unroll 4
+			for (int c = 0; c < 4; c++) {
+				s0 = _mm512_dpbusd_epi32(s0, w[2 * c],
+							 bcast4x16(x + 8 * c));
+				s1 = _mm512_dpbusd_epi32(s1, w[2 * c + 1],
+							 bcast4x16(x + 8 * c + 4));
+			}
+			acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(b->d, _mm512_set1_ps(xf[0])),
+						 _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+						 acc[t]);
+			if (k == G_Q4_1)
+				ms[t] = _mm512_fmadd_ps(b->m, _mm512_set1_ps(xf[1]),
+							ms[t]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < nt; t++)
+		v[t] = k == G_Q4_1 ? _mm512_add_ps(acc[t], ms[t]) : acc[t];
+}
+
+/* nt tokens from token t0 against buf, cut by cut (gemm8's outputs). */
+static inline __attribute__((always_inline)) void
+sweep16_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
+	    const void *xp, int t0, int nt, float *out, size_t os,
+	    const struct pg_cuts *cuts)
+{
+	int np = cuts ? cuts->n : 1;
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
+	size_t xs = (size_t)nb * pb;
+	const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xs;
+	__m512 run[GV], v[GV];
+	int64_t i = 0;
+
+#pragma GCC unroll 4
+	for (int t = 0; t < GV; t++)
+		run[t] = _mm512_setzero_ps();
+	for (int p = 0; p < np; p++) {
+		int64_t end = cuts ? cuts->end[p] : nb;
+
+		part16(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v);
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++) {
+			size_t off = (size_t)(t0 + t) * os;
+
+			if (!pg_cuts_summed(cuts))
+				_mm512_storeu_ps(pg_cuts_out(cuts, p, out) + off,
+						 v[t]);
+			else	/* the earlier cuts, then this */
+				run[t] = p ? _mm512_add_ps(run[t], v[t]) : v[t];
+		}
+		i = end;
+	}
+	if (pg_cuts_summed(cuts))
+#pragma GCC unroll 4
+		for (int t = 0; t < nt; t++)
+			_mm512_storeu_ps(out + (size_t)(t0 + t) * os, run[t]);
+}
+
+/* Every token against buf, GV a pass, the rest with a constant count. */
+static inline __attribute__((always_inline)) void
+sweep16(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
+	const void *xp, int n_tok, float *out, size_t os,
+	const struct pg_cuts *cuts)
+{
+	int t = 0;
+
+	for (; t + GV <= n_tok; t += GV)
+		sweep16_tok(k, buf, nb, xp, t, GV, out, os, cuts);
+	switch (n_tok - t) {
+	case 3: sweep16_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
+	case 2: sweep16_tok(k, buf, nb, xp, t, 2, out, os, cuts); break;
+	case 1: sweep16_tok(k, buf, nb, xp, t, 1, out, os, cuts); break;
+	default: break;
+	}
+}
+
+/* 16 rows as they are (ws apart): repacked into work, then swept. */
+static inline __attribute__((always_inline)) void
+gemm16(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
+       int n_tok, float *out, size_t os, void *work,
+       const struct pg_cuts *cuts)
+{
+	struct gemm16_block *buf = work;
+	const uint8_t *w8 = (const uint8_t *)w + 8 * ws;
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		struct gemm_block a, b;
+
+		repack(k, w, ws, i, &a);
+		repack(k, w8, ws, i, &b);
+		join(&a, &b, &buf[i]);
+	}
+	sweep16(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
+}
+
+/* Two consecutive packed groups (pg_cpu_q4x8_pack) at w, expanded into
+ * work once and swept. */
+static inline __attribute__((always_inline)) void
+gemm16_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
+	      int n_tok, float *out, size_t os, void *work,
+	      const struct pg_cuts *cuts)
+{
+	struct gemm16_block *buf = work;
+	const uint8_t *pk = w;
+	const uint8_t *pk8 = pk + (size_t)(n / PG_QK) * packed_bytes(k);
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		struct gemm_block a, b;
+
+		expand(k, pk + (size_t)i * packed_bytes(k), &a);
+		expand(k, pk8 + (size_t)i * packed_bytes(k), &b);
+		join(&a, &b, &buf[i]);
+	}
+	sweep16(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
+}
+
+/*
+ * The entry points.  Without work (matmul gives one wherever these run)
+ * each falls back on the 8-row AVX2 loop twice, which says what that
+ * means for it.
+ */
+#define GEMM16_ROWS(name, kind)						\
+void pg_gemm16_##name##_vnni(int64_t n, const void *w, size_t ws,	\
+			     const void *xp, int n_tok, float *out,	\
+			     size_t os, void *work,			\
+			     const struct pg_cuts *cuts)		\
+{									\
+	if (!work) {							\
+		pg_gemm8_##name##_avx2(n, w, ws, xp, n_tok, out, os,	\
+				       NULL, cuts);			\
+		pg_gemm8_##name##_avx2(n, (const uint8_t *)w + 8 * ws,	\
+				       ws, xp, n_tok, out + 8, os,	\
+				       NULL, cuts);			\
+		return;							\
+	}								\
+	gemm16(kind, n, w, ws, xp, n_tok, out, os, work, cuts);		\
+}
+
+#define GEMM16_PACKED(name, kind)					\
+void pg_gemm16_q4x8_##name##_vnni(int64_t n, const void *w, size_t ws,	\
+				  const void *xp, int n_tok,		\
+				  float *out, size_t os, void *work,	\
+				  const struct pg_cuts *cuts)		\
+{									\
+	if (!work) {							\
+		const uint8_t *w8 = (const uint8_t *)w +		\
+			(size_t)(n / PG_QK) * packed_bytes(kind);	\
+									\
+		pg_gemm8_q4x8_##name##_avx2(n, w, ws, xp, n_tok, out,	\
+					    os, NULL, cuts);		\
+		pg_gemm8_q4x8_##name##_avx2(n, w8, ws, xp, n_tok,	\
+					    out + 8, os, NULL, cuts);	\
+		return;							\
+	}								\
+	gemm16_packed(kind, n, w, xp, n_tok, out, os, work, cuts);	\
+}
+
+GEMM16_ROWS(q4_0, G_Q4_0)
+GEMM16_ROWS(q4_1, G_Q4_1)
+GEMM16_ROWS(q5_0, G_Q5_0)
+GEMM16_PACKED(q4_0, G_Q4_0)
+GEMM16_PACKED(q4_1, G_Q4_1)
+GEMM16_PACKED(q5_0, G_Q5_0)
+
+/* ---- the avx512vnni table ---- */
+
+static struct pg_cpu_kernels vnni;
+static pthread_once_t vnni_once = PTHREAD_ONCE_INIT;
+
+/* The AVX-512 table, then the 16-row loops. */
+static void vnni_make(void)
+{
+	vnni = *pg_cpu_kernels_avx512();
+	vnni.isa = PG_ISA_AVX512VNNI;
+	vnni.gemm16_q4_0 = pg_gemm16_q4_0_vnni;
+	vnni.gemm16_q4_1 = pg_gemm16_q4_1_vnni;
+	vnni.gemm16_q5_0 = pg_gemm16_q5_0_vnni;
+	vnni.gemm16_q4x8_q4_0 = pg_gemm16_q4x8_q4_0_vnni;
+	vnni.gemm16_q4x8_q4_1 = pg_gemm16_q4x8_q4_1_vnni;
+	vnni.gemm16_q4x8_q5_0 = pg_gemm16_q4x8_q5_0_vnni;
+}
+
+const struct pg_cpu_kernels *pg_cpu_kernels_avx512vnni(void)
+{
+	pthread_once(&vnni_once, vnni_make);
+	return &vnni;
+}
