@@ -20,7 +20,9 @@
  *
  * GV tokens a pass: the block's 8 weight vectors and its scales are
  * loaded once for them, and each token's block sum runs in two chains of
- * 4 vpdpbusd (even and odd chunks), so that 2 GV chains are in flight.
+ * 4 vpdpbusd (even and odd chunks), so that 2 GV chains are in flight;
+ * Q4_1's mins, a chain of their own, take a second pass over the blocks,
+ * which leaves the registers to the sums.
  *
  * Compiled with -mavx2 -mfma -mf16c -mavx512f/bw/vl/dq -mavx512vnni;
  * reached only through the avx512vnni table.
@@ -40,7 +42,7 @@ struct gemm16_block {
 _Static_assert(sizeof(struct gemm16_block) == PG_GEMM16_WORK,
 	       "PG_GEMM16_WORK is the size of a joined block");
 
-#define GV 4	/* tokens a pass (register blocking) */
+#define GV 6	/* tokens a pass (register blocking) */
 
 /* The blocks of rows 0-7 (a) and 8-15 (b) as one. */
 static inline __attribute__((always_inline)) void
@@ -76,9 +78,10 @@ part16(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
        int64_t i1, const uint8_t *xb, size_t xs, int nt, __m512 v[GV])
 {
 	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
+	const uint8_t *xm = xb;
 	__m512 acc[GV], ms[GV];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 	for (int t = 0; t < nt; t++)
 		acc[t] = ms[t] = _mm512_setzero_ps();
 	for (int64_t i = i0; i < i1; i++, xb += pb) {
@@ -90,7 +93,7 @@ part16(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
 			w[2 * c] = _mm512_load_si512(&b->wa[c]);
 			w[2 * c + 1] = _mm512_load_si512(&b->wb[c]);
 		}
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 		for (int t = 0; t < nt; t++) {
 			const uint8_t *x = xb + (size_t)t * xs;
 			const float *xf = (const float *)(x + 32);
@@ -112,12 +115,18 @@ part16(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
 			acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(b->d, _mm512_set1_ps(xf[0])),
 						 _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
 						 acc[t]);
-			if (k == G_Q4_1)
-				ms[t] = _mm512_fmadd_ps(b->m, _mm512_set1_ps(xf[1]),
-							ms[t]);
 		}
 	}
-#pragma GCC unroll 4
+	/* Q4_1's mins: their own chain, so a pass of its own (registers) */
+	for (int64_t i = i0; k == G_Q4_1 && i < i1; i++, xm += pb) {
+		const struct gemm16_block *b = &buf[i];
+
+#pragma GCC unroll 6
+		for (int t = 0; t < nt; t++)
+			ms[t] = _mm512_fmadd_ps(b->m, _mm512_set1_ps(
+				((const float *)(xm + (size_t)t * xs + 32))[1]), ms[t]);
+	}
+#pragma GCC unroll 6
 	for (int t = 0; t < nt; t++)
 		v[t] = k == G_Q4_1 ? _mm512_add_ps(acc[t], ms[t]) : acc[t];
 }
@@ -135,14 +144,14 @@ sweep16_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 	__m512 run[GV], v[GV];
 	int64_t i = 0;
 
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 	for (int t = 0; t < GV; t++)
 		run[t] = _mm512_setzero_ps();
 	for (int p = 0; p < np; p++) {
 		int64_t end = cuts ? cuts->end[p] : nb;
 
 		part16(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 		for (int t = 0; t < nt; t++) {
 			size_t off = (size_t)(t0 + t) * os;
 
@@ -155,7 +164,7 @@ sweep16_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 		i = end;
 	}
 	if (pg_cuts_summed(cuts))
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 		for (int t = 0; t < nt; t++)
 			_mm512_storeu_ps(out + (size_t)(t0 + t) * os, run[t]);
 }
@@ -171,6 +180,8 @@ sweep16(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 	for (; t + GV <= n_tok; t += GV)
 		sweep16_tok(k, buf, nb, xp, t, GV, out, os, cuts);
 	switch (n_tok - t) {
+	case 5: sweep16_tok(k, buf, nb, xp, t, 5, out, os, cuts); break;
+	case 4: sweep16_tok(k, buf, nb, xp, t, 4, out, os, cuts); break;
 	case 3: sweep16_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
 	case 2: sweep16_tok(k, buf, nb, xp, t, 2, out, os, cuts); break;
 	case 1: sweep16_tok(k, buf, nb, xp, t, 1, out, os, cuts); break;
