@@ -18,9 +18,10 @@
  * fma of d_w d_x a block, Q4_1's mins in a second chain, added at the end
  * of each cut.
  *
- * GV tokens a pass: the block's 8 weight vectors and its scales are
- * loaded once for them, and each token's block sum runs in two chains of
- * 4 vpdpbusd (even and odd chunks), so that 2 GV chains are in flight;
+ * GV tokens a pass: each of the block's 8 weight vectors is loaded once
+ * for them and used at once (chunk by chunk, so that only two are live
+ * and the sums stay in registers), and each token's block sum runs in
+ * two chains of 4 vpdpbusd (wa and wb), so that 2 GV chains are in flight;
  * Q4_1's mins, a chain of their own, take a second pass over the blocks,
  * which leaves the registers to the sums.
  *
@@ -42,7 +43,9 @@ struct gemm16_block {
 _Static_assert(sizeof(struct gemm16_block) == PG_GEMM16_WORK,
 	       "PG_GEMM16_WORK is the size of a joined block");
 
-#define GV 6	/* tokens a pass (register blocking) */
+#ifndef GV
+#define GV 8	/* tokens a pass (register blocking) */
+#endif
 
 /* The blocks of rows 0-7 (a) and 8-15 (b) as one. */
 static inline __attribute__((always_inline)) void
@@ -81,39 +84,45 @@ part16(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
 	const uint8_t *xm = xb;
 	__m512 acc[GV], ms[GV];
 
-#pragma GCC unroll 6
+#pragma GCC unroll 8
 	for (int t = 0; t < nt; t++)
 		acc[t] = ms[t] = _mm512_setzero_ps();
 	for (int64_t i = i0; i < i1; i++, xb += pb) {
 		const struct gemm16_block *b = &buf[i];
-		__m512i w[8];
+		__m512i s0[GV], s1[GV];
 
-#pragma GCC unroll 4
-		for (int c = 0; c < 4; c++) {
-			w[2 * c] = _mm512_load_si512(&b->wa[c]);
-			w[2 * c + 1] = _mm512_load_si512(&b->wb[c]);
-		}
-#pragma GCC unroll 6
+#pragma GCC unroll 8
 		for (int t = 0; t < nt; t++) {
-			const uint8_t *x = xb + (size_t)t * xs;
-			const float *xf = (const float *)(x + 32);
-			__m512i s0, s1 = _mm512_setzero_si512();
 			int32_t off;
 
-			__builtin_memcpy(&off, x + 36, 4);
+			__builtin_memcpy(&off, xb + (size_t)t * xs + 36, 4);
 			/* Q4_0: - 8 x the block's sum of x; Q5_0: twice that */
-			s0 = k == G_Q4_0 ? _mm512_set1_epi32(off) :
-			     k == G_Q5_0 ? _mm512_set1_epi32(2 * off) :
-			     _mm512_setzero_si512();
+			s0[t] = k == G_Q4_0 ? _mm512_set1_epi32(off) :
+				k == G_Q5_0 ? _mm512_set1_epi32(2 * off) :
+				_mm512_setzero_si512();
+			s1[t] = _mm512_setzero_si512();
+		}
+		/* chunk by chunk: two weight vectors live, the sums in
+		 * registers */
 #pragma GCC unroll 4
-			for (int c = 0; c < 4; c++) {
-				s0 = _mm512_dpbusd_epi32(s0, w[2 * c],
-							 bcast4x16(x + 8 * c));
-				s1 = _mm512_dpbusd_epi32(s1, w[2 * c + 1],
-							 bcast4x16(x + 8 * c + 4));
+		for (int c = 0; c < 4; c++) {
+			__m512i wa = _mm512_load_si512(&b->wa[c]);
+			__m512i wb = _mm512_load_si512(&b->wb[c]);
+
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				const uint8_t *x = xb + (size_t)t * xs + 8 * c;
+
+				s0[t] = _mm512_dpbusd_epi32(s0[t], wa, bcast4x16(x));
+				s1[t] = _mm512_dpbusd_epi32(s1[t], wb, bcast4x16(x + 4));
 			}
+		}
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++) {
+			const float *xf = (const float *)(xb + (size_t)t * xs + 32);
+
 			acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(b->d, _mm512_set1_ps(xf[0])),
-						 _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+						 _mm512_cvtepi32_ps(_mm512_add_epi32(s0[t], s1[t])),
 						 acc[t]);
 		}
 	}
@@ -121,12 +130,12 @@ part16(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
 	for (int64_t i = i0; k == G_Q4_1 && i < i1; i++, xm += pb) {
 		const struct gemm16_block *b = &buf[i];
 
-#pragma GCC unroll 6
+#pragma GCC unroll 8
 		for (int t = 0; t < nt; t++)
 			ms[t] = _mm512_fmadd_ps(b->m, _mm512_set1_ps(
 				((const float *)(xm + (size_t)t * xs + 32))[1]), ms[t]);
 	}
-#pragma GCC unroll 6
+#pragma GCC unroll 8
 	for (int t = 0; t < nt; t++)
 		v[t] = k == G_Q4_1 ? _mm512_add_ps(acc[t], ms[t]) : acc[t];
 }
@@ -144,14 +153,14 @@ sweep16_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 	__m512 run[GV], v[GV];
 	int64_t i = 0;
 
-#pragma GCC unroll 6
+#pragma GCC unroll 8
 	for (int t = 0; t < GV; t++)
 		run[t] = _mm512_setzero_ps();
 	for (int p = 0; p < np; p++) {
 		int64_t end = cuts ? cuts->end[p] : nb;
 
 		part16(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v);
-#pragma GCC unroll 6
+#pragma GCC unroll 8
 		for (int t = 0; t < nt; t++) {
 			size_t off = (size_t)(t0 + t) * os;
 
@@ -164,7 +173,7 @@ sweep16_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 		i = end;
 	}
 	if (pg_cuts_summed(cuts))
-#pragma GCC unroll 6
+#pragma GCC unroll 8
 		for (int t = 0; t < nt; t++)
 			_mm512_storeu_ps(out + (size_t)(t0 + t) * os, run[t]);
 }
@@ -180,6 +189,8 @@ sweep16(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 	for (; t + GV <= n_tok; t += GV)
 		sweep16_tok(k, buf, nb, xp, t, GV, out, os, cuts);
 	switch (n_tok - t) {
+	case 7: sweep16_tok(k, buf, nb, xp, t, 7, out, os, cuts); break;
+	case 6: sweep16_tok(k, buf, nb, xp, t, 6, out, os, cuts); break;
 	case 5: sweep16_tok(k, buf, nb, xp, t, 5, out, os, cuts); break;
 	case 4: sweep16_tok(k, buf, nb, xp, t, 4, out, os, cuts); break;
 	case 3: sweep16_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
