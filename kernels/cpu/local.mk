@@ -40,6 +40,7 @@ kernels_libpgkernels_avx2_la_SOURCES = \
 	kernels/cpu/gemm_avx2.c \
 	kernels/cpu/gemm_q4.h \
 	kernels/cpu/kq_avx2.c \
+	kernels/cpu/kq_blocks.h \
 	kernels/cpu/q4_avx2.c \
 	kernels/cpu/simd_avx2.h \
 	kernels/cpu/vec_avx2.c
@@ -52,5 +53,6 @@ kernels_libpgkernels_avx512_la_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -mavx51
 
 noinst_LTLIBRARIES += kernels/libpgkernels_vnni.la
 kernels_libpgkernels_vnni_la_SOURCES = \
-	kernels/cpu/gemm_vnni.c
+	kernels/cpu/gemm_vnni.c \
+	kernels/cpu/kq_vnni.c
 kernels_libpgkernels_vnni_la_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni

@@ -1,0 +1,345 @@
+/*
+ * kq_vnni.c - AVX-512 VNNI batched matmul of Q4_K and Q6_K weights, 16
+ * rows x many tokens, in pagoda's numerics: the loops of the avx512vnni
+ * table that kq_avx2.c's repacked 8-row loops are in the AVX2 one, bit
+ * for bit their results.
+ *
+ * The super-blocks are kq_avx2.c's (kq_blocks.h), two groups of 8 rows
+ * joined into zmm registers, rows 0-7 in lanes 0-7 and rows 8-15 in
+ * lanes 8-15.  A chunk of 4 activation bytes is one vpdpbusd of the 64
+ * weight bytes of its 16 rows, so a sub-block's products sum straight
+ * into int32 (Q4_K: 32 of up to 15 x 128; Q6_K: 16 of up to 63 x 128:
+ * far from overflow), where the AVX2 loops sum pairs in int16 and widen
+ * with madd by the scales; here the sub-block's sum is multiplied by its
+ * scale in int32 (vpmulld).  The integers are exact either way, so each
+ * row's super-block integer is the AVX2 loops' one; the mins (Q4_K) and
+ * the -32 offsets (Q6_K) go against Q8_K's bsums by madd exactly as
+ * there, and the floats follow in the same order, lane by lane.
+ *
+ * GK tokens a pass: each weight vector is loaded once for them and used
+ * at once; each token's sub-block sum runs in two chains (even and odd
+ * chunks), 2 GK chains in flight to cover vpdpbusd's latency.  Below
+ * KG16_MIN tokens, or without work, the AVX2 loop runs each half of the
+ * rows (what pays there: no repacking).
+ *
+ * Compiled with -mavx2 -mfma -mf16c -mavx512f/bw/vl/dq -mavx512vnni;
+ * reached only through the avx512vnni table.
+ */
+#include "kernels/cpu/kq_blocks.h"
+
+#define GK 8		/* tokens a pass */
+#define KG16_MIN 16	/* tokens from which the repacking pays */
+
+/* Q4_K, 16 rows: kg8_block's fields joined, the scales as int32. */
+struct kq16_q4_k {
+	__m512i q[64];		/* chunk c of the 16 rows */
+	__m512i sc[8];		/* sub-block j's scale, row r in lane r */
+	__m512i mn[8];		/* its mins, kg8_block's int16 pairs */
+	__m512 d, dmin;
+};
+
+/* Q6_K, 16 rows: kg6_block's fields joined, the scales as int32. */
+struct kq16_q6_k {
+	__m512i q[64];
+	__m512i sc[16];		/* sub-block j's (signed) scale, row r in lane r */
+	__m512i off[8];		/* kg6_block's int16 pairs */
+	__m512 d;
+};
+
+_Static_assert(sizeof(struct kq16_q4_k) <= PG_GEMM16_KWORK &&
+	       sizeof(struct kq16_q6_k) <= PG_GEMM16_KWORK,
+	       "PG_GEMM16_KWORK holds a joined Q4_K or Q6_K super-block");
+
+static inline __m512i join_i(__m256i lo, __m256i hi)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+static inline __m512 join_f(__m256 lo, __m256 hi)
+{
+	return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+/* A row's int16 scale, repeated in both halves of its 32-bit lane, as an
+ * int32: unsigned (Q4_K's 6 bits) or sign-extended (Q6_K's int8). */
+static inline __m512i scale32(__m512i pair, int is_signed)
+{
+	return is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16) :
+	       _mm512_and_si512(pair, _mm512_set1_epi32(0xffff));
+}
+
+/* Super-block i of the 16 Q4_K rows at w into *o. */
+static void repack16_q4_k(const uint8_t *w, size_t ws, int64_t i,
+			  struct kq16_q4_k *o)
+{
+	struct kg8_block a, b;
+
+	pg_kq_repack_q4_k_avx2(w, ws, i, &a);
+	pg_kq_repack_q4_k_avx2(w + 8 * ws, ws, i, &b);
+	for (int c = 0; c < 64; c++)
+		o->q[c] = join_i(a.q[c], b.q[c]);
+	for (int j = 0; j < 8; j++) {
+		o->sc[j] = scale32(join_i(a.sc[j], b.sc[j]), 0);
+		o->mn[j] = join_i(a.mn[j], b.mn[j]);
+	}
+	o->d = join_f(a.d, b.d);
+	o->dmin = join_f(a.dmin, b.dmin);
+}
+
+static void repack16_q6_k(const uint8_t *w, size_t ws, int64_t i,
+			  struct kq16_q6_k *o)
+{
+	struct kg6_block a, b;
+
+	pg_kq_repack_q6_k_avx2(w, ws, i, &a);
+	pg_kq_repack_q6_k_avx2(w + 8 * ws, ws, i, &b);
+	for (int c = 0; c < 64; c++)
+		o->q[c] = join_i(a.q[c], b.q[c]);
+	for (int j = 0; j < 16; j++)
+		o->sc[j] = scale32(join_i(a.sc[j], b.sc[j]), 1);
+	for (int j = 0; j < 8; j++)
+		o->off[j] = join_i(a.off[j], b.off[j]);
+	o->d = join_f(a.d, b.d);
+}
+
+/* 4 bytes at p in all 16 lanes. */
+static inline __m512i bc4(const void *p)
+{
+	int32_t v;
+
+	__builtin_memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+/*
+ * Chunks c0 .. c0 + nc - 1 (nc even) of super-block b against the nt
+ * tokens' Q8_K blocks xb[t]: each token's int32 sum, in two chains.
+ */
+#define SUB_SUM(b, c0, nc, xb, nt, a)					\
+	do {								\
+		__m512i a1_[GK];					\
+									\
+		_Pragma("GCC unroll 8")					\
+		for (int t = 0; t < (nt); t++)				\
+			(a)[t] = a1_[t] = _mm512_setzero_si512();	\
+		_Pragma("GCC unroll 8")					\
+		for (int c = (c0); c < (c0) + (nc); c += 2) {		\
+			__m512i q0 = _mm512_load_si512(&(b)->q[c]);	\
+			__m512i q1 = _mm512_load_si512(&(b)->q[c + 1]);	\
+									\
+			_Pragma("GCC unroll 8")				\
+			for (int t = 0; t < (nt); t++) {		\
+				(a)[t] = _mm512_dpbusd_epi32((a)[t], q0,\
+					bc4((xb)[t]->qs + 4 * c));	\
+				a1_[t] = _mm512_dpbusd_epi32(a1_[t], q1,\
+					bc4((xb)[t]->qs + 4 * c + 4));	\
+			}						\
+		}							\
+		_Pragma("GCC unroll 8")					\
+		for (int t = 0; t < (nt); t++)				\
+			(a)[t] = _mm512_add_epi32((a)[t], a1_[t]);	\
+	} while (0)
+
+/* The end of cut p of nt tokens' sums v: stored, or added to run. */
+static inline __attribute__((always_inline)) void
+part_end16(const struct pg_cuts *cuts, int p, float *out, size_t os, int nt,
+	   const __m512 *v, __m512 *run)
+{
+#pragma GCC unroll 8
+	for (int t = 0; t < nt; t++) {
+		if (!pg_cuts_summed(cuts))
+			_mm512_storeu_ps(pg_cuts_out(cuts, p, out) +
+					 (size_t)t * os, v[t]);
+		else
+			run[t] = p ? _mm512_add_ps(run[t], v[t]) : v[t];
+	}
+}
+
+static inline __attribute__((always_inline)) void
+sums_out16(const struct pg_cuts *cuts, float *out, size_t os, int nt,
+	   const __m512 *run)
+{
+	if (pg_cuts_summed(cuts))
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			_mm512_storeu_ps(out + (size_t)t * os, run[t]);
+}
+
+/* nt (<= GK) Q4_K tokens at x, xs bytes apart, against buf. */
+static inline __attribute__((always_inline)) void
+tokens_q4_k(const struct kq16_q4_k *buf, int64_t nb, const uint8_t *x,
+	    size_t xs, int nt, float *out, size_t os,
+	    const struct pg_cuts *cuts)
+{
+	__m512 run[GK];
+	int64_t i = 0;
+
+#pragma GCC unroll 8
+	for (int t = 0; t < GK; t++)
+		run[t] = _mm512_setzero_ps();
+
+	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+		int64_t end = cuts ? cuts->end[p] / (PG_QK_K / PG_QK) : nb;
+		__m512 acc[GK], ms[GK];
+
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			acc[t] = ms[t] = _mm512_setzero_ps();
+		for (; i < end; i++) {
+			const struct kq16_q4_k *b = &buf[i];
+			const struct pg_block_q8_k *xb[GK];
+			__m512i s[GK];
+
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				xb[t] = (const struct pg_block_q8_k *)
+					(x + (size_t)t * xs) + i;
+				s[t] = _mm512_setzero_si512();
+			}
+#pragma GCC unroll 1
+			for (int j = 0; j < 8; j++) {	/* sub-blocks of 32 */
+				__m512i a[GK];
+				__m512i sc = _mm512_load_si512(&b->sc[j]);
+
+				SUB_SUM(b, 8 * j, 8, xb, nt, a);
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++)
+					s[t] = _mm512_add_epi32(s[t],
+						_mm512_mullo_epi32(a[t], sc));
+			}
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				__m512i m = _mm512_setzero_si512();
+				__m512 dx = _mm512_set1_ps(xb[t]->d);
+
+#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++)
+					m = _mm512_add_epi32(m, _mm512_madd_epi16(
+						b->mn[j], bc4(&xb[t]->bsums[2 * j])));
+				acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(b->d, dx),
+							 _mm512_cvtepi32_ps(s[t]), acc[t]);
+				ms[t] = _mm512_fmadd_ps(_mm512_mul_ps(b->dmin, dx),
+							_mm512_cvtepi32_ps(m), ms[t]);
+			}
+		}
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			acc[t] = _mm512_sub_ps(acc[t], ms[t]);
+		part_end16(cuts, p, out, os, nt, acc, run);
+	}
+	sums_out16(cuts, out, os, nt, run);
+}
+
+/* nt (<= GK) Q6_K tokens at x, xs bytes apart, against buf. */
+static inline __attribute__((always_inline)) void
+tokens_q6_k(const struct kq16_q6_k *buf, int64_t nb, const uint8_t *x,
+	    size_t xs, int nt, float *out, size_t os,
+	    const struct pg_cuts *cuts)
+{
+	__m512 run[GK];
+	int64_t i = 0;
+
+#pragma GCC unroll 8
+	for (int t = 0; t < GK; t++)
+		run[t] = _mm512_setzero_ps();
+
+	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+		int64_t end = cuts ? cuts->end[p] / (PG_QK_K / PG_QK) : nb;
+		__m512 acc[GK];
+
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			acc[t] = _mm512_setzero_ps();
+		for (; i < end; i++) {
+			const struct kq16_q6_k *b = &buf[i];
+			const struct pg_block_q8_k *xb[GK];
+			__m512i s[GK];
+
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				xb[t] = (const struct pg_block_q8_k *)
+					(x + (size_t)t * xs) + i;
+				s[t] = _mm512_setzero_si512();
+			}
+#pragma GCC unroll 1
+			for (int j = 0; j < 16; j++) {	/* sub-blocks of 16 */
+				__m512i a[GK];
+				__m512i sc = _mm512_load_si512(&b->sc[j]);
+
+				SUB_SUM(b, 4 * j, 4, xb, nt, a);
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++)
+					s[t] = _mm512_add_epi32(s[t],
+						_mm512_mullo_epi32(a[t], sc));
+			}
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				__m512i o = _mm512_setzero_si512();
+
+#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++)	/* the -32 of every quant */
+					o = _mm512_add_epi32(o, _mm512_madd_epi16(
+						b->off[j], bc4(&xb[t]->bsums[2 * j])));
+				s[t] = _mm512_sub_epi32(s[t], _mm512_slli_epi32(o, 5));
+				acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(b->d,
+						_mm512_set1_ps(xb[t]->d)),
+					_mm512_cvtepi32_ps(s[t]), acc[t]);
+			}
+		}
+		part_end16(cuts, p, out, os, nt, acc, run);
+	}
+	sums_out16(cuts, out, os, nt, run);
+}
+
+/* Every token through TOKENS, GK a pass, the rest with a constant count. */
+#define SWEEP16(NAME, TOKENS, BLOCK)					\
+static void NAME(const BLOCK *buf, int64_t nb, const uint8_t *x,	\
+		 int n_tok, float *out, size_t os,			\
+		 const struct pg_cuts *cuts)				\
+{									\
+	size_t xs = (size_t)nb * sizeof(struct pg_block_q8_k);		\
+	int t = 0;							\
+									\
+	for (; t + GK <= n_tok; t += GK)				\
+		TOKENS(buf, nb, x + (size_t)t * xs, xs, GK,		\
+		       out + (size_t)t * os, os, cuts);			\
+	x += (size_t)t * xs;						\
+	out += (size_t)t * os;						\
+	switch (n_tok - t) {						\
+	case 7: TOKENS(buf, nb, x, xs, 7, out, os, cuts); break;	\
+	case 6: TOKENS(buf, nb, x, xs, 6, out, os, cuts); break;	\
+	case 5: TOKENS(buf, nb, x, xs, 5, out, os, cuts); break;	\
+	case 4: TOKENS(buf, nb, x, xs, 4, out, os, cuts); break;	\
+	case 3: TOKENS(buf, nb, x, xs, 3, out, os, cuts); break;	\
+	case 2: TOKENS(buf, nb, x, xs, 2, out, os, cuts); break;	\
+	case 1: TOKENS(buf, nb, x, xs, 1, out, os, cuts); break;	\
+	default: break;							\
+	}								\
+}
+
+SWEEP16(sweep16_q4_k, tokens_q4_k, struct kq16_q4_k)
+SWEEP16(sweep16_q6_k, tokens_q6_k, struct kq16_q6_k)
+
+#define KQ_GEMM16(name, BLOCK)						\
+void pg_gemm16_##name##_vnni(int64_t n, const void *w, size_t ws,	\
+			     const void *xp, int n_tok, float *out,	\
+			     size_t os, void *work,			\
+			     const struct pg_cuts *cuts)		\
+{									\
+	BLOCK *buf = work;						\
+									\
+	if (!work || n_tok < KG16_MIN) {				\
+		pg_gemm8_##name##_avx2(n, w, ws, xp, n_tok, out, os,	\
+				       NULL, cuts);			\
+		pg_gemm8_##name##_avx2(n, (const uint8_t *)w + 8 * ws,	\
+				       ws, xp, n_tok, out + 8, os,	\
+				       NULL, cuts);			\
+		return;							\
+	}								\
+	for (int64_t i = 0; i < n / PG_QK_K; i++)			\
+		repack16_##name(w, ws, i, &buf[i]);			\
+	sweep16_##name(buf, n / PG_QK_K, xp, n_tok, out, os, cuts);	\
+}
+
+KQ_GEMM16(q4_k, struct kq16_q4_k)
+KQ_GEMM16(q6_k, struct kq16_q6_k)
