@@ -12,8 +12,11 @@
  * (Q4_0, Q4_1, Q5_0, the K-quants; pg_cpu_mm_loops says which loops a
  * type has; Q8_0's, from 6 tokens, reads its rows as they are, q8_prep),
  * groups of 8 rows are repacked once and swept over all the tokens by it
- * instead (rows left over take the tiles).  The dot loops come from the
- * ISA table; this file holds no intrinsics.
+ * instead (rows left over take the tiles); where the table also has a
+ * 16-row loop (gemm16: the AVX-512 VNNI table's, which hold 16 rows in one
+ * zmm register), each whole block of 16 rows takes it, and the work areas
+ * are sized for it.  The dot loops come from the ISA table; this file
+ * holds no intrinsics.
  *
  * Matrices the backend repacked (PG_LAYOUT_Q4X8, pg_cpu_q4x8_pack below)
  * take the packed gemm8 loops for every token count, 8 rows at a time:
