@@ -485,7 +485,10 @@ PG_GEMM16_DECL(q5_0);
 PG_GEMM16_DECL(q4x8_q4_0);
 PG_GEMM16_DECL(q4x8_q4_1);
 PG_GEMM16_DECL(q4x8_q5_0);
+PG_GEMM16_DECL(q2_k);
+PG_GEMM16_DECL(q3_k);
 PG_GEMM16_DECL(q4_k);
+PG_GEMM16_DECL(q5_k);
 PG_GEMM16_DECL(q6_k);
 
 float pg_dot_q4_1_llama_avx2(int64_t n, const void *w, const void *x);

@@ -304,7 +304,10 @@ static void vnni_make(void)
 	vnni.gemm16_q4x8_q4_0 = pg_gemm16_q4x8_q4_0_vnni;
 	vnni.gemm16_q4x8_q4_1 = pg_gemm16_q4x8_q4_1_vnni;
 	vnni.gemm16_q4x8_q5_0 = pg_gemm16_q4x8_q5_0_vnni;
+	vnni.gemm16_q2_k = pg_gemm16_q2_k_vnni;
+	vnni.gemm16_q3_k = pg_gemm16_q3_k_vnni;
 	vnni.gemm16_q4_k = pg_gemm16_q4_k_vnni;
+	vnni.gemm16_q5_k = pg_gemm16_q5_k_vnni;
 	vnni.gemm16_q6_k = pg_gemm16_q6_k_vnni;
 }
 

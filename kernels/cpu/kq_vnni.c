@@ -1,5 +1,5 @@
 /*
- * kq_vnni.c - AVX-512 VNNI batched matmul of Q4_K and Q6_K weights, 16
+ * kq_vnni.c - AVX-512 VNNI batched matmul of the K-quants (Q2_K .. Q6_K), 16
  * rows x many tokens, in pagoda's numerics: the loops of the avx512vnni
  * table that kq_avx2.c's repacked 8-row loops are in the AVX2 one, bit
  * for bit their results.
@@ -102,6 +102,255 @@ static void repack16_q6_k(const uint8_t *w, size_t ws, int64_t i,
 	o->d = join_f(a.d, b.d);
 }
 
+/*
+ * Q5_K, Q3_K and Q2_K have no 8-row repack of their own (their AVX2
+ * gemm8 loops run unpacked): theirs go straight to 16 rows, each row's
+ * 32 values 32g .. 32g + 31 unpacked to bytes in value order (k_row's
+ * unpacking) and the 16 rows transposed into chunks 8g .. 8g + 7.
+ */
+
+/* Lane r of out[j] = lane j of in[r], r < 8 (kq_avx2.c's tr8x8). */
+static inline __attribute__((always_inline)) void
+tr8(const __m256i in[8], __m256i out[8])
+{
+	__m256i t[8], u[8];
+
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++) {
+		t[2 * k] = _mm256_unpacklo_epi32(in[2 * k], in[2 * k + 1]);
+		t[2 * k + 1] = _mm256_unpackhi_epi32(in[2 * k], in[2 * k + 1]);
+	}
+#pragma GCC unroll 2
+	for (int k = 0; k < 2; k++) {
+		u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+		u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+		u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+		u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+	}
+#pragma GCC unroll 4
+	for (int j = 0; j < 4; j++) {
+		out[j] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x20);
+		out[j + 4] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x31);
+	}
+}
+
+/* The same for 16 rows: lane r of out[j] = lane j of in[r], r < 16. */
+static inline __attribute__((always_inline)) void
+tr16(const __m256i in[16], __m512i out[8])
+{
+	__m256i lo[8], hi[8];
+
+	tr8(in, lo);
+	tr8(in + 8, hi);
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++)
+		out[j] = join_i(lo[j], hi[j]);
+}
+
+/* 32 bytes of v >> shift, masked to the low `mask` bits (bytes). */
+static inline __m256i bits_at(__m256i v, int shift, int mask)
+{
+	return _mm256_and_si256(_mm256_srli_epi16(v, shift),
+				_mm256_set1_epi8((char)mask));
+}
+
+/* Q4_K / Q5_K's 6-bit scales and mins (pg_scale_min_k4) from the 12
+ * bytes at q: sc[j] in byte j of *sc, m[j] of *m (kq_avx2.c's). */
+static inline void scale_min_k4x8(const uint8_t *q, uint64_t *sc,
+				  uint64_t *m)
+{
+	uint32_t u[3], s_hi, m_hi;
+
+	__builtin_memcpy(u, q, sizeof(u));
+	s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
+	m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
+	*sc = (uint64_t)(u[0] & 0x3f3f3f3fu) | (uint64_t)s_hi << 32;
+	*m = (uint64_t)(u[1] & 0x3f3f3f3fu) | (uint64_t)m_hi << 32;
+}
+
+/* Q3_K's 16 scales (pg_scale_q3_k, in [-32, 31]) as 16 int8 (kq_avx2.c's). */
+static inline __m128i scales_q3_k(const uint8_t *s)
+{
+	uint32_t a[3], v[4];
+
+	__builtin_memcpy(a, s, sizeof(a));
+	v[0] = (a[0] & 0x0f0f0f0fu) | (a[2] & 0x03030303u) << 4;
+	v[1] = (a[1] & 0x0f0f0f0fu) | ((a[2] >> 2) & 0x03030303u) << 4;
+	v[2] = ((a[0] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 4) & 0x03030303u) << 4;
+	v[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 6) & 0x03030303u) << 4;
+	return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)v),
+			    _mm_set1_epi8(32));
+}
+
+static inline uint16_t load16(const uint8_t *p)
+{
+	uint16_t h;
+
+	__builtin_memcpy(&h, p, sizeof(h));
+	return h;
+}
+
+/* The F16 at p + r * ws for r < 16 as floats in lane r (put together in
+ * general registers: 2-byte stores read back wider miss forwarding). */
+static inline __m512 f16_rows16(const uint8_t *p, size_t ws)
+{
+	uint64_t v[4] = { 0, 0, 0, 0 };
+
+#pragma GCC unroll 16
+	for (int r = 0; r < 16; r++)
+		v[r / 4] |= (uint64_t)load16(p + (size_t)r * ws) << (16 * (r % 4));
+	return _mm512_cvtph_ps(_mm256_set_epi64x((long long)v[3],
+		(long long)v[2], (long long)v[1], (long long)v[0]));
+}
+
+/* The int16 pairs of 32-bit lanes: the low one, the high one (signed or
+ * not) as int32; and either spread to both halves (against bsum pairs). */
+static inline __m512i lo16(__m512i v, int is_signed)
+{
+	return is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16) :
+	       _mm512_and_si512(v, _mm512_set1_epi32(0xffff));
+}
+
+static inline __m512i hi16(__m512i v, int is_signed)
+{
+	return is_signed ? _mm512_srai_epi32(v, 16) : _mm512_srli_epi32(v, 16);
+}
+
+static inline __m512i dup16(__m512i v32)
+{
+	return _mm512_or_si512(v32, _mm512_slli_epi32(v32, 16));
+}
+
+/* Super-block i of the 16 Q5_K rows at w into *o (Q4_K's layout). */
+static void repack16_q5_k(const uint8_t *w, size_t ws, int64_t i,
+			  struct kq16_q4_k *o)
+{
+	const uint8_t *w0 = w + (size_t)i * sizeof(struct pg_block_q5_k);
+	__m256i in[16];
+	__m512i out[8];
+
+#pragma GCC unroll 1
+	for (int g = 0; g < 8; g++) {	/* sub-block g: values 32g .. */
+#pragma GCC unroll 16
+		for (int r = 0; r < 16; r++) {
+			const struct pg_block_q5_k *a = (const void *)(w0 + (size_t)r * ws);
+			__m256i q = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * (g >> 1)));
+			__m256i h = _mm256_loadu_si256((const __m256i *)a->qh);
+			__m256i v = g & 1 ? bits_at(q, 4, 0x0f) :
+				    _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+
+			in[r] = _mm256_or_si256(v, _mm256_slli_epi16(bits_at(h, g, 1), 4));
+		}
+		tr16(in, o->q + 8 * g);
+	}
+#pragma GCC unroll 16
+	for (int r = 0; r < 16; r++) {
+		uint64_t sc, mn;
+
+		scale_min_k4x8(w0 + (size_t)r * ws + offsetof(struct pg_block_q5_k,
+							      scales), &sc, &mn);
+		in[r] = _mm256_cvtepu8_epi16(_mm_set_epi64x((long long)mn,
+							    (long long)sc));
+	}
+	tr16(in, out);	/* out[j]: pairs 2j, 2j + 1 (scales j < 4, then mins) */
+#pragma GCC unroll 4
+	for (int j = 0; j < 4; j++) {
+		o->sc[2 * j] = lo16(out[j], 0);
+		o->sc[2 * j + 1] = hi16(out[j], 0);
+		o->mn[2 * j] = dup16(lo16(out[j + 4], 0));
+		o->mn[2 * j + 1] = dup16(hi16(out[j + 4], 0));
+	}
+	o->d = f16_rows16(w0 + offsetof(struct pg_block_q5_k, d), ws);
+	o->dmin = f16_rows16(w0 + offsetof(struct pg_block_q5_k, dmin), ws);
+}
+
+/* Super-block i of the 16 Q3_K rows at w into *o (Q6_K's layout, u in
+ * [0, 7], offset 4). */
+static void repack16_q3_k(const uint8_t *w, size_t ws, int64_t i,
+			  struct kq16_q6_k *o)
+{
+	const uint8_t *w0 = w + (size_t)i * sizeof(struct pg_block_q3_k);
+	__m256i in[16];
+
+#pragma GCC unroll 1
+	for (int g = 0; g < 8; g++) {	/* values 128h + 32c .. */
+		int h = g >> 2, c = g & 3;
+
+#pragma GCC unroll 16
+		for (int r = 0; r < 16; r++) {
+			const struct pg_block_q3_k *a = (const void *)(w0 + (size_t)r * ws);
+			__m256i q = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * h));
+			__m256i hm = _mm256_loadu_si256((const __m256i *)a->hmask);
+
+			in[r] = _mm256_or_si256(bits_at(q, 2 * c, 3),
+				_mm256_slli_epi16(bits_at(hm, g, 1), 2));
+		}
+		tr16(in, o->q + 8 * g);
+	}
+#pragma GCC unroll 16
+	for (int r = 0; r < 16; r++)
+		in[r] = _mm256_cvtepi8_epi16(scales_q3_k(w0 + (size_t)r * ws +
+			offsetof(struct pg_block_q3_k, scales)));
+	tr16(in, o->off);	/* lane r: row r's scales 2j, 2j + 1 */
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++) {
+		o->sc[2 * j] = lo16(o->off[j], 1);
+		o->sc[2 * j + 1] = hi16(o->off[j], 1);
+	}
+	o->d = f16_rows16(w0 + offsetof(struct pg_block_q3_k, d), ws);
+}
+
+/*
+ * Super-block i of the 16 Q2_K rows at w into *o (Q4_K's layout, sc
+ * unused): each quant times its sub-block's scale, at most 3 x 15 = 45,
+ * still one unsigned byte, so that a super-block's products sum in one
+ * run of vpdpbusd (the same integer: sc x (sum of q x) = sum of (sc q) x);
+ * mn[j] lane r: row r's mins 2j, 2j + 1 against those bsums.
+ */
+static void repack16_q2_k(const uint8_t *w, size_t ws, int64_t i,
+			  struct kq16_q4_k *o)
+{
+	const uint8_t *w0 = w + (size_t)i * sizeof(struct pg_block_q2_k);
+	__m256i in[16];
+
+#pragma GCC unroll 1
+	for (int g = 0; g < 8; g++) {	/* values 128h + 32c ..: sub-blocks 2g, 2g + 1 */
+		int h = g >> 2, c = g & 3;
+
+#pragma GCC unroll 16
+		for (int r = 0; r < 16; r++) {
+			const struct pg_block_q2_k *a = (const void *)(w0 + (size_t)r * ws);
+			__m256i q = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * h));
+			/* each byte's product < 256: an int16 multiply by the
+			 * scale keeps the two bytes of a lane apart */
+			__m256i s = _mm256_set_m128i(
+				_mm_set1_epi16((short)(a->scales[2 * g + 1] & 15)),
+				_mm_set1_epi16((short)(a->scales[2 * g] & 15)));
+
+			in[r] = _mm256_mullo_epi16(bits_at(q, 2 * c, 3), s);
+		}
+		tr16(in, o->q + 8 * g);
+	}
+	{
+		__m512i out[8];
+
+#pragma GCC unroll 16
+		for (int r = 0; r < 16; r++) {
+			__m128i sc = _mm_loadu_si128((const __m128i *)
+				(w0 + (size_t)r * ws + offsetof(struct pg_block_q2_k, scales)));
+
+			in[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4),
+							       _mm_set1_epi8(15)));
+		}
+		tr16(in, out);
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++)
+			o->mn[j] = out[j];
+	}
+	o->d = f16_rows16(w0 + offsetof(struct pg_block_q2_k, d), ws);
+	o->dmin = f16_rows16(w0 + offsetof(struct pg_block_q2_k, dmin), ws);
+}
+
 /* 4 bytes at p in all 16 lanes. */
 static inline __m512i bc4(const void *p)
 {
@@ -165,11 +414,14 @@ sums_out16(const struct pg_cuts *cuts, float *out, size_t os, int nt,
 			_mm512_storeu_ps(out + (size_t)t * os, run[t]);
 }
 
-/* nt (<= GK) Q4_K tokens at x, xs bytes apart, against buf. */
+/*
+ * nt (<= GK) Q4_K (Q5_K) tokens at x, xs bytes apart, against buf; pre:
+ * Q2_K's, whose quants come multiplied by their scales (no sc).
+ */
 static inline __attribute__((always_inline)) void
-tokens_q4_k(const struct kq16_q4_k *buf, int64_t nb, const uint8_t *x,
+tokens_mins(const struct kq16_q4_k *buf, int64_t nb, const uint8_t *x,
 	    size_t xs, int nt, float *out, size_t os,
-	    const struct pg_cuts *cuts)
+	    const struct pg_cuts *cuts, int pre)
 {
 	__m512 run[GK];
 	int64_t i = 0;
@@ -199,13 +451,13 @@ tokens_q4_k(const struct kq16_q4_k *buf, int64_t nb, const uint8_t *x,
 #pragma GCC unroll 1
 			for (int j = 0; j < 8; j++) {	/* sub-blocks of 32 */
 				__m512i a[GK];
-				__m512i sc = _mm512_load_si512(&b->sc[j]);
 
 				SUB_SUM(b, 8 * j, 8, xb, nt, a);
 #pragma GCC unroll 8
 				for (int t = 0; t < nt; t++)
-					s[t] = _mm512_add_epi32(s[t],
-						_mm512_mullo_epi32(a[t], sc));
+					s[t] = _mm512_add_epi32(s[t], pre ? a[t] :
+						_mm512_mullo_epi32(a[t],
+							_mm512_load_si512(&b->sc[j])));
 			}
 #pragma GCC unroll 8
 			for (int t = 0; t < nt; t++) {
@@ -230,11 +482,14 @@ tokens_q4_k(const struct kq16_q4_k *buf, int64_t nb, const uint8_t *x,
 	sums_out16(cuts, out, os, nt, run);
 }
 
-/* nt (<= GK) Q6_K tokens at x, xs bytes apart, against buf. */
+/*
+ * nt (<= GK) Q6_K (Q3_K) tokens at x, xs bytes apart, against buf; the
+ * quants' offset 1 << sh (32: sh 5; Q3_K's 4: sh 2).
+ */
 static inline __attribute__((always_inline)) void
-tokens_q6_k(const struct kq16_q6_k *buf, int64_t nb, const uint8_t *x,
-	    size_t xs, int nt, float *out, size_t os,
-	    const struct pg_cuts *cuts)
+tokens_off(const struct kq16_q6_k *buf, int64_t nb, const uint8_t *x,
+	   size_t xs, int nt, float *out, size_t os,
+	   const struct pg_cuts *cuts, int sh)
 {
 	__m512 run[GK];
 	int64_t i = 0;
@@ -280,7 +535,7 @@ tokens_q6_k(const struct kq16_q6_k *buf, int64_t nb, const uint8_t *x,
 				for (int j = 0; j < 8; j++)	/* the -32 of every quant */
 					o = _mm512_add_epi32(o, _mm512_madd_epi16(
 						b->off[j], bc4(&xb[t]->bsums[2 * j])));
-				s[t] = _mm512_sub_epi32(s[t], _mm512_slli_epi32(o, 5));
+				s[t] = _mm512_sub_epi32(s[t], _mm512_slli_epi32(o, sh));
 				acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(b->d,
 						_mm512_set1_ps(xb[t]->d)),
 					_mm512_cvtepi32_ps(s[t]), acc[t]);
@@ -317,10 +572,25 @@ static void NAME(const BLOCK *buf, int64_t nb, const uint8_t *x,	\
 	}								\
 }
 
-SWEEP16(sweep16_q4_k, tokens_q4_k, struct kq16_q4_k)
-SWEEP16(sweep16_q6_k, tokens_q6_k, struct kq16_q6_k)
+#define TOKENS16(NAME, BASE, BLOCK, ARG)				\
+static inline __attribute__((always_inline)) void			\
+NAME(const BLOCK *buf, int64_t nb, const uint8_t *x, size_t xs, int nt,\
+     float *out, size_t os, const struct pg_cuts *cuts)			\
+{									\
+	BASE(buf, nb, x, xs, nt, out, os, cuts, ARG);			\
+}
 
-#define KQ_GEMM16(name, BLOCK)						\
+TOKENS16(tokens_q4_k, tokens_mins, struct kq16_q4_k, 0)
+TOKENS16(tokens_q2_k, tokens_mins, struct kq16_q4_k, 1)
+TOKENS16(tokens_q6_k, tokens_off, struct kq16_q6_k, 5)
+TOKENS16(tokens_q3_k, tokens_off, struct kq16_q6_k, 2)
+
+SWEEP16(sweep16_q4_k, tokens_q4_k, struct kq16_q4_k)
+SWEEP16(sweep16_q2_k, tokens_q2_k, struct kq16_q4_k)
+SWEEP16(sweep16_q6_k, tokens_q6_k, struct kq16_q6_k)
+SWEEP16(sweep16_q3_k, tokens_q3_k, struct kq16_q6_k)
+
+#define KQ_GEMM16(name, BLOCK, SWEEP)					\
 void pg_gemm16_##name##_vnni(int64_t n, const void *w, size_t ws,	\
 			     const void *xp, int n_tok, float *out,	\
 			     size_t os, void *work,			\
@@ -338,8 +608,11 @@ void pg_gemm16_##name##_vnni(int64_t n, const void *w, size_t ws,	\
 	}								\
 	for (int64_t i = 0; i < n / PG_QK_K; i++)			\
 		repack16_##name(w, ws, i, &buf[i]);			\
-	sweep16_##name(buf, n / PG_QK_K, xp, n_tok, out, os, cuts);	\
+	SWEEP(buf, n / PG_QK_K, xp, n_tok, out, os, cuts);		\
 }
 
-KQ_GEMM16(q4_k, struct kq16_q4_k)
-KQ_GEMM16(q6_k, struct kq16_q6_k)
+KQ_GEMM16(q4_k, struct kq16_q4_k, sweep16_q4_k)
+KQ_GEMM16(q6_k, struct kq16_q6_k, sweep16_q6_k)
+KQ_GEMM16(q5_k, struct kq16_q4_k, sweep16_q4_k)
+KQ_GEMM16(q3_k, struct kq16_q6_k, sweep16_q3_k)
+KQ_GEMM16(q2_k, struct kq16_q4_k, sweep16_q2_k)
