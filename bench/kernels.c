@@ -456,6 +456,26 @@ static double batch_rate(struct pg_backend *be, struct pg_backend *ref,
  * peak again.  frac[k][j]: type k's smallest fraction at batch_ns[j];
  * frac[N_BATCH_TYPES][0]: the peak.
  */
+/*
+ * Whether $PAGODA_BENCH_BATCHED (a comma-separated list of keys: q4_0,
+ * q6_k ...) names bt; unset: every type.  For work on one loop: with it
+ * set, only the batched matmuls run.
+ */
+static int batch_wanted(const struct batch_type *bt)
+{
+	const char *only = getenv("PAGODA_BENCH_BATCHED");
+	size_t n = strlen(bt->key);
+
+	if (!only || !*only)
+		return 1;
+	for (const char *p = only; p; p = strchr(p, ',')) {
+		p += *p == ',';
+		if (!strncmp(p, bt->key, n) && (p[n] == ',' || !p[n]))
+			return 1;
+	}
+	return 0;
+}
+
 static void batched(struct pg_backend *ref, double frac[][2])
 {
 	struct pg_backend *be = pg_cpu_backend_create(BATCH_THREADS,
@@ -468,7 +488,10 @@ static void batched(struct pg_backend *ref, double frac[][2])
 		exit(1);
 	}
 	peak = int8_peak(pool, BATCH_THREADS, 5);
+	memset(rate, 0, sizeof(rate));
 	for (int k = 0; k < N_BATCH_TYPES; k++) {
+		if (!batch_wanted(&batch_types[k]))
+			continue;
 		for (int s = 0; s < N_BATCH_SHAPES; s++)
 			for (int j = 0; j < 2; j++)
 				rate[k][s][j] = batch_rate(be, ref,
@@ -518,6 +541,12 @@ int main(void)
 	if (!ref || !best) {
 		perror("pg_cpu_backend_create");
 		return 1;
+	}
+	if (getenv("PAGODA_BENCH_BATCHED") && *getenv("PAGODA_BENCH_BATCHED")) {
+		batched(ref, frac);	/* that part alone: no last line */
+		ref->ops->destroy(ref);
+		best->ops->destroy(best);
+		return 0;
 	}
 	r1 = readbw_gbps(1);
 	r2 = readbw_gbps(2);

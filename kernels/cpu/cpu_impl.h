@@ -164,6 +164,7 @@ struct pg_cpu_kernels {
 	pg_gemm8_fn gemm16_q4x8_q4_0, gemm16_q4x8_q4_1, gemm16_q4x8_q5_0;
 	pg_gemm8_fn gemm16_q2_k, gemm16_q3_k, gemm16_q4_k, gemm16_q5_k,
 		    gemm16_q6_k;
+	pg_gemm8_fn gemm16_q8_0;	/* on gemm8_q8_0's token layout */
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1, Q5_1 */
 	pg_quant_fn quant_q8_k;		/* activations for the K-quants */
@@ -473,7 +474,7 @@ void pg_gemm8_q4x8_q5_0_avx2(int64_t n, const void *w, size_t w_stride,
 			     size_t out_stride, void *work,
 			     const struct pg_cuts *cuts);
 
-/* The AVX-512 VNNI 16-row loops (gemm_vnni.c, kq_vnni.c). */
+/* The AVX-512 VNNI 16-row loops (gemm_vnni.c, kq_vnni.c, q8_vnni.c). */
 #define PG_GEMM16_DECL(name)						\
 void pg_gemm16_##name##_vnni(int64_t n, const void *w, size_t w_stride,	\
 			     const void *xp, int n_tok, float *out,	\
@@ -490,6 +491,7 @@ PG_GEMM16_DECL(q3_k);
 PG_GEMM16_DECL(q4_k);
 PG_GEMM16_DECL(q5_k);
 PG_GEMM16_DECL(q6_k);
+PG_GEMM16_DECL(q8_0);
 
 float pg_dot_q4_1_llama_avx2(int64_t n, const void *w, const void *x);
 void pg_dot4_q4_1_llama_avx2(int64_t n, const void *w, size_t w_stride,

@@ -293,7 +293,8 @@ GEMM16_PACKED(q5_0, G_Q5_0)
 static struct pg_cpu_kernels vnni;
 static pthread_once_t vnni_once = PTHREAD_ONCE_INIT;
 
-/* The AVX-512 table, then the 16-row loops (this file's, kq_vnni.c's). */
+/* The AVX-512 table, then the 16-row loops (this file's, kq_vnni.c's,
+ * q8_vnni.c's). */
 static void vnni_make(void)
 {
 	vnni = *pg_cpu_kernels_avx512();
@@ -309,6 +310,7 @@ static void vnni_make(void)
 	vnni.gemm16_q4_k = pg_gemm16_q4_k_vnni;
 	vnni.gemm16_q5_k = pg_gemm16_q5_k_vnni;
 	vnni.gemm16_q6_k = pg_gemm16_q6_k_vnni;
+	vnni.gemm16_q8_0 = pg_gemm16_q8_0_vnni;
 }
 
 const struct pg_cpu_kernels *pg_cpu_kernels_avx512vnni(void)

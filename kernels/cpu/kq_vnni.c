@@ -26,6 +26,7 @@
  * reached only through the avx512vnni table.
  */
 #include "kernels/cpu/kq_blocks.h"
+#include "kernels/cpu/vnni16.h"
 
 #define GK 8		/* tokens a pass */
 #define KG16_MIN 16	/* tokens from which the repacking pays */
@@ -49,16 +50,6 @@ struct kq16_q6_k {
 _Static_assert(sizeof(struct kq16_q4_k) <= PG_GEMM16_KWORK &&
 	       sizeof(struct kq16_q6_k) <= PG_GEMM16_KWORK,
 	       "PG_GEMM16_KWORK holds a joined Q4_K or Q6_K super-block");
-
-static inline __m512i join_i(__m256i lo, __m256i hi)
-{
-	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-static inline __m512 join_f(__m256 lo, __m256 hi)
-{
-	return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-}
 
 /* A row's int16 scale, repeated in both halves of its 32-bit lane, as an
  * int32: unsigned (Q4_K's 6 bits) or sign-extended (Q6_K's int8). */
@@ -109,44 +100,6 @@ static void repack16_q6_k(const uint8_t *w, size_t ws, int64_t i,
  * unpacking) and the 16 rows transposed into chunks 8g .. 8g + 7.
  */
 
-/* Lane r of out[j] = lane j of in[r], r < 8 (kq_avx2.c's tr8x8). */
-static inline __attribute__((always_inline)) void
-tr8(const __m256i in[8], __m256i out[8])
-{
-	__m256i t[8], u[8];
-
-#pragma GCC unroll 4
-	for (int k = 0; k < 4; k++) {
-		t[2 * k] = _mm256_unpacklo_epi32(in[2 * k], in[2 * k + 1]);
-		t[2 * k + 1] = _mm256_unpackhi_epi32(in[2 * k], in[2 * k + 1]);
-	}
-#pragma GCC unroll 2
-	for (int k = 0; k < 2; k++) {
-		u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-		u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-		u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-		u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-	}
-#pragma GCC unroll 4
-	for (int j = 0; j < 4; j++) {
-		out[j] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x20);
-		out[j + 4] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x31);
-	}
-}
-
-/* The same for 16 rows: lane r of out[j] = lane j of in[r], r < 16. */
-static inline __attribute__((always_inline)) void
-tr16(const __m256i in[16], __m512i out[8])
-{
-	__m256i lo[8], hi[8];
-
-	tr8(in, lo);
-	tr8(in + 8, hi);
-#pragma GCC unroll 8
-	for (int j = 0; j < 8; j++)
-		out[j] = join_i(lo[j], hi[j]);
-}
-
 /* 32 bytes of v >> shift, masked to the low `mask` bits (bytes). */
 static inline __m256i bits_at(__m256i v, int shift, int mask)
 {
@@ -180,27 +133,6 @@ static inline __m128i scales_q3_k(const uint8_t *s)
 	v[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 6) & 0x03030303u) << 4;
 	return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)v),
 			    _mm_set1_epi8(32));
-}
-
-static inline uint16_t load16(const uint8_t *p)
-{
-	uint16_t h;
-
-	__builtin_memcpy(&h, p, sizeof(h));
-	return h;
-}
-
-/* The F16 at p + r * ws for r < 16 as floats in lane r (put together in
- * general registers: 2-byte stores read back wider miss forwarding). */
-static inline __m512 f16_rows16(const uint8_t *p, size_t ws)
-{
-	uint64_t v[4] = { 0, 0, 0, 0 };
-
-#pragma GCC unroll 16
-	for (int r = 0; r < 16; r++)
-		v[r / 4] |= (uint64_t)load16(p + (size_t)r * ws) << (16 * (r % 4));
-	return _mm512_cvtph_ps(_mm256_set_epi64x((long long)v[3],
-		(long long)v[2], (long long)v[1], (long long)v[0]));
 }
 
 /* The int16 pairs of 32-bit lanes: the low one, the high one (signed or

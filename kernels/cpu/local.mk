@@ -54,5 +54,7 @@ kernels_libpgkernels_avx512_la_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -mavx51
 noinst_LTLIBRARIES += kernels/libpgkernels_vnni.la
 kernels_libpgkernels_vnni_la_SOURCES = \
 	kernels/cpu/gemm_vnni.c \
-	kernels/cpu/kq_vnni.c
+	kernels/cpu/kq_vnni.c \
+	kernels/cpu/q8_vnni.c \
+	kernels/cpu/vnni16.h
 kernels_libpgkernels_vnni_la_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni

@@ -10,7 +10,8 @@
  * where the table has one) so that they stay in L1 while used.  From
  * PG_MM_GEMM_MIN tokens on, where the table has a gemm8 loop for the type
  * (Q4_0, Q4_1, Q5_0, the K-quants; pg_cpu_mm_loops says which loops a
- * type has; Q8_0's, from 6 tokens, reads its rows as they are, q8_prep),
+ * type has; Q8_0's, from 6 tokens, reads its rows as they are, q8_prep,
+ * and its 16-row one repacks them, with its own work area),
  * groups of 8 rows are repacked once and swept over all the tokens by it
  * instead (rows left over take the tiles); where the table also has a
  * 16-row loop (gemm16: the AVX-512 VNNI table's, which hold 16 rows in one
@@ -359,7 +360,10 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 		     (size_t)(nc / PG_QK) * PG_GEMM_XP_BYTES(c->vt);
 		int wide = c->gemm16 || c->packed16;
 
-		c->work_bytes = c->q8 ? 0 : c->vt == PG_Q8_K ?
+		/* Q8_0: work for its 16-row loop only (gemm8 reads the rows) */
+		c->work_bytes = c->q8 ? (c->gemm16 ? (size_t)(nc / PG_QK) *
+						   PG_GEMM16_WORK : 0) :
+				c->vt == PG_Q8_K ?
 				(size_t)(nc / PG_QK_K) * (wide ? PG_GEMM16_KWORK :
 							  PG_GEMM8_KWORK) :
 				(size_t)(nc / PG_QK) * (wide ? PG_GEMM16_WORK :
@@ -515,7 +519,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	if (w->type == PG_Q8_0 && c.dot4 && cpu->k->gemm8_q8_0) {
 		/* one weight block for 8 tokens: pays from 6 on (tiles below) */
 		c.gemm8 = cpu->k->gemm8_q8_0;
-		c.gemm16 = NULL;
+		c.gemm16 = cpu->k->gemm16_q8_0;	/* or NULL */
 		c.q8 = 1;
 		c.gemm_min = 6;
 	}
