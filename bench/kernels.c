@@ -35,6 +35,10 @@
  * TYPE_n16_frac and TYPE_n64_frac for each batched type (the smallest
  * fraction over its shapes) and gemm_peak_frac, the smallest of the Q4
  * (Q4_0, Q4_1) and K-quant (Q4_K, Q6_K) ones.
+ *
+ * PAGODA_BENCH_BATCHED=q6_k,q8_0 (keys as in the last line) runs only the
+ * batched matmuls of those types, and prints no last line: for work on
+ * one loop.
  */
 #include <math.h>
 #include <stdio.h>
