@@ -30,7 +30,6 @@
 
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/simd_avx2.h"
-#include "kernels/cpu/kq_blocks.h"
 
 enum kq { KQ_Q5_0, KQ_Q5_1, KQ_Q2_K, KQ_Q3_K, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
 
@@ -614,7 +613,7 @@ kq_gemm(enum kq k, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x,
 
 /*
  * Q4_K, many tokens: 8 rows' super-block repacked once into work (struct
- * kg8_block, kq_blocks.h; Q6_K's kg6_block likewise) so that one
+ * kg8_block below; Q6_K's kg6_block likewise) so that one
  * broadcast of 4 activations meets 4 quants of each of the 8 rows (row r
  * in 32-bit lane r), as gemm_avx2.c does for Q4_0.  A sub-block's 8
  * chunk products summed in int16 (lane 2r, 2r + 1: 16 products of up
@@ -632,6 +631,25 @@ kq_gemm(enum kq k, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x,
  * (Zen 3, AVX2, 1 thread): Q4_K 0.2-0.45 of the int8 peak before, 0.6-0.7
  * after; Q6_K 0.1-0.3 before, 0.55-0.75 after.
  */
+struct kg8_block {
+	__m256i q[64];		/* chunk c: values 4c .. 4c + 3, row r in lane r */
+	__m256i sc[8];		/* sub-block j's scales: int16 2r, 2r + 1 = row r's */
+	__m256i mn[8];		/* its mins, the same way */
+	__m256 d, dmin;		/* the rows' */
+};
+
+/* Q6_K's: 16 sub-blocks of 16; the -32 offsets against the bsums' pairs */
+struct kg6_block {
+	__m256i q[64];		/* as kg8_block's, u in [0, 63] */
+	__m256i sc[16];		/* sub-block j's scales, both lanes of a row */
+	__m256i off[8];		/* lanes 2r, 2r + 1: row r's sc[2j], sc[2j + 1] */
+	__m256 d;
+};
+
+_Static_assert(sizeof(struct kg8_block) <= PG_GEMM8_KWORK &&
+	       sizeof(struct kg6_block) <= PG_GEMM8_KWORK,
+	       "PG_GEMM8_KWORK holds a repacked Q4_K or Q6_K block");
+
 
 
 #define KG8_MIN 16	/* tokens from which the repacking pays */
@@ -1048,18 +1066,6 @@ kg6_tokens(const struct kg6_block *buf, int64_t nb, const uint8_t *x,
 }
 
 KG_SWEEP(kg6_sweep, kg6_tokens, struct kg6_block)
-
-void pg_kq_repack_q4_k_avx2(const uint8_t *w, size_t ws, int64_t i,
-			    struct kg8_block *b)
-{
-	kg8_repack(w, ws, i, b);
-}
-
-void pg_kq_repack_q6_k_avx2(const uint8_t *w, size_t ws, int64_t i,
-			    struct kg6_block *b)
-{
-	kg6_repack(w, ws, i, b);
-}
 
 /* Q6_K: repacked from KG8_MIN tokens on (with work), else kq_gemm. */
 void pg_gemm8_q6_k_avx2(int64_t n, const void *w, size_t ws, const void *xp,

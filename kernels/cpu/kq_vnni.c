@@ -4,9 +4,9 @@
  * table that kq_avx2.c's repacked 8-row loops are in the AVX2 one, bit
  * for bit their results.
  *
- * The super-blocks are kq_avx2.c's (kq_blocks.h), two groups of 8 rows
- * joined into zmm registers, rows 0-7 in lanes 0-7 and rows 8-15 in
- * lanes 8-15.  A chunk of 4 activation bytes is one vpdpbusd of the 64
+ * The super-blocks are repacked into work 16 rows at once, the layout of
+ * kq_avx2.c's 8-row blocks widened: chunk c (values 4c .. 4c + 3) of row
+ * r in 32-bit lane r of one zmm register.  A chunk of 4 activation bytes is one vpdpbusd of the 64
  * weight bytes of its 16 rows, so a sub-block's products sum straight
  * into int32 (Q4_K: 32 of up to 15 x 128; Q6_K: 16 of up to 63 x 128:
  * far from overflow), where the AVX2 loops sum pairs in int16 and widen
@@ -25,25 +25,29 @@
  * Compiled with -mavx2 -mfma -mf16c -mavx512f/bw/vl/dq -mavx512vnni;
  * reached only through the avx512vnni table.
  */
-#include "kernels/cpu/kq_blocks.h"
+#include <stddef.h>
+
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/vnni16.h"
 
 #define GK 8		/* tokens a pass */
 #define KG16_MIN 16	/* tokens from which the repacking pays */
 
-/* Q4_K, 16 rows: kg8_block's fields joined, the scales as int32. */
+/* Q4_K (Q5_K, Q2_K), 16 rows: kq_avx2.c's kg8_block widened, the scales
+ * as int32. */
 struct kq16_q4_k {
 	__m512i q[64];		/* chunk c of the 16 rows */
 	__m512i sc[8];		/* sub-block j's scale, row r in lane r */
-	__m512i mn[8];		/* its mins, kg8_block's int16 pairs */
+	__m512i mn[8];		/* its mins, int16 pairs against the bsum pairs */
 	__m512 d, dmin;
 };
 
-/* Q6_K, 16 rows: kg6_block's fields joined, the scales as int32. */
+/* Q6_K (Q3_K), 16 rows: kq_avx2.c's kg6_block widened, the scales as
+ * int32. */
 struct kq16_q6_k {
 	__m512i q[64];
 	__m512i sc[16];		/* sub-block j's (signed) scale, row r in lane r */
-	__m512i off[8];		/* kg6_block's int16 pairs */
+	__m512i off[8];		/* lane r: row r's scales 2j, 2j + 1 (int16) */
 	__m512 d;
 };
 
@@ -59,45 +63,11 @@ static inline __m512i scale32(__m512i pair, int is_signed)
 	       _mm512_and_si512(pair, _mm512_set1_epi32(0xffff));
 }
 
-/* Super-block i of the 16 Q4_K rows at w into *o. */
-static void repack16_q4_k(const uint8_t *w, size_t ws, int64_t i,
-			  struct kq16_q4_k *o)
-{
-	struct kg8_block a, b;
-
-	pg_kq_repack_q4_k_avx2(w, ws, i, &a);
-	pg_kq_repack_q4_k_avx2(w + 8 * ws, ws, i, &b);
-	for (int c = 0; c < 64; c++)
-		o->q[c] = join_i(a.q[c], b.q[c]);
-	for (int j = 0; j < 8; j++) {
-		o->sc[j] = scale32(join_i(a.sc[j], b.sc[j]), 0);
-		o->mn[j] = join_i(a.mn[j], b.mn[j]);
-	}
-	o->d = join_f(a.d, b.d);
-	o->dmin = join_f(a.dmin, b.dmin);
-}
-
-static void repack16_q6_k(const uint8_t *w, size_t ws, int64_t i,
-			  struct kq16_q6_k *o)
-{
-	struct kg6_block a, b;
-
-	pg_kq_repack_q6_k_avx2(w, ws, i, &a);
-	pg_kq_repack_q6_k_avx2(w + 8 * ws, ws, i, &b);
-	for (int c = 0; c < 64; c++)
-		o->q[c] = join_i(a.q[c], b.q[c]);
-	for (int j = 0; j < 16; j++)
-		o->sc[j] = scale32(join_i(a.sc[j], b.sc[j]), 1);
-	for (int j = 0; j < 8; j++)
-		o->off[j] = join_i(a.off[j], b.off[j]);
-	o->d = join_f(a.d, b.d);
-}
-
 /*
- * Q5_K, Q3_K and Q2_K have no 8-row repack of their own (their AVX2
- * gemm8 loops run unpacked): theirs go straight to 16 rows, each row's
- * 32 values 32g .. 32g + 31 unpacked to bytes in value order (k_row's
- * unpacking) and the 16 rows transposed into chunks 8g .. 8g + 7.
+ * Every type's super-block goes straight to 16 rows: each row's 32 values
+ * 32g .. 32g + 31 unpacked to bytes in value order and the 16 rows
+ * transposed into chunks 8g .. 8g + 7 (two of kq_avx2.c's 8-row blocks
+ * joined cost more: their repack, then a copy).
  */
 
 /* 32 bytes of v >> shift, masked to the low `mask` bits (bytes). */
@@ -153,11 +123,17 @@ static inline __m512i dup16(__m512i v32)
 	return _mm512_or_si512(v32, _mm512_slli_epi32(v32, 16));
 }
 
-/* Super-block i of the 16 Q5_K rows at w into *o (Q4_K's layout). */
-static void repack16_q5_k(const uint8_t *w, size_t ws, int64_t i,
-			  struct kq16_q4_k *o)
+/*
+ * Super-block i of the 16 Q4_K (Q5_K: qh, the fifth bits) rows at w, of
+ * block size bs, into *o: each row's sub-block g unpacked to bytes and the
+ * 16 rows transposed into chunks 8g .. 8g + 7.
+ */
+static inline __attribute__((always_inline)) void
+repack16_q45_k(const uint8_t *w, size_t ws, int64_t i, size_t bs,
+	       size_t qs_at, int has_qh, size_t sc_at, size_t d_at,
+	       struct kq16_q4_k *o)
 {
-	const uint8_t *w0 = w + (size_t)i * sizeof(struct pg_block_q5_k);
+	const uint8_t *w0 = w + (size_t)i * bs;
 	__m256i in[16];
 	__m512i out[8];
 
@@ -165,13 +141,18 @@ static void repack16_q5_k(const uint8_t *w, size_t ws, int64_t i,
 	for (int g = 0; g < 8; g++) {	/* sub-block g: values 32g .. */
 #pragma GCC unroll 16
 		for (int r = 0; r < 16; r++) {
-			const struct pg_block_q5_k *a = (const void *)(w0 + (size_t)r * ws);
-			__m256i q = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * (g >> 1)));
-			__m256i h = _mm256_loadu_si256((const __m256i *)a->qh);
+			const uint8_t *a = w0 + (size_t)r * ws;
+			__m256i q = _mm256_loadu_si256((const __m256i *)(a + qs_at + 32 * (g >> 1)));
 			__m256i v = g & 1 ? bits_at(q, 4, 0x0f) :
 				    _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
 
-			in[r] = _mm256_or_si256(v, _mm256_slli_epi16(bits_at(h, g, 1), 4));
+			if (has_qh) {
+				__m256i h = _mm256_loadu_si256((const __m256i *)
+					(a + offsetof(struct pg_block_q5_k, qh)));
+
+				v = _mm256_or_si256(v, _mm256_slli_epi16(bits_at(h, g, 1), 4));
+			}
+			in[r] = v;
 		}
 		tr16(in, o->q + 8 * g);
 	}
@@ -179,8 +160,7 @@ static void repack16_q5_k(const uint8_t *w, size_t ws, int64_t i,
 	for (int r = 0; r < 16; r++) {
 		uint64_t sc, mn;
 
-		scale_min_k4x8(w0 + (size_t)r * ws + offsetof(struct pg_block_q5_k,
-							      scales), &sc, &mn);
+		scale_min_k4x8(w0 + (size_t)r * ws + sc_at, &sc, &mn);
 		in[r] = _mm256_cvtepu8_epi16(_mm_set_epi64x((long long)mn,
 							    (long long)sc));
 	}
@@ -192,8 +172,63 @@ static void repack16_q5_k(const uint8_t *w, size_t ws, int64_t i,
 		o->mn[2 * j] = dup16(lo16(out[j + 4], 0));
 		o->mn[2 * j + 1] = dup16(hi16(out[j + 4], 0));
 	}
-	o->d = f16_rows16(w0 + offsetof(struct pg_block_q5_k, d), ws);
-	o->dmin = f16_rows16(w0 + offsetof(struct pg_block_q5_k, dmin), ws);
+	o->d = f16_rows16(w0 + d_at, ws);
+	o->dmin = f16_rows16(w0 + d_at + 2, ws);
+}
+
+static void repack16_q5_k(const uint8_t *w, size_t ws, int64_t i,
+			  struct kq16_q4_k *o)
+{
+	repack16_q45_k(w, ws, i, sizeof(struct pg_block_q5_k),
+		       offsetof(struct pg_block_q5_k, qs), 1,
+		       offsetof(struct pg_block_q5_k, scales),
+		       offsetof(struct pg_block_q5_k, d), o);
+}
+
+static void repack16_q4_k(const uint8_t *w, size_t ws, int64_t i,
+				struct kq16_q4_k *o)
+{
+	repack16_q45_k(w, ws, i, sizeof(struct pg_block_q4_k),
+		       offsetof(struct pg_block_q4_k, qs), 0,
+		       offsetof(struct pg_block_q4_k, scales),
+		       offsetof(struct pg_block_q4_k, d), o);
+}
+
+/* Super-block i of the 16 Q6_K rows at w into *o, straight: value l of
+ * each quarter from ql's nibble and qh's 2 bits (dequantize's order). */
+static void repack16_q6_k(const uint8_t *w, size_t ws, int64_t i,
+				struct kq16_q6_k *o)
+{
+	const uint8_t *w0 = w + (size_t)i * sizeof(struct pg_block_q6_k);
+	__m256i in[16];
+
+#pragma GCC unroll 1
+	for (int g = 0; g < 8; g++) {	/* values 128h + 32c .. */
+		int h = g >> 2, c = g & 3;
+
+#pragma GCC unroll 16
+		for (int r = 0; r < 16; r++) {
+			const struct pg_block_q6_k *a = (const void *)(w0 + (size_t)r * ws);
+			__m256i l = _mm256_loadu_si256((const __m256i *)(a->ql + 64 * h + 32 * (c & 1)));
+			__m256i hb = _mm256_loadu_si256((const __m256i *)(a->qh + 32 * h));
+			__m256i lo = c & 2 ? bits_at(l, 4, 0x0f) :
+				     _mm256_and_si256(l, _mm256_set1_epi8(0x0f));
+
+			in[r] = _mm256_or_si256(lo, _mm256_slli_epi16(bits_at(hb, 2 * c, 3), 4));
+		}
+		tr16(in, o->q + 8 * g);
+	}
+#pragma GCC unroll 16
+	for (int r = 0; r < 16; r++)
+		in[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)
+			(w0 + (size_t)r * ws + offsetof(struct pg_block_q6_k, scales))));
+	tr16(in, o->off);	/* lane r: row r's scales 2j, 2j + 1 */
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++) {
+		o->sc[2 * j] = lo16(o->off[j], 1);
+		o->sc[2 * j + 1] = hi16(o->off[j], 1);
+	}
+	o->d = f16_rows16(w0 + offsetof(struct pg_block_q6_k, d), ws);
 }
 
 /* Super-block i of the 16 Q3_K rows at w into *o (Q6_K's layout, u in

@@ -40,7 +40,6 @@ kernels_libpgkernels_avx2_la_SOURCES = \
 	kernels/cpu/gemm_avx2.c \
 	kernels/cpu/gemm_q4.h \
 	kernels/cpu/kq_avx2.c \
-	kernels/cpu/kq_blocks.h \
 	kernels/cpu/q4_avx2.c \
 	kernels/cpu/simd_avx2.h \
 	kernels/cpu/vec_avx2.c
