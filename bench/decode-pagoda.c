@@ -141,13 +141,27 @@ static double fma_peak_gflops(int n)
 /*
  * The attention multiply-adds (as flops, 2 each) that n prompt tokens
  * after depth tokens do beyond the same tokens at depth 0: each query head
- * of each layer takes depth more scores and depth more weighted V rows of
- * head_dim each.  (Sliding-window layers would cap depth; not counted.)
+ * of each layer takes more scores and as many more weighted V rows of
+ * head_dim each: depth more in a global block; in a sliding-window block
+ * (window w) prompt token p reads min(depth + p + 1, w) keys instead of
+ * min(p + 1, w).
  */
 static double attn_extra_flops(const struct pg_model *m, int depth, int n)
 {
-	return 4.0 * (double)m->hp.head_dim * m->hp.n_heads * m->hp.n_blocks *
-	       (double)depth * (double)n;
+	double keys = 0;
+
+	for (int b = 0; b < m->hp.n_blocks; b++) {
+		int w = m->arch.window;
+
+		if (!pg_block_windowed(&m->arch, b)) {
+			keys += (double)depth * n;
+			continue;
+		}
+		for (int p = 0; p < n; p++)
+			keys += (depth + p + 1 < w ? depth + p + 1 : w) -
+				(p + 1 < w ? p + 1 : w);
+	}
+	return 4.0 * (double)m->hp.head_dim * m->hp.n_heads * keys;
 }
 
 static double run_tg(struct pg_forward *fw, struct pg_kvc *kvc,
