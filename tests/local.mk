@@ -292,6 +292,20 @@ tests_test_libpagoda_SOURCES = tests/test_libpagoda.c
 tests_test_libpagoda_LDADD = client/libpagoda.la -lpthread
 EXTRA_DIST += tests/test-client.sh
 
+# The Python binding (python/) under pytest against a real pagodad with
+# the default model (skips without it, python3, or in a sanitizer build).
+TESTS += tests/test-python.sh
+EXTRA_DIST += \
+	python/README.md \
+	python/pagoda/__init__.py \
+	python/pagoda/_client.py \
+	python/pagoda/_lib.py \
+	python/pagoda/py.typed \
+	python/pyproject.toml \
+	tests/python/conftest.py \
+	tests/python/test_binding.py \
+	tests/test-python.sh
+
 # pagodactl: statistics exact under a scripted load, metrics, evict, drain,
 # resume, clients, health, stats reset, a non-admin user refused (as root)
 # and kept from the per-client table, and a client with escapes in its
