@@ -306,6 +306,14 @@ EXTRA_DIST += \
 	tests/python/test_binding.py \
 	tests/test-python.sh
 
+# pagoda-http (http/): the OpenAI-compatible gateway under pytest with the
+# openai package (tests/http/), against a real pagodad with the default
+# model (skips when pagoda-http is not built, without python3 or the model).
+TESTS += tests/test-http.sh
+EXTRA_DIST += \
+	tests/http/test_openai.py \
+	tests/test-http.sh
+
 # pagodactl: statistics exact under a scripted load, metrics, evict, drain,
 # resume, clients, health, stats reset, a non-admin user refused (as root)
 # and kept from the per-client table, and a client with escapes in its

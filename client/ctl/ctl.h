@@ -136,6 +136,13 @@ void ctl_put_safe(FILE *f, const char *s, size_t len, int json);
 
 int ctl_cmd_stats(const struct ctl_opts *o);
 int ctl_cmd_metrics(const struct ctl_opts *o);
+
+/*
+ * ctl_metrics_write - every family of `pagodactl metrics` for snapshot s,
+ * in the Prometheus text format, to f (pagoda-http's /metrics uses it
+ * too).  Returns 0, or -1 when writing to f failed.
+ */
+int ctl_metrics_write(FILE *f, const struct ctl_snap *s);
 int ctl_cmd_top(const struct ctl_opts *o);
 
 /*

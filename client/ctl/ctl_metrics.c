@@ -204,6 +204,23 @@ static void clients(FILE *f, const struct ctl_snap *s)
 	client_family(f, s, "pagoda_client_tokens_generated_total", "counter", "Tokens generated for a client since it connected.", 2);
 }
 
+int ctl_metrics_write(FILE *f, const struct ctl_snap *s)
+{
+	info(f, s->h);
+	metric(f, "pagoda_up", "gauge", "1 while pagodad serves.", 1);
+	metric(f, "pagoda_draining", "gauge", "1 while pagodad refuses new requests.",
+	       s->h->state == PG_STATS_DRAINING);
+	metric(f, "pagoda_uptime_seconds", "gauge", "Seconds since pagodad started.",
+	       (double)(s->read_unix_ns - s->h->start_unix_ns) * 1e-9);
+	requests(f, &s->h->c);
+	kv(f, &s->h->c);
+	devices(f, s);
+	for (int i = 0; i < PG_STATS_N_HIST; i++)
+		histogram(f, s, i);
+	clients(f, s);
+	return ferror(f) ? -1 : 0;
+}
+
 int ctl_cmd_metrics(const struct ctl_opts *o)
 {
 	struct ctl_seg seg;
@@ -219,18 +236,7 @@ int ctl_cmd_metrics(const struct ctl_opts *o)
 		fprintf(stderr, "pagodactl: %s\n", err);
 		return rc;
 	}
-	info(stdout, s.h);
-	metric(stdout, "pagoda_up", "gauge", "1 while pagodad serves.", 1);
-	metric(stdout, "pagoda_draining", "gauge", "1 while pagodad refuses new requests.",
-	       s.h->state == PG_STATS_DRAINING);
-	metric(stdout, "pagoda_uptime_seconds", "gauge", "Seconds since pagodad started.",
-	       (double)(s.read_unix_ns - s.h->start_unix_ns) * 1e-9);
-	requests(stdout, &s.h->c);
-	kv(stdout, &s.h->c);
-	devices(stdout, &s);
-	for (int i = 0; i < PG_STATS_N_HIST; i++)
-		histogram(stdout, &s, i);
-	clients(stdout, &s);
+	ctl_metrics_write(stdout, &s);
 	ctl_snap_free(&s);
 	return fflush(stdout) ? CTL_FAIL : CTL_OK;
 }
