@@ -4,8 +4,8 @@
 #     man/FUNCTION.3, with NAME, SYNOPSIS, DESCRIPTION, RETURN VALUE,
 #     ERRORS, EXAMPLE and SEE ALSO, the header's prototype in its SYNOPSIS,
 #     a place in dist_man_MANS and in libpagoda(3)'s SEE ALSO;
-#   - every option (and command) that `pagodad --help`, `pagoda --help` and
-#     `pagodactl --help` (once it is built) print appears in their pages;
+#   - every option (and command) that `pagodad --help`, `pagoda --help`,
+#     `pagodactl --help` and `pagoda-http --help` (once they are built) print appears in their pages;
 #   - every configuration key (`pagodad --print-config`, and
 #     systemd/pagodad.conf.example) appears in pagoda.conf(5), once pagodad
 #     has a configuration file;
@@ -102,6 +102,7 @@ options() { # options PROGRAM PAGE
 options ./daemon/pagodad pagodad.8
 options ./client/pagoda pagoda.1
 options ./client/pagodactl pagodactl.8
+options ./http/pagoda-http pagoda-http.8
 
 # ---- configuration keys ----
 keys() { # keys FILE: KEY of "KEY = VALUE" lines, commented out or not

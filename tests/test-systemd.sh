@@ -1,6 +1,7 @@
 #!/bin/sh
-# test-systemd.sh - the unit, sysusers.d and tmpfiles.d files as make
-# builds them: `systemd-analyze verify` passes on the unit (its ExecStart
+# test-systemd.sh - the units, sysusers.d and tmpfiles.d files as make
+# builds them: `systemd-analyze verify` passes on the units (pagodad's;
+# pagoda-http's where it is built) (its ExecStart
 # pointed at this build's pagodad, its Documentation= pages taken from
 # man/); the unit keeps its hardening; systemd-sysusers and
 # systemd-tmpfiles take the entries (into a scratch root).  Where systemd
@@ -78,6 +79,41 @@ check "systemd-analyze verify says nothing of pagodad.service" \
 	test -z "$(grep 'pagodad\.service' "$tmp/verify.out")"
 [ $rc -eq 0 ] && [ ! -s "$tmp/verify.out" ] && echo "systemd-analyze verify: no complaint"
 
+# ---- pagoda-http's unit ----
+hunit=./systemd/pagoda-http.service
+hhas() { grep -qxF -- "$1" "$hunit"; }
+check "pagoda-http.service was built" test -f "$hunit"
+check "pagoda-http: ExecStart is the installed pagoda-http with its options" \
+	grep -q '^ExecStart=/[^@]*/pagoda-http \$PAGODA_HTTP_OPTIONS$' "$hunit"
+check "pagoda-http: no @variable@ left" test -z "$(grep '@[a-z_]*@' "$hunit")"
+for line in Type=exec 'EnvironmentFile=-/etc/pagoda/pagoda-http.env' \
+	User=pagoda-http Group=pagoda-http SupplementaryGroups=pagoda \
+	Wants=pagodad.service 'After=pagodad.service network.target' \
+	Restart=on-failure NoNewPrivileges=yes ProtectSystem=strict ProtectHome=yes \
+	PrivateTmp=yes PrivateDevices=yes 'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' \
+	CapabilityBoundingSet= AmbientCapabilities= MemoryDenyWriteExecute=yes \
+	SystemCallFilter=@system-service SystemCallArchitectures=native; do
+	check "pagoda-http's unit says $line" hhas "$line"
+done
+for doc in $(sed -n 's/^Documentation=//p' "$hunit"); do
+	page=${doc#man:}
+	name=${page%(*}
+	sec=${page#*(}; sec=${sec%)}
+	check "pagoda-http: Documentation=$doc exists in man/" test -f "$srcdir/man/$name.$sec"
+done
+if [ -x ./http/pagoda-http ]; then
+	hbin=$(cd http && pwd)/pagoda-http
+	sed "s|^ExecStart=[^ ]*|ExecStart=$hbin|" "$hunit" >"$tmp/verify/pagoda-http.service"
+	MANPATH=$tmp/man systemd-analyze verify "$tmp/verify/pagoda-http.service" >"$tmp/verify-http.out" 2>&1
+	rc=$?
+	cat "$tmp/verify-http.out"
+	check "systemd-analyze verify exits 0 on pagoda-http.service" test $rc -eq 0
+	check "systemd-analyze verify says nothing of pagoda-http.service" \
+		test -z "$(grep 'pagoda-http\.service' "$tmp/verify-http.out")"
+else
+	echo "SKIP: systemd-analyze verify of pagoda-http.service: pagoda-http is not built"
+fi
+
 # ---- sysusers.d and tmpfiles.d ----
 if command -v systemd-sysusers >/dev/null 2>&1 && command -v systemd-tmpfiles >/dev/null 2>&1 &&
    [ "$(id -u)" -eq 0 ]; then
@@ -88,6 +124,9 @@ if command -v systemd-sysusers >/dev/null 2>&1 && command -v systemd-tmpfiles >/
 	check "sysusers: the pagoda user" grep -q '^pagoda:x:[0-9]*:[0-9]*:.*:/var/lib/pagoda:' "$root/etc/passwd"
 	check "sysusers: the pagoda group" grep -q '^pagoda:x:' "$root/etc/group"
 	check "sysusers: the pagoda-admin group" grep -q '^pagoda-admin:x:' "$root/etc/group"
+	check "sysusers: the pagoda-http user" grep -q '^pagoda-http:x:' "$root/etc/passwd"
+	check "sysusers: pagoda-http is in the pagoda group" \
+		grep -q '^pagoda:x:[0-9]*:\(.*,\)\{0,1\}pagoda-http\(,.*\)\{0,1\}$' "$root/etc/group"
 	systemd-tmpfiles --root="$root" --create "$(pwd)/systemd/tmpfiles.d/pagoda.conf"
 	check "systemd-tmpfiles takes tmpfiles.d/pagoda.conf" test $? -eq 0
 	uid=$(grep '^pagoda:' "$root/etc/passwd" | cut -d: -f3)

@@ -445,7 +445,119 @@ def test_disconnect_cancels(client, model, stream):
     assert r.choices[0].message.content is not None
 
 
+def kv_used():
+    return metric('pagoda_kv_pages{state="used"}')
+
+
+def wait_for(cond, timeout=5.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+KILLED_CLIENT = r"""
+import socket, sys
+body = sys.argv[3].encode()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+          % len(body) + body)
+got = b""
+while got.count(b"data: ") < 4:
+    d = s.recv(4096)
+    if not d:
+        sys.exit("the stream ended early: %r" % got)
+    got += d
+print("streaming", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_kill9_mid_stream_frees_request_and_pages(client, model):
+    """A client process killed with SIGKILL mid-stream: its request ends in
+    the daemon and its KV pages go back, and the gateway serves on."""
+    assert wait_idle()
+    assert wait_for(lambda: kv_used() == 0), "pages in use before the test"
+    before = metric("pagoda_http_disconnects_total")
+    body = json.dumps({"messages": MSG, "max_tokens": 4000, "temperature": 0,
+                       "ignore_eos": True, "stream": True})
+    p = subprocess.Popen(["python3", "-c", KILLED_CLIENT, HOST, str(PORT), body],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "streaming\n"
+        assert wait_for(lambda: kv_used() > 0), "the stream holds no pages"
+        p.kill()
+        p.wait(timeout=10)
+        t0 = time.time()
+        assert wait_idle(), "the request was not cancelled"
+        assert wait_for(lambda: kv_used() == 0), "its pages were not freed"
+        assert time.time() - t0 < 5
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert metric("pagoda_http_disconnects_total") == before + 1
+    r = client.chat.completions.create(model=model, messages=MSG, max_tokens=3,
+                                       temperature=0)
+    assert r.choices[0].message.content is not None
+
+
 # ---- several clients at once ----
+
+LOAD_PROMPTS = ["Name three colours.", "Count to five.", "What is a cat?",
+                "Say hello in French."]
+
+
+def test_load_32_clients_8_requests(client, model):
+    """32 clients x 8 requests at once, streaming and not: every request is
+    answered, each with exactly its greedy tokens (none lost, none twice)."""
+    def ask(prompt, stream):
+        kw = dict(model=model, messages=[{"role": "user", "content": prompt}],
+                  max_tokens=8, temperature=0, logprobs=True,
+                  extra_body={"ignore_eos": True})
+        if not stream:
+            r = client.chat.completions.create(**kw)
+            return ([t.token for t in r.choices[0].logprobs.content],
+                    r.choices[0].message.content, r.usage.completion_tokens)
+        chunks = list(client.chat.completions.create(
+            stream=True, stream_options={"include_usage": True}, **kw))
+        toks = [t.token for c in chunks if c.choices and c.choices[0].logprobs
+                for t in c.choices[0].logprobs.content]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return toks, text, chunks[-1].usage.completion_tokens
+
+    ref = {p: ask(p, False) for p in LOAD_PROMPTS}
+    assert all(len(r[0]) == 8 and r[2] == 8 for r in ref.values())
+    got, errors = [], []
+    lock = threading.Lock()
+
+    def worker(k):
+        for i in range(8):
+            prompt = LOAD_PROMPTS[(k + i) % len(LOAD_PROMPTS)]
+            try:
+                r = ask(prompt, (k + i) % 2 == 1)
+            except Exception as e:  # noqa: BLE001 - reported below
+                with lock:
+                    errors.append(repr(e))
+                continue
+            with lock:
+                got.append((prompt, r))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors[:3]
+    assert len(got) == 32 * 8
+    for prompt, r in got:
+        assert r == ref[prompt], (prompt, r, ref[prompt])
+    assert wait_idle()
+    assert wait_for(lambda: kv_used() == 0)
+
 
 def test_concurrent(client, model):
     ref = client.chat.completions.create(model=model, messages=MSG, max_tokens=6,
