@@ -114,4 +114,14 @@ if ! kill -0 "$hpid" 2>/dev/null; then
 	cat "$tmp/http.log"
 	exit 1
 fi
+# SIGTERM: a clean exit 0 (in a sanitizer build, with no leak reported)
+kill -TERM "$hpid"
+wait "$hpid"
+rc=$?
+hpid=
+if [ $rc -ne 0 ] || grep -q 'Sanitizer' "$tmp/http.log"; then
+	echo "FAIL: pagoda-http exited $rc on SIGTERM; its log:"
+	tail -n 40 "$tmp/http.log"
+	exit 1
+fi
 exit 0

@@ -332,6 +332,49 @@ def test_malformed_oversized_wrong_path():
     assert raw("GET", "/health")[0] == 200
 
 
+def test_bad_requests_do_not_disturb_a_stream(client, model):
+    """Malformed, oversized, half-sent and non-HTTP requests, while a stream
+    runs: each gets its own answer (or the connection is closed), and the
+    stream's tokens are exactly those it has alone."""
+    kw = dict(model=model, messages=MSG, max_tokens=48, temperature=0, logprobs=True,
+              extra_body={"ignore_eos": True})
+    ref = [t.token for t in client.chat.completions.create(**kw).choices[0].logprobs.content]
+    got, errors = [], []
+
+    def streamer():
+        try:
+            for c in client.chat.completions.create(stream=True, **kw):
+                if c.choices and c.choices[0].logprobs:
+                    got.extend(t.token for t in c.choices[0].logprobs.content)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    t = threading.Thread(target=streamer)
+    t.start()
+    half = socket.create_connection((HOST, PORT), timeout=30)
+    half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    # not HTTP: a request line of garbage is closed at once; a TLS hello
+    # (https:// to a plain port) is held until --timeout, in its own thread
+    junk = socket.create_connection((HOST, PORT), timeout=30)
+    junk.sendall(b"GARBAGE\r\n\r\n")
+    assert junk.recv(4096) == b""
+    junk.close()
+    tls = socket.create_connection((HOST, PORT), timeout=30)
+    tls.sendall(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(32))
+    for body in (b"{\"messages\": [", b"[]", json.dumps({"messages": 5}).encode(),
+                 json.dumps({"messages": MSG, "n": 1000}).encode(),
+                 b"\xff\xfe not json", json.dumps({"messages": MSG, "x" * 70000: 1}).encode()):
+        status, _, data = raw("POST", "/v1/chat/completions", body)
+        assert status in (400, 413), (status, data)
+        assert error_of(data)["message"]
+    assert raw("GET", "/health")[0] == 200
+    half.close()
+    tls.close()
+    t.join(120)
+    assert not errors, errors
+    assert got == ref
+
+
 # ---- API keys ----
 
 def start_gateway(tmp_path, *args):
