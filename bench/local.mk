@@ -3,6 +3,9 @@
 #   decode:   decode speed on a model (bench/decode)
 #   gpu:      bench/gpu's program; without the CUDA backend it only says so
 #             (bench/gpu, tests/gpu/run)
+#   http:     (bench/http, a script) pagoda-http + pagodad against
+#             llama-server's HTTP; bench/llama_server.py builds and runs
+#             llama-server for it and bench/serve
 #   ipc:      a ping through pagodad's rings (polling, asleep) against a
 #             Unix socket, bare rings, and token delivery to 64 streaming
 #             clients; bench/ipc starts the daemon and drives it
@@ -47,7 +50,9 @@ EXTRA_DIST += \
 	bench/README \
 	bench/decode \
 	bench/gpu \
+	bench/http \
 	bench/ipc \
+	bench/llama_server.py \
 	bench/parallel \
 	bench/readbw.h \
 	bench/serve
