@@ -428,6 +428,8 @@ struct pgd_tokjob {
 					   max_tokens; stop strings point into
 					   buf */
 	const char *stops[PGD_MAX_STOP];
+	char *grammar;			/* GENERATE: its GBNF text (q.grammar),
+					   the job's; NULL: none */
 	uint32_t max_tokens;		/* as asked (0: as many as allowed) */
 	uint64_t tag, seq;		/* tokwork.c's order: finish tag, then
 					   submission */

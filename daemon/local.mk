@@ -7,7 +7,8 @@
 # tokenizing worker threads (tokwork.c), the access rules (access.c); the
 # admin socket and the statistics segment (admin.c, stats.c; their layouts
 # in wire/); pagodad.conf and the options over it (config.c, settings.c),
-# SIGHUP's reload (reload.c); sd_notify without libsystemd (notify.c) and
+# SIGHUP's reload (reload.c); JSON Schemas into grammars (schema.c, on
+# jansson); sd_notify without libsystemd (notify.c) and
 # the log (log.c).
 noinst_LTLIBRARIES += daemon/libpagodad.la
 daemon_libpagodad_la_SOURCES = \
@@ -35,6 +36,8 @@ daemon_libpagodad_la_SOURCES = \
 	daemon/pagodad.h \
 	daemon/reload.c \
 	daemon/request.c \
+	daemon/schema.c \
+	daemon/schema.h \
 	daemon/server.c \
 	daemon/server.h \
 	daemon/session.c \
@@ -45,8 +48,8 @@ daemon_libpagodad_la_SOURCES = \
 	daemon/tokwork.c \
 	wire/admin_proto.h \
 	wire/stats_layout.h
-daemon_libpagodad_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS) $(INIH_CFLAGS)
-daemon_libpagodad_la_LIBADD = daemon/engine/libpgengine.la $(URING_LIBS) $(INIH_LIBS)
+daemon_libpagodad_la_CPPFLAGS = $(AM_CPPFLAGS) $(URING_CFLAGS) $(INIH_CFLAGS) $(JANSSON_CFLAGS)
+daemon_libpagodad_la_LIBADD = daemon/engine/libpgengine.la $(URING_LIBS) $(INIH_LIBS) $(JANSSON_LIBS)
 
 sbin_PROGRAMS += daemon/pagodad
 daemon_pagodad_SOURCES = \

@@ -34,9 +34,11 @@
 #include "daemon/engine/chat.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/forward.h"
+#include "daemon/engine/grammar.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/tokenizer.h"
 #include "daemon/log.h"
+#include "daemon/schema.h"
 #include "daemon/stats.h"
 
 /* ---- the tables ---- */
@@ -295,7 +297,66 @@ static int stop_strings(struct pgd *d, struct pgd_client *c, const struct pg_sqe
 }
 
 #define GEN_FLAGS (PG_GEN_IGNORE_EOS | PG_GEN_TEXT | PG_GEN_SEED_RANDOM | \
-		   PG_GEN_CONTENT_SPECIAL)
+		   PG_GEN_CONTENT_SPECIAL | PG_GEN_GRAMMAR)
+
+/*
+ * The grammar of g (PG_GEN_GRAMMAR; its text at p) as GBNF into *out
+ * (malloc'd, *out_len bytes), a JSON Schema translated; *out NULL when g
+ * has none.  -1 after replying.  The engine compiles the text when the
+ * request is submitted and answers its errors.
+ */
+static int gen_grammar(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
+		       const struct pg_gen_wire *g, const char *p, char **out,
+		       size_t *out_len)
+{
+	char err[256];
+	int rc;
+
+	*out = NULL;
+	*out_len = 0;
+	if (!(g->flags & PG_GEN_GRAMMAR)) {
+		if (g->grammar_kind || g->grammar_bytes) {
+			BAD(d, c, e, "grammar_kind and grammar_bytes are set without the PG_GEN_GRAMMAR flag");
+			return -1;
+		}
+		return 0;
+	}
+	if (!g->grammar_bytes || g->grammar_bytes > PG_GRAMMAR_MAX_TEXT) {
+		BAD(d, c, e, "grammar_bytes %u: give 1 to %u bytes of grammar", g->grammar_bytes,
+		    PG_GRAMMAR_MAX_TEXT);
+		return -1;
+	}
+	switch (g->grammar_kind) {
+	case PG_GRAMMAR_GBNF:
+		*out = malloc(g->grammar_bytes);
+		if (!*out)
+			break;
+		memcpy(*out, p, g->grammar_bytes);
+		*out_len = g->grammar_bytes;
+		return 0;
+	case PG_GRAMMAR_JSON_SCHEMA:
+		rc = pg_schema_to_gbnf(p, g->grammar_bytes, out, err, sizeof(err));
+		if (rc == -EINVAL) {
+			BAD(d, c, e, "the JSON Schema: %s", err);
+			return -1;
+		}
+		if (rc)
+			break;
+		*out_len = strlen(*out);
+		return 0;
+	default:
+		BAD(d, c, e, "grammar_kind %u is not 1 (GBNF) or 2 (JSON Schema)", g->grammar_kind);
+		return -1;
+	}
+	pgd_reply_error(d, c, e->req_id, PG_ENOMEM, 1, "pagodad is out of memory for the request's grammar");
+	return -1;
+}
+
+/* Where g's grammar text starts in its payload. */
+static const char *grammar_text(const struct pg_gen_wire *g, const uint8_t *buf)
+{
+	return (const char *)buf + sizeof(*g) + g->prompt_bytes + g->stop_bytes;
+}
 
 /*
  * A seed for a request that gives none (PG_GEN_SEED_RANDOM): from the
@@ -447,6 +508,7 @@ static void gen_now(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
 	const char *stops[PGD_MAX_STOP];
 	struct pg_request q = { .stop = stops };
 	struct pgd_req *r;
+	char *grammar = NULL;
 	int n;
 
 	if (gen_params(d, c, e, g, &q) ||
@@ -456,13 +518,17 @@ static void gen_now(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,
 	n = given_ids(d, c, e, buf + sizeof(*g), g->prompt_bytes);
 	if (n < 0)
 		return;
+	if (gen_grammar(d, c, e, g, grammar_text(g, buf), &grammar, &q.grammar_len))
+		return;
+	q.grammar = grammar;
 	q.prompt = d->ids;
 	q.n_prompt = n;
 	r = req_new(d, c, e, g, &q);
-	if (!r)
-		return;
-	client_insert(c, r);
-	gen_submit(d, c, r, &q, g->max_tokens);
+	if (r) {
+		client_insert(c, r);
+		gen_submit(d, c, r, &q, g->max_tokens);	/* the engine copies it */
+	}
+	free(grammar);
 }
 
 /* A copy of the len bytes of payload at buf in a new job for c's e. */
@@ -517,6 +583,9 @@ static void gen_later(struct pgd *d, struct pgd_client *c, const struct pg_sqe *
 	    stop_strings(d, c, e, g, (const char *)j->buf + sizeof(*g) + g->prompt_bytes, j->stops))
 		goto out_free;
 	j->q.n_stop = (int)g->n_stop;
+	if (gen_grammar(d, c, e, g, grammar_text(g, j->buf), &j->grammar, &j->q.grammar_len))
+		goto out_free;
+	j->q.grammar = j->grammar;
 	j->chat = g->prompt_kind == PG_PROMPT_CHAT;
 	if (j->chat && pgd_chat_walk(buf + sizeof(*g), g->prompt_bytes, NULL, NULL,
 				     err, sizeof(err)) < 0) {
@@ -557,9 +626,9 @@ static void op_generate(struct pgd *d, struct pgd_client *c,
 		return;
 	}
 	memcpy(&g, buf, sizeof(g));
-	if ((uint64_t)sizeof(g) + g.prompt_bytes + g.stop_bytes > len) {
-		BAD(d, c, e, "prompt_bytes %u + stop_bytes %u run past the payload's %u bytes",
-		    g.prompt_bytes, g.stop_bytes, len);
+	if ((uint64_t)sizeof(g) + g.prompt_bytes + g.stop_bytes + g.grammar_bytes > len) {
+		BAD(d, c, e, "prompt_bytes %u + stop_bytes %u + grammar_bytes %u run past the payload's %u bytes",
+		    g.prompt_bytes, g.stop_bytes, g.grammar_bytes, len);
 		return;
 	}
 	if (req_by_client(c, e->req_id)) {

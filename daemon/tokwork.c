@@ -531,6 +531,7 @@ void pgd_tokjob_free(struct pgd_tokjob *j)
 		j->r->job = NULL;
 	free(j->buf);
 	free(j->ids);
+	free(j->grammar);
 	free(j);
 }
 

@@ -180,7 +180,15 @@ struct pagoda_request {
 	   as text, so that only the chat template's own markers are special */
 	int content_special;
 	int reserved_int;	/* zero */
-	uint64_t reserved[3];	/* zero: room to grow without a new size */
+	/* structured output: the samples follow a grammar, at most one of
+	   these two (NULL: none); a grammar or schema that pagodad cannot
+	   honour is refused with PAGODA_EINVAL and a message that names the
+	   construct, never run unconstrained.  End-of-generation then comes
+	   only where the grammar is complete (ignore_eos notwithstanding),
+	   and a sample ends once nothing more may follow */
+	const char *grammar;	/* GBNF text, pagoda-grammar(7) */
+	const char *json_schema;/* a JSON Schema, pagoda-json-schema(7) */
+	uint64_t reserved[1];	/* zero: room to grow without a new size */
 };
 
 /* pagoda_request_init - zero req and set the defaults above. */

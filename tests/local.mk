@@ -150,6 +150,13 @@ tests_test_sampler_LDADD = $(ENGINE_LIBS)
 TESTS += tests/test-engine-plan.sh tests/test-engine-replicas.sh
 EXTRA_DIST += tests/test-engine-plan.sh tests/test-engine-replicas.sh
 
+# Structured output: the grammar engine (GBNF, masks, caches; SmolLM2's
+# vocabulary when the default model is there) and JSON Schema into GBNF.
+check_PROGRAMS += tests/test_grammar
+TESTS += tests/test_grammar
+tests_test_grammar_SOURCES = tests/test_grammar.c
+tests_test_grammar_LDADD = $(ENGINE_LIBS)
+
 # The tokenizers and chat templates against llama.cpp's (Gemma 3's
 # SentencePiece vocabulary skips without the file), and every vocabulary.
 check_PROGRAMS += \

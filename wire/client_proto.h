@@ -243,11 +243,22 @@ static_assert(sizeof(struct pg_chat_msg_wire) == 8, "pg_chat_msg_wire");
 				   in the messages (<|im_start|> ...) count
 				   as such; without it a message is text and
 				   only the template's markers are special */
+#define PG_GEN_GRAMMAR 16u	/* grammar_kind and grammar_bytes are set:
+				   the output must follow a grammar (a daemon
+				   without grammars refuses the flag, so a
+				   constraint is never dropped unseen) */
+
+/* What the grammar_bytes of a GENERATE are. */
+enum pg_grammar_kind {
+	PG_GRAMMAR_GBNF = 1,		/* GBNF text (pagoda-grammar(7)) */
+	PG_GRAMMAR_JSON_SCHEMA = 2,	/* a JSON Schema (pagoda-json-schema(7)) */
+};
 
 /*
  * A GENERATE payload: this struct, then prompt_bytes of prompt (text,
  * int32_t ids, or chat messages), then stop_bytes of stop strings, each
- * NUL-terminated (n_stop of them).
+ * NUL-terminated (n_stop of them), then (PG_GEN_GRAMMAR) grammar_bytes of
+ * grammar text, not NUL-terminated.
  */
 struct pg_gen_wire {
 	uint32_t prompt_kind;	/* enum pg_prompt_kind */
@@ -271,7 +282,10 @@ struct pg_gen_wire {
 				   PG_GEN_SEED_RANDOM */
 	uint32_t n_logprobs;	/* top log-probabilities per token, 0 .. 20
 				   (see PG_CQE_LOGPROBS) */
-	uint32_t reserved[5];
+	uint32_t grammar_kind;	/* enum pg_grammar_kind, with PG_GEN_GRAMMAR;
+				   else 0 */
+	uint32_t grammar_bytes;	/* with PG_GEN_GRAMMAR, 1 .. 1 MiB; else 0 */
+	uint32_t reserved[3];	/* zero */
 };
 static_assert(sizeof(struct pg_gen_wire) == 96, "pg_gen_wire");
 

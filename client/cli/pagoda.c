@@ -81,6 +81,10 @@ static void usage(FILE *out)
 "  --chat                 generate: PROMPT is a user message, rendered with\n"
 "                         the model's chat template\n"
 "  --system TEXT          chat, generate --chat: a system message first\n"
+"  --grammar FILE         the output follows the GBNF grammar in FILE\n"
+"                         (pagoda-grammar(7))\n"
+"  --json-schema FILE     the output is JSON valid under the JSON Schema in\n"
+"                         FILE (pagoda-json-schema(7))\n"
 "\n"
 "Global options:\n"
 "  -s, --socket PATH      pagodad's socket (default $PAGODA_SOCKET, else\n"
@@ -161,7 +165,7 @@ enum {
 	OPT_REPEAT_N, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_MAX_TOKENS,
 	OPT_STOP, OPT_PRIORITY, OPT_N, OPT_IGNORE_EOS, OPT_LOGPROBS,
 	OPT_SYSTEM, OPT_COUNT, OPT_NO_BOS, OPT_SPECIAL, OPT_SPIN, OPT_VERSION,
-	OPT_CHAT,
+	OPT_CHAT, OPT_GRAMMAR, OPT_JSON_SCHEMA,
 };
 
 static const struct option gen_options[] = {
@@ -182,6 +186,8 @@ static const struct option gen_options[] = {
 	{ "logprobs", required_argument, NULL, OPT_LOGPROBS },
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat", no_argument, NULL, OPT_CHAT },
+	{ "grammar", required_argument, NULL, OPT_GRAMMAR },
+	{ "json-schema", required_argument, NULL, OPT_JSON_SCHEMA },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -224,6 +230,48 @@ static int gen_sampling_opt(struct gen_opts *g, int opt, const char *arg)
 	return 1;
 }
 
+/* The text of --grammar or --json-schema; kept to the end. */
+static char *grammar_text;
+
+/*
+ * read_grammar - the file named by --grammar or --json-schema (opt) into
+ * grammar_text and *out; 0, or -1 after saying why.
+ */
+static int read_grammar(const char *opt, const char *path, const char **out)
+{
+	enum { MAX = 1 << 20 };
+	FILE *f;
+	size_t n;
+	char *buf;
+
+	if (grammar_text) {
+		fprintf(stderr, "pagoda: --grammar and --json-schema: give one of them, once\n");
+		return -1;
+	}
+	f = fopen(path, "rb");
+	if (!f) {
+		fprintf(stderr, "pagoda: %s %s: %s\n", opt, path, strerror(errno));
+		return -1;
+	}
+	buf = malloc(MAX + 1);
+	n = buf ? fread(buf, 1, MAX + 1, f) : 0;
+	if (!buf || ferror(f) || n == 0 || n > MAX || memchr(buf, 0, n)) {
+		fprintf(stderr, "pagoda: %s %s: %s\n", opt, path,
+			!buf ? "out of memory" : ferror(f) ? strerror(errno)
+			: n == 0 ? "the file is empty"
+			: n > MAX ? "the file is over 1 MiB"
+			: "the file holds a NUL byte: it is not text");
+		free(buf);
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	grammar_text = buf;
+	*out = buf;
+	return 0;
+}
+
 /* gen_opt - one generation option; 0, or -1 on a usage error. */
 static int gen_opt(struct gen_opts *g, int opt, const char *arg)
 {
@@ -250,6 +298,8 @@ static int gen_opt(struct gen_opts *g, int opt, const char *arg)
 	case OPT_CHAT:
 		g->chat = 1;
 		return 0;
+	case OPT_GRAMMAR: return read_grammar("--grammar", arg, &r->grammar);
+	case OPT_JSON_SCHEMA: return read_grammar("--json-schema", arg, &r->json_schema);
 	case OPT_STOP:
 		if (r->n_stop == MAX_STOP || !*arg) {
 			fprintf(stderr, "pagoda: --stop: %s\n", *arg ? "at most 16 stop strings"

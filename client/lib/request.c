@@ -76,6 +76,18 @@ static size_t prompt_size(struct pagoda *p, const struct pagoda_request *req,
 	return bytes;
 }
 
+/* The most bytes of grammar or schema text a request carries (1 MiB,
+   the daemon's limit). */
+#define PGC_MAX_GRAMMAR (1u << 20)
+
+/* grammar_len - the bytes of req's grammar or schema text, 0: none. */
+static size_t grammar_len(const struct pagoda_request *req)
+{
+	const char *t = req->grammar ? req->grammar : req->json_schema;
+
+	return t ? strlen(t) : 0;
+}
+
 /* check_counts - the fields with fixed ranges on the wire. */
 static int check_counts(struct pagoda *p, const struct pagoda_request *req)
 {
@@ -104,6 +116,17 @@ static int check_counts(struct pagoda *p, const struct pagoda_request *req)
 	for (size_t i = 0; i < req->n_stop; i++)
 		if (!req->stop || !req->stop[i] || !req->stop[i][0])
 			return pgc_fail(p, PAGODA_EINVAL, "stop string %zu is empty", i);
+	if (req->grammar && req->json_schema)
+		return pgc_fail(p, PAGODA_EINVAL,
+				"give a grammar or a json_schema, not both");
+	if ((req->grammar && !req->grammar[0]) ||
+	    (req->json_schema && !req->json_schema[0]))
+		return pgc_fail(p, PAGODA_EINVAL, "the %s is empty",
+				req->grammar ? "grammar" : "json_schema");
+	if (grammar_len(req) > PGC_MAX_GRAMMAR)
+		return pgc_fail(p, PAGODA_ETOOBIG, "the %s has %zu bytes: at most %u",
+				req->grammar ? "grammar" : "json_schema",
+				grammar_len(req), PGC_MAX_GRAMMAR);
 	return 0;
 }
 
@@ -125,7 +148,7 @@ static int pgc_gen_size(struct pagoda *p, const struct pagoda_request *req,
 		return PAGODA_EINVAL;
 	for (size_t i = 0; i < req->n_stop; i++)
 		stop += strlen(req->stop[i]) + 1;
-	total = sizeof(struct pg_gen_wire) + prompt + stop;
+	total = sizeof(struct pg_gen_wire) + prompt + stop + grammar_len(req);
 	if (prompt > UINT32_MAX || stop > UINT32_MAX || total > UINT32_MAX ||
 	    (h->max_payload && total > h->max_payload))
 		return pgc_fail(p, PAGODA_ETOOBIG,
@@ -192,6 +215,12 @@ static void pgc_gen_encode(const struct pagoda_request *req, uint8_t *buf)
 	for (size_t i = 0; i < req->n_stop; i++)
 		dst = put(dst, req->stop[i], strlen(req->stop[i]) + 1);
 	w.stop_bytes = (uint32_t)(dst - prompt) - w.prompt_bytes;
+	if (grammar_len(req)) {
+		w.flags |= PG_GEN_GRAMMAR;
+		w.grammar_kind = req->grammar ? PG_GRAMMAR_GBNF : PG_GRAMMAR_JSON_SCHEMA;
+		w.grammar_bytes = (uint32_t)grammar_len(req);
+		dst = put(dst, req->grammar ? req->grammar : req->json_schema, w.grammar_bytes);
+	}
 	memcpy(buf, &w, sizeof(w));
 }
 

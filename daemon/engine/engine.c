@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "daemon/engine/constrain.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/stepcost.h"
 #include "daemon/engine/tokenizer.h"
@@ -44,6 +45,7 @@ struct seq {
 	uint64_t admit_no;		/* admission order, newest highest */
 	struct pg_sampler *sampler;
 	struct pg_stop *stop;
+	struct pg_grammar_state *gs;	/* under a grammar: its position */
 	struct pg_detok_stream detok;
 	struct pg_request_figures fig;
 	double t_first, t_last;		/* first and latest token */
@@ -65,6 +67,8 @@ struct req {
 	int failed, cancelled;
 	int32_t *stop_ids;
 	int n_stop_ids;
+	struct pg_cgrammar *grammar;	/* NULL: unconstrained */
+	int lazy;			/* pg_constrain_lazy() of its sampling */
 	double t_submit;
 	struct seq *seqs;		/* (n) */
 };
@@ -128,6 +132,7 @@ struct pg_engine {
 	uint64_t bounded_chunks;
 	double t_collect;		/* when the last batch was collected */
 	float *scratch;			/* (n_vocab) */
+	struct pg_constrain *con;	/* compiled grammars */
 	struct pg_engine_stats st;
 	char msg[256];
 };
@@ -236,7 +241,8 @@ static int alloc_batch(struct pg_engine *e)
 			return -ENOMEM;
 	}
 	e->scratch = malloc(sizeof(float) * (size_t)e->n_vocab);
-	return e->scratch ? 0 : -ENOMEM;
+	e->con = pg_constrain_create(e->m->tok, e->n_vocab);
+	return e->scratch && e->con ? 0 : -ENOMEM;
 }
 
 int pg_engine_create(const struct pg_model *m, struct pg_forward *fw,
@@ -283,6 +289,7 @@ static void seq_release(struct seq *s)
 {
 	pg_sampler_free(s->sampler);
 	pg_stop_free(s->stop);
+	pg_grammar_state_free(s->gs);
 	free(s->toks);
 }
 
@@ -292,6 +299,7 @@ static void req_free(struct req *r)
 		seq_release(&r->seqs[i]);
 	free(r->seqs);
 	free(r->stop_ids);
+	pg_constrain_put(r->grammar);
 	free(r);
 }
 
@@ -318,6 +326,7 @@ void pg_engine_destroy(struct pg_engine *e)
 		free(e->b[i].logits);
 	}
 	free(e->scratch);
+	pg_constrain_free(e->con);
 	free(e);
 }
 
@@ -353,6 +362,9 @@ static int check_request(struct pg_engine *e, const struct pg_request *q)
 				    i, q->prompt[i], e->n_vocab);
 	if (pg_sampling_check(&q->sampling, e->msg, sizeof(e->msg)))
 		return PG_ENGINE_EINVAL;
+	if (q->grammar && q->grammar_len > PG_GRAMMAR_MAX_TEXT)
+		return fail(e, PG_ENGINE_EINVAL, "the grammar has %zu bytes: at most %u",
+			    q->grammar_len, PG_GRAMMAR_MAX_TEXT);
 	need = ((int64_t)q->n_prompt + q->max_tokens + e->page_tokens - 1) /
 	       e->page_tokens;
 	if (need > e->n_pages)
@@ -378,6 +390,8 @@ static int seq_setup(struct pg_engine *e, struct req *r, const struct pg_request
 	s->stop = pg_stop_create(q->stop, q->n_stop);
 	if (!s->toks || !s->sampler || !s->stop)
 		return -ENOMEM;
+	if (r->grammar && !(s->gs = pg_constrain_start(r->grammar)))
+		return -ENOMEM;
 	memcpy(s->toks, q->prompt, sizeof(int32_t) * (size_t)q->n_prompt);
 	s->n_toks = q->n_prompt;
 	for (int i = 0; i < q->n_prompt; i++)
@@ -386,13 +400,31 @@ static int seq_setup(struct pg_engine *e, struct req *r, const struct pg_request
 	return 0;
 }
 
-static struct req *req_new(struct pg_engine *e, const struct pg_request *q)
+/*
+ * req_new - a request's record and its samples; NULL with *rc set
+ * (-ENOMEM, or -EINVAL with e->msg saying what is wrong with its grammar).
+ */
+static struct req *req_new(struct pg_engine *e, const struct pg_request *q, int *rc)
 {
 	struct req *r = calloc(1, sizeof(*r));
 	int n = q->n ? q->n : 1;
+	char err[200];
 
+	*rc = -ENOMEM;
 	if (!r)
 		return NULL;
+	if (q->grammar) {
+		*rc = pg_constrain_get(e->con, q->grammar, q->grammar_len, &r->grammar,
+				       err, sizeof(err));
+		if (*rc) {
+			if (*rc == -EINVAL)
+				fail(e, PG_ENGINE_EINVAL, "the grammar: %s", err);
+			free(r);
+			return NULL;
+		}
+		r->lazy = pg_constrain_lazy(&q->sampling);
+		*rc = -ENOMEM;
+	}
 	r->n = n;
 	r->seqs = calloc((size_t)n, sizeof(*r->seqs));
 	r->stop_ids = malloc(sizeof(int32_t) * (size_t)(q->n_stop_ids + 1));
@@ -417,6 +449,7 @@ out_free:
 			seq_release(&r->seqs[i]);
 	free(r->seqs);
 	free(r->stop_ids);
+	pg_constrain_put(r->grammar);
 	free(r);
 	return NULL;
 }
@@ -429,7 +462,9 @@ int pg_engine_submit(struct pg_engine *e, const struct pg_request *q,
 
 	if (rc)
 		return rc;
-	r = req_new(e, q);
+	r = req_new(e, q, &rc);
+	if (!r && rc == -EINVAL)
+		return PG_ENGINE_EINVAL;
 	if (!r || !client_get(e, q->client) || list_push(&e->waiting, &r->seqs[0])) {
 		if (r)
 			req_free(r);
@@ -603,6 +638,27 @@ static void record_token(struct pg_engine *e, struct seq *s, int32_t id)
 	e->st.generated_tokens++;
 }
 
+/*
+ * draw_constrained - s's next token under its grammar into *id; 0, or -1
+ * after ending s (no token is allowed: the grammar cannot go on with this
+ * vocabulary, or memory ran out).
+ */
+static int draw_constrained(struct pg_engine *e, struct seq *s, const float *row,
+			    float *lp, struct pg_logprob *top, int32_t *id)
+{
+	switch (pg_constrain_draw(e->con, s->gs, s->sampler, s->req->lazy, row,
+				  e->scratch, lp, top, id)) {
+	case PG_CONSTRAIN_TOKEN:
+		return 0;
+	case PG_CONSTRAIN_STUCK:
+	case PG_CONSTRAIN_NOMEM:
+		break;
+	}
+	e->st.grammar_failures++;
+	finish(e, s, PG_ENGINE_FINISH_ERROR, 0);
+	return -1;
+}
+
 /* Draw s's next token from a logits row (not changed) and act on it. */
 static void sample_one(struct pg_engine *e, struct seq *s, const float *row)
 {
@@ -616,18 +672,32 @@ static void sample_one(struct pg_engine *e, struct seq *s, const float *row)
 		finish(e, s, PG_ENGINE_FINISH_LENGTH, 0);
 		return;
 	}
-	memcpy(e->scratch, row, sizeof(float) * (size_t)e->n_vocab);
 	n_top = r->n_logprobs;
-	id = pg_sampler_sample(s->sampler, e->scratch, n_top ? &lp : NULL,
-			       n_top ? top : NULL);
-	if ((!r->ignore_eos && pg_tokenizer_is_eog(e->m->tok, id)) ||
+	if (s->gs) {
+		if (draw_constrained(e, s, row, n_top ? &lp : NULL, n_top ? top : NULL, &id))
+			return;
+	} else {
+		memcpy(e->scratch, row, sizeof(float) * (size_t)e->n_vocab);
+		id = pg_sampler_sample(s->sampler, e->scratch, n_top ? &lp : NULL,
+				       n_top ? top : NULL);
+	}
+	/* under a grammar an end-of-generation token comes only where the
+	   grammar is complete, and then it ends the sample, ignore_eos or not */
+	if (((!r->ignore_eos || s->gs) && pg_tokenizer_is_eog(e->m->tok, id)) ||
 	    is_stop_id(r, id)) {
 		finish(e, s, PG_ENGINE_FINISH_STOP, 0);
+		return;
+	}
+	if (s->gs && pg_grammar_accept(s->gs, pg_constrain_vocab(e->con), id)) {
+		e->st.grammar_failures++;
+		finish(e, s, PG_ENGINE_FINISH_ERROR, 0);
 		return;
 	}
 	record_token(e, s, id);
 	if (emit_token(e, s, id, lp, n_top ? top : NULL, n_top))
 		finish(e, s, PG_ENGINE_FINISH_STOP, 1);
+	else if (s->gs && pg_grammar_dead(s->gs))
+		finish(e, s, PG_ENGINE_FINISH_STOP, 0);	/* nothing may follow */
 	else if (s->fig.n_gen == r->max_tokens)
 		finish(e, s, PG_ENGINE_FINISH_LENGTH, 0);
 }
@@ -1140,7 +1210,13 @@ void pg_engine_cost(const struct pg_engine *e, struct pg_engine_cost *out)
 
 void pg_engine_stats(const struct pg_engine *e, struct pg_engine_stats *st)
 {
+	struct pg_constrain_stats cs;
+
 	*st = e->st;
+	pg_constrain_stats(e->con, &cs);
+	st->grammar_compiles = cs.compiles;
+	st->grammar_draws = cs.draws;
+	st->grammar_masked = cs.masked;
 	st->n_running = e->running.n;
 	st->n_waiting = e->waiting.n;
 	pg_kvc_get_stats(e->kvc, &st->kv);

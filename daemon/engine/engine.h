@@ -147,6 +147,14 @@ struct pg_request {
 	int priority;		/* higher first, within a client's turn */
 	uint64_t client;	/* fairness and eviction by client */
 	int n;			/* samples sharing the prompt; 0 means 1 */
+	/* a grammar (pagoda-grammar(7)) the samples must follow: grammar_len
+	   bytes of GBNF text, compiled at submission (or found compiled
+	   already); NULL: unconstrained.  An end-of-generation token then
+	   comes only where the grammar is complete, and ends the sample even
+	   with ignore_eos; a sample whose grammar allows no token ends with
+	   PG_ENGINE_FINISH_ERROR */
+	const char *grammar;
+	size_t grammar_len;
 	double arrived;		/* CLOCK_MONOTONIC seconds when the request
 				   arrived, when that was before this
 				   submission (e.g. it was tokenized first):
@@ -174,7 +182,7 @@ void pg_engine_destroy(struct pg_engine *e);
 /*
  * pg_engine_submit - queue a request; its id goes to *id.  Nothing is
  * computed until pg_engine_step.  Returns 0, PG_ENGINE_EINVAL (empty
- * prompt, token id out of range, bad sampling or counts),
+ * prompt, token id out of range, bad sampling or counts, a grammar that does not compile),
  * PG_ENGINE_ETOOBIG (one sample's prompt + max_tokens needs more pages
  * than the pool has), PG_ENGINE_ENOMEM; the message says which.
  */
@@ -224,6 +232,12 @@ struct pg_engine_stats {
 	uint64_t forward_tokens;/* tokens put through the forward pass */
 	uint64_t steps;		/* steps that ran a batch */
 	uint64_t preemptions;
+	uint64_t grammar_compiles;	/* grammar texts compiled (not found
+					   compiled already) */
+	uint64_t grammar_draws;	/* tokens drawn under a grammar */
+	uint64_t grammar_masked;/* of which needed the allowed-token mask */
+	uint64_t grammar_failures;	/* samples ended: the grammar allowed
+					   no token, or could not go on */
 	struct pg_kvc_stats kv;	/* pages free/used/cached, prefix counters */
 };
 

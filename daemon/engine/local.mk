@@ -1,7 +1,8 @@
 # daemon/engine/local.mk - the engine: the model file (gguf.c, model.c,
 # weights.c), devices and the parallel plan (plan.c, plan_print.c), the
 # forward pass (block.c, forward.c, jobs.c, comms.c), the KV cache, the
-# tokenizer, chat templates, sampling and the serving loop (engine.c,
+# tokenizer, chat templates, sampling, grammars (grammar.c, constrain.c)
+# and the serving loop (engine.c,
 # generate.c).  The backends come through the registry (kernels/registry.h):
 # the engine names none of them and is compiled the same with or without
 # CUDA.
@@ -11,6 +12,8 @@ daemon_engine_libpgengine_la_SOURCES = \
 	daemon/engine/chat.c \
 	daemon/engine/chat.h \
 	daemon/engine/comms.c \
+	daemon/engine/constrain.c \
+	daemon/engine/constrain.h \
 	daemon/engine/engine.c \
 	daemon/engine/engine.h \
 	daemon/engine/fault.c \
@@ -20,6 +23,8 @@ daemon_engine_libpgengine_la_SOURCES = \
 	daemon/engine/forward_impl.h \
 	daemon/engine/generate.c \
 	daemon/engine/generate.h \
+	daemon/engine/grammar.c \
+	daemon/engine/grammar.h \
 	daemon/engine/gguf.c \
 	daemon/engine/gguf.h \
 	daemon/engine/jobs.c \

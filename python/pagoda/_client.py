@@ -5,6 +5,7 @@ import asyncio
 import codecs
 import collections
 import ctypes
+import json
 import os
 import weakref
 from dataclasses import dataclass, field
@@ -231,6 +232,7 @@ PARAMETERS: Dict[str, str] = {
     "seed": "seed", "n_logprobs": "int", "max_tokens": "int",
     "stop": "stop", "ignore_eos": "bool", "priority": "int", "n": "int",
     "id": "u64", "content_special": "bool",
+    "grammar": "grammar", "json_schema": "schema",
 }
 """The keyword parameters of a request: struct pagoda_request's fields."""
 
@@ -343,6 +345,23 @@ class _Built:
             self._keep += [bs, arr]
             req.stop = arr
             req.n_stop = len(bs)
+        elif kind == "grammar":
+            if value is not None:
+                b = _cstr(value, "grammar")
+                self._keep.append(b)
+                req.grammar = b
+        elif kind == "schema":
+            if value is None:
+                return
+            if not isinstance(value, str):
+                try:
+                    value = json.dumps(value)
+                except (TypeError, ValueError) as e:
+                    raise TypeError("json_schema must be a str of JSON or a "
+                                    f"JSON-serialisable value: {e}") from None
+            b = _cstr(value, "json_schema")
+            self._keep.append(b)
+            req.json_schema = b
 
 
 # ---- the synchronous client ----
@@ -360,7 +379,9 @@ class Client:
     ``min_p``, ``repeat_penalty``, ``repeat_last_n``, ``presence_penalty``,
     ``frequency_penalty``, ``seed`` (None: a fresh one), ``n_logprobs``,
     ``max_tokens``, ``stop`` (a str or a list of them), ``ignore_eos``,
-    ``priority``, ``n``, ``id`` and ``content_special``; the defaults are
+    ``priority``, ``n``, ``id``, ``content_special``, ``grammar`` (GBNF
+    text, pagoda-grammar(7)) and ``json_schema`` (a JSON Schema as a str
+    or a dict, pagoda-json-schema(7)); the defaults are
     libpagoda's (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, 128
     tokens).  An unknown name raises TypeError; a bad value is refused by
     the daemon, raising :class:`Error` with its message.

@@ -68,7 +68,9 @@ class Request(Structure):
         ("id", c_uint64),
         ("content_special", c_int),
         ("reserved_int", c_int),
-        ("reserved", c_uint64 * 3),
+        ("grammar", c_char_p),
+        ("json_schema", c_char_p),
+        ("reserved", c_uint64 * 1),
     ]
 
 
@@ -227,6 +229,7 @@ def _check_layout(lib: ctypes.CDLL) -> None:
     ok = (raw[size:] == b"\xa5" * pad
           and bytes(req.reserved) == b"\0" * ctypes.sizeof(req.reserved)
           and req.reserved_int == 0
+          and not req.grammar and not req.json_schema
           and abs(req.temperature - 0.8) < 1e-6 and req.top_k == 40
           and abs(req.top_p - 0.95) < 1e-6 and abs(req.min_p - 0.05) < 1e-6
           and req.repeat_penalty == 1.0 and req.repeat_last_n == 64
