@@ -21,6 +21,7 @@
 #include "daemon/engine/plan.h"
 #include "daemon/engine/tokenizer.h"
 #include "daemon/oneshot.h"
+#include "daemon/schema.h"
 
 /* The plan of the options for a model of facts f (malloc'd), or NULL. */
 static struct pg_plan *make_plan(const struct pgd_options *o,
@@ -327,6 +328,46 @@ int pgd_make_forward(const struct pgd_options *o, const struct pg_model *m,
 	return 0;
 }
 
+/*
+ * The one-shot's grammar (--grammar, --json-schema translated) into gen
+ * (*text holds it, malloc'd); 0, or -1 after saying why.
+ */
+static int oneshot_grammar(const struct pgd_options *o, struct pg_gen_params *gen,
+			   char **text)
+{
+	const char *path = o->cl.grammar_file ? o->cl.grammar_file : o->cl.schema_file;
+	char err[256], *gbnf;
+	size_t len = 0;
+	int rc;
+
+	*text = NULL;
+	if (!path)
+		return 0;
+	*text = read_all(path, &len);
+	if (!*text) {
+		fprintf(stderr, "pagodad: cannot read %s %s: %s\n",
+			o->cl.grammar_file ? "--grammar" : "--json-schema", path,
+			strerror(errno ? errno : ENOMEM));
+		return -1;
+	}
+	len = strlen(*text);
+	if (o->cl.schema_file) {
+		rc = pg_schema_to_gbnf(*text, len, &gbnf, err, sizeof(err));
+		free(*text);
+		*text = NULL;
+		if (rc) {
+			fprintf(stderr, "pagodad: --json-schema %s: %s\n", path,
+				rc == -EINVAL ? err : "out of memory");
+			return -1;
+		}
+		*text = gbnf;
+		len = strlen(gbnf);
+	}
+	gen->grammar = *text;
+	gen->grammar_len = len;
+	return 0;
+}
+
 int pgd_run_prompt(const struct pgd_options *o, const struct pg_model *m,
 		   double t_start)
 {
@@ -334,7 +375,8 @@ int pgd_run_prompt(const struct pgd_options *o, const struct pg_model *m,
 	struct pg_plan *plan;
 	struct pg_kvc *kvc;
 	struct pg_gen_stats st;
-	char err[512];
+	struct pg_gen_params gen;
+	char err[512], *grammar = NULL;
 	double load_s;
 	int32_t *ids;
 	int n, rc;
@@ -346,10 +388,16 @@ int pgd_run_prompt(const struct pgd_options *o, const struct pg_model *m,
 	ids = kvc ? tokenize_prompt(o, m, &n) : NULL;
 	if (!kvc)
 		fprintf(stderr, "pagodad: out of memory for the KV page table\n");
-	rc = ids ? pg_generate(fw, kvc, m, ids, n, &o->cl.gen, emit_stdout, NULL,
+	gen = o->cl.gen;
+	if (ids && oneshot_grammar(o, &gen, &grammar)) {
+		free(ids);
+		ids = NULL;
+	}
+	rc = ids ? pg_generate(fw, kvc, m, ids, n, &gen, emit_stdout, NULL,
 			       NULL, &st, err, sizeof(err)) : -EINVAL;
 	if (rc && ids)
 		fprintf(stderr, "pagodad: %s\n", err);
+	free(grammar);
 	if (!rc)
 		print_figures(o, fw, load_s, &st);
 	free(ids);

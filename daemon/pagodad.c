@@ -245,6 +245,14 @@ static int run_mode(struct pgd_options *o, double t0)
 
 	serve = !o->cl.prompt && !o->cl.prompt_file && !o->cl.tokenize && !o->cl.tokenize_file &&
 		!o->cl.plan;
+	if ((o->cl.grammar_file || o->cl.schema_file) && (serve || !(o->cl.prompt || o->cl.prompt_file))) {
+		fprintf(stderr, "pagodad: --grammar and --json-schema go with --prompt or --prompt-file (a one-shot run); clients give a grammar with each request (pagoda generate --grammar, struct pagoda_request's grammar)\n");
+		return 2;
+	}
+	if (o->cl.grammar_file && o->cl.schema_file) {
+		fprintf(stderr, "pagodad: give --grammar or --json-schema, not both\n");
+		return 2;
+	}
 	rc = load_config(o, serve);
 	if (rc)
 		return rc;

@@ -246,6 +246,12 @@ const struct pgd_setting pgd_settings[] = {
 	  .group = PGD_H_GEN, .arg = "TEXT", .help = "stop string" },
 	{ .option = "ignore-eos", .type = PGD_T_FLAG, .off = L(gen.ignore_eos),
 	  .group = PGD_H_GEN, .help = "do not stop at end-of-generation tokens" },
+	{ .option = "grammar", .type = PGD_T_ARG, .off = L(grammar_file),
+	  .group = PGD_H_GEN, .arg = "FILE",
+	  .help = "the output follows the GBNF grammar in FILE (pagoda-grammar(7))" },
+	{ .option = "json-schema", .type = PGD_T_ARG, .off = L(schema_file),
+	  .group = PGD_H_GEN, .arg = "FILE",
+	  .help = "the output is JSON valid under the JSON Schema in FILE (pagoda-json-schema(7))" },
 
 	{ .option = "tokenize", .type = PGD_T_ARG, .off = L(tokenize),
 	  .group = PGD_H_TOKENIZE, .arg = "TEXT", .help = "print TEXT's token ids" },

@@ -116,6 +116,7 @@ struct pgd_cmdline {
 	const char *config;		/* --config; NULL: PGD_DEFAULT_CONFIG */
 	int check_config, print_config, plan;
 	const char *prompt, *prompt_file;
+	const char *grammar_file, *schema_file;	/* --grammar, --json-schema */
 	int chat;
 	struct pg_gen_params gen;	/* stop is stop.v, once parsed */
 	struct pgd_strings stop;

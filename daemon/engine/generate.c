@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "daemon/engine/constrain.h"
 #include "daemon/engine/generate.h"
 #include "daemon/engine/tokenizer.h"
 
@@ -29,6 +30,13 @@ struct gen {
 	struct pg_stop *stop;
 	struct pg_detok_stream detok;
 	float *logits;			/* (n_vocab) */
+	/* under a grammar: its cache, the grammar, the position, a scratch
+	   row of logits and whether the draw may be lazy (constrain.h) */
+	struct pg_constrain *con;
+	struct pg_cgrammar *grammar;
+	struct pg_grammar_state *gs;
+	float *scratch;
+	int lazy;
 	pg_gen_emit_fn emit;
 	void *ctx;
 };
@@ -144,12 +152,21 @@ static int decode_loop(struct gen *g, const struct pg_gen_params *p,
 
 	st->finish = PG_FINISH_LENGTH;
 	while (st->n_gen < p->max_tokens) {
-		int32_t id = pg_sampler_sample(g->sampler, g->logits, NULL, NULL);
+		int32_t id;
 
-		if (!p->ignore_eos && pg_tokenizer_is_eog(g->m->tok, id)) {
+		if (g->gs) {
+			if (pg_constrain_draw(g->con, g->gs, g->sampler, g->lazy, g->logits,
+					      g->scratch, NULL, NULL, &id))
+				return -EDOM;
+		} else {
+			id = pg_sampler_sample(g->sampler, g->logits, NULL, NULL);
+		}
+		if ((!p->ignore_eos || g->gs) && pg_tokenizer_is_eog(g->m->tok, id)) {
 			st->finish = PG_FINISH_STOP;
 			break;
 		}
+		if (g->gs && pg_grammar_accept(g->gs, pg_constrain_vocab(g->con), id))
+			return -EDOM;
 		pg_sampler_accept(g->sampler, id);
 		if (out_ids)
 			out_ids[st->n_gen] = id;
@@ -160,6 +177,10 @@ static int decode_loop(struct gen *g, const struct pg_gen_params *p,
 			return rc;
 		if (rc > 0 || stopped) {
 			st->finish = rc > 0 ? PG_FINISH_CANCELLED : PG_FINISH_STOP;
+			break;
+		}
+		if (g->gs && pg_grammar_dead(g->gs)) {
+			st->finish = PG_FINISH_STOP;	/* nothing may follow */
 			break;
 		}
 		if (st->n_gen == p->max_tokens)
@@ -195,6 +216,9 @@ static void report_error(int rc, struct pg_forward *fw,
 	else if (rc == -EINVAL)
 		snprintf(err, err_len, "a token id is out of range (the vocabulary has %d tokens)",
 			 m->hp.n_vocab);
+	else if (rc == -EDOM)
+		snprintf(err, err_len, "the grammar allows no token after %d generated tokens (it cannot go on with this model's vocabulary, or needs more parses than pagoda keeps)",
+			 st->n_gen);
 	else if (rc < 0)
 		snprintf(err, err_len, "generation failed: %s", strerror(-rc));
 }
@@ -224,6 +248,25 @@ int pg_generate(struct pg_forward *fw, struct pg_kvc *kvc,
 	rc = -ENOMEM;
 	if (!g.sampler || !g.stop || !g.logits || !g.seq)
 		goto out;
+	if (p->grammar) {
+		char gerr[200];
+
+		g.con = pg_constrain_create(m->tok, m->hp.n_vocab);
+		g.scratch = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+		if (!g.con || !g.scratch)
+			goto out;
+		rc = pg_constrain_get(g.con, p->grammar, p->grammar_len, &g.grammar,
+				      gerr, sizeof(gerr));
+		if (rc == -EINVAL) {
+			snprintf(err, err_len, "the grammar: %s", gerr);
+			goto out_free;
+		}
+		if (rc || !(g.gs = pg_constrain_start(g.grammar))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		g.lazy = pg_constrain_lazy(&p->sampling);
+	}
 	for (int i = 0; i < n_prompt; i++)
 		pg_sampler_accept(g.sampler, prompt[i]);
 	t0 = pg_now_s();
@@ -233,6 +276,11 @@ int pg_generate(struct pg_forward *fw, struct pg_kvc *kvc,
 		rc = decode_loop(&g, p, out_ids, stats);
 out:
 	report_error(rc, fw, m, stats, err, err_len);
+out_free:
+	pg_grammar_state_free(g.gs);
+	pg_constrain_put(g.grammar);
+	pg_constrain_free(g.con);
+	free(g.scratch);
 	pg_kvc_seq_free(kvc, g.seq);
 	pg_sampler_free(g.sampler);
 	pg_stop_free(g.stop);

@@ -22,6 +22,11 @@ struct pg_gen_params {
 	const char *const *stop;	/* stop strings */
 	int n_stop;
 	int ignore_eos;			/* keep going past end-of-generation tokens */
+	/* a GBNF grammar the text follows (grammar_len bytes; NULL: none),
+	   as the engine's requests (engine.h): end-of-generation only where
+	   it is complete, ignore_eos notwithstanding */
+	const char *grammar;
+	size_t grammar_len;
 };
 
 enum pg_finish {
