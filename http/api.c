@@ -228,6 +228,7 @@ struct job {
 	size_t n_msgs;
 	const char **stops;
 	int32_t *tokens;
+	char *schema;		/* response_format's JSON Schema, as text */
 
 	pagoda_t *p;
 	uint64_t id;
@@ -254,6 +255,7 @@ static void job_free(struct job *j)
 	free(j->msgs);
 	free(j->stops);
 	free(j->tokens);
+	free(j->schema);
 	if (j->s) {
 		for (int i = 0; i < j->n; i++) {
 			free(j->s[i].text.s);
@@ -272,7 +274,8 @@ static const char *const common_keys[] = {
 	"model", "max_tokens", "temperature", "top_p", "seed", "stop", "n",
 	"presence_penalty", "frequency_penalty", "logprobs", "stream",
 	"stream_options", "user", "top_k", "min_p", "repeat_penalty",
-	"repeat_last_n", "ignore_eos", "priority", NULL,
+	"repeat_last_n", "ignore_eos", "priority", "response_format", "grammar",
+	NULL,
 };
 static const char *const chat_keys[] = {
 	"messages", "max_completion_tokens", "top_logprobs", NULL,
@@ -280,7 +283,7 @@ static const char *const chat_keys[] = {
 static const char *const completion_keys[] = { "prompt", "echo", "suffix", "best_of", NULL };
 static const char *const unsupported[] = {
 	"tools", "tool_choice", "functions", "function_call",
-	"parallel_tool_calls", "response_format", "logit_bias", "audio",
+	"parallel_tool_calls", "logit_bias", "audio",
 	"modalities", "prediction", "reasoning_effort", "service_tier",
 	"store", "metadata", "web_search_options", "verbosity", NULL,
 };
@@ -499,6 +502,52 @@ static int parse_stop(struct job *j, json_t *v, struct perr *e)
 	return 0;
 }
 
+/*
+ * parse_format - response_format ({"type": "text"}, {"type":
+ * "json_object"}: any JSON object, {"type": "json_schema", "json_schema":
+ * {"name": ..., "schema": {...}, "strict": ...}}) and pagoda's own
+ * "grammar" (GBNF text) into j's request; -1 with *e.  The daemon
+ * translates and compiles them and refuses, naming the construct, what it
+ * cannot honour.
+ */
+static int parse_format(struct job *j, json_t *o, struct perr *e)
+{
+	json_t *rf = json_object_get(o, "response_format");
+	json_t *g = json_object_get(o, "grammar"), *js, *schema, *t;
+	const char *type;
+
+	if (g && !json_is_null(g)) {
+		if (!json_is_string(g) || !json_string_length(g))
+			return fail(e, "grammar", "'grammar' must be a non-empty string of GBNF (pagoda-grammar(7))");
+		j->rq.grammar = json_string_value(g);
+	}
+	if (!rf || json_is_null(rf))
+		return 0;
+	t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+	if (!json_is_string(t))
+		return fail(e, "response_format", "'response_format' must be an object with a \"type\": \"text\", \"json_object\" or \"json_schema\"");
+	type = json_string_value(t);
+	if (!strcmp(type, "text"))
+		return 0;
+	if (j->rq.grammar)
+		return fail(e, "response_format", "give 'grammar' or a JSON 'response_format', not both");
+	if (!strcmp(type, "json_object")) {
+		j->rq.json_schema = "{\"type\": \"object\"}";
+		return 0;
+	}
+	if (strcmp(type, "json_schema"))
+		return fail(e, "response_format", "response_format type '%s' is not \"text\", \"json_object\" or \"json_schema\"", type);
+	js = json_object_get(rf, "json_schema");
+	schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+	if (!json_is_object(js) || !(json_is_object(schema) || json_is_boolean(schema)))
+		return fail(e, "response_format", "response_format json_schema needs \"json_schema\": {\"name\": ..., \"schema\": {...}}");
+	j->schema = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!j->schema)
+		return fail(e, "response_format", "out of memory");
+	j->rq.json_schema = j->schema;
+	return 0;
+}
+
 /* parse - the body into j (j->chat says which endpoint); -1 with *e */
 static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 {
@@ -522,11 +571,6 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 		if (json_is_null(v) || in(common_keys, key) ||
 		    in(j->chat ? chat_keys : completion_keys, key))
 			continue;
-		if (!strcmp(key, "response_format") && json_is_object(v) &&
-		    json_is_string(json_object_get(v, "type")) &&
-		    !strcmp(json_string_value(json_object_get(v, "type")), "text") &&
-		    json_object_size(v) == 1)
-			continue;	/* plain text is what pagoda gives */
 		if (!strcmp(key, "logit_bias") && json_is_object(v) && !json_object_size(v))
 			continue;
 		e->code = "unsupported_parameter";
@@ -553,7 +597,8 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 	    get_num(o, "frequency_penalty", &j->rq.frequency_penalty, e) < 0 ||
 	    get_bool(o, "ignore_eos", &j->rq.ignore_eos, e) < 0 ||
 	    get_bool(o, "stream", &j->stream, e) < 0 ||
-	    parse_stop(j, json_object_get(o, "stop"), e) < 0)
+	    parse_stop(j, json_object_get(o, "stop"), e) < 0 ||
+	    parse_format(j, o, e) < 0)
 		return -1;
 	if ((r = get_int(o, "max_tokens", 1, INT32_MAX, &x, e)) < 0)
 		return -1;

@@ -282,7 +282,7 @@ def test_unsupported_parameters(client, model):
     assert e.value.body["param"] == "tools"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=MSG, response_format={
-            "type": "json_schema", "json_schema": {"name": "x", "schema": {}}})
+            "type": "xml"})
     assert e.value.body["param"] == "response_format"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=MSG,
@@ -301,6 +301,79 @@ def test_unsupported_parameters(client, model):
     assert e.value.body["param"] == "temperature"
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=model, prompt="x", echo=True)
+
+
+# ---- structured output ----
+
+PERSON = {"type": "object", "additionalProperties": False,
+          "required": ["name", "age"],
+          "properties": {"name": {"type": "string", "maxLength": 24},
+                         "age": {"type": "integer", "minimum": 0,
+                                 "maximum": 120}}}
+
+
+def valid_person(text):
+    doc = json.loads(text)
+    assert set(doc) == {"name", "age"}, doc
+    assert isinstance(doc["name"], str) and len(doc["name"]) <= 24
+    assert isinstance(doc["age"], int) and 0 <= doc["age"] <= 120
+    return doc
+
+
+def test_response_format_json_schema(client, model):
+    fmt = {"type": "json_schema",
+           "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    r = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Describe a person."}],
+        response_format=fmt, temperature=1, seed=5, n=2, max_tokens=80)
+    for ch in r.choices:
+        assert ch.finish_reason == "stop"
+        valid_person(ch.message.content)
+    # streamed: the same text, piece by piece
+    pieces = [c.choices[0].delta.content or "" for c in
+              client.chat.completions.create(
+                  model=model, messages=[{"role": "user", "content": "A person"}],
+                  response_format=fmt, temperature=0, max_tokens=80, stream=True)
+              if c.choices]
+    whole = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "A person"}],
+        response_format=fmt, temperature=0, max_tokens=80)
+    assert "".join(pieces) == whole.choices[0].message.content
+    valid_person(whole.choices[0].message.content)
+
+
+def test_response_format_json_object_and_grammar(client, model):
+    r = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Give me JSON."}],
+        response_format={"type": "json_object"}, temperature=0.7, seed=3,
+        max_tokens=120)
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+    else:
+        assert r.choices[0].message.content.lstrip().startswith("{")
+    r = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Is water wet?"}],
+        extra_body={"grammar": 'root ::= ("yes" | "no") "."'}, temperature=1)
+    assert r.choices[0].message.content in ("yes.", "no.")
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_structured_output_errors(client, model):
+    cases = [
+        ({"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "string", "pattern": "(?<=a)b"}}}},
+         "lookbehind"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+         "schema"),
+        ({"extra_body": {"grammar": "root ::= undefined"}}, "never defined"),
+        ({"extra_body": {"grammar": "root ::= \"a"}}, "line 1"),
+        ({"extra_body": {"grammar": 'root ::= "a"'},
+          "response_format": {"type": "json_object"}}, "not both"),
+    ]
+    for kw, words in cases:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=model, messages=MSG, **kw)
+        assert words in str(e.value), (kw, str(e.value))
 
 
 def test_daemon_error_passed_through(client, model):
