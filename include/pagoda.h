@@ -184,7 +184,7 @@ struct pagoda_request {
 	   these two (NULL: none); a grammar or schema that pagodad cannot
 	   honour is refused with PAGODA_EINVAL and a message that names the
 	   construct, never run unconstrained.  End-of-generation then comes
-	   only where the grammar is complete (ignore_eos notwithstanding),
+	   only where the grammar is complete (never with ignore_eos),
 	   and a sample ends once nothing more may follow */
 	const char *grammar;	/* GBNF text, pagoda-grammar(7) */
 	const char *json_schema;/* a JSON Schema, pagoda-json-schema(7) */

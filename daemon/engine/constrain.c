@@ -28,6 +28,8 @@ struct pg_constrain {
 	struct pg_cgrammar *head, *tail;
 	size_t n, n_unused;
 	uint32_t *mask;			/* ((n_vocab + 31) / 32) */
+	int32_t *eog;			/* the end-of-generation ids (n_eog) */
+	int n_eog;
 	struct pg_constrain_stats st;
 };
 
@@ -51,11 +53,22 @@ struct pg_constrain *pg_constrain_create(const struct pg_tokenizer *t,
 	c->tok = t;
 	c->n_vocab = n_vocab;
 	c->mask = malloc(sizeof(uint32_t) * (((size_t)n_vocab + 31) / 32));
-	if (!c->mask) {
-		free(c);
-		return NULL;
-	}
+	if (!c->mask)
+		goto out_free;
+	for (int i = 0; i < n_vocab; i++)
+		c->n_eog += t && pg_tokenizer_is_eog(t, i);
+	c->eog = malloc(sizeof(int32_t) * (size_t)(c->n_eog + 1));
+	if (!c->eog)
+		goto out_free;
+	c->n_eog = 0;
+	for (int i = 0; i < n_vocab; i++)
+		if (t && pg_tokenizer_is_eog(t, i))
+			c->eog[c->n_eog++] = i;
 	return c;
+out_free:
+	free(c->mask);
+	free(c);
+	return NULL;
 }
 
 static void unlink_entry(struct pg_constrain *c, struct pg_cgrammar *g)
@@ -117,6 +130,7 @@ void pg_constrain_free(struct pg_constrain *c)
 	}
 	pg_grammar_vocab_free(c->vocab);
 	free(c->mask);
+	free(c->eog);
 	free(c);
 }
 
@@ -195,7 +209,7 @@ static int allowed(const uint32_t *mask, int32_t id)
 
 enum pg_constrain_draw pg_constrain_draw(struct pg_constrain *c,
 					 struct pg_grammar_state *gs,
-					 struct pg_sampler *smp, int lazy,
+					 struct pg_sampler *smp, int lazy, int no_eog,
 					 const float *row, float *scratch,
 					 float *lp, struct pg_logprob *top,
 					 int32_t *id)
@@ -208,13 +222,22 @@ enum pg_constrain_draw pg_constrain_draw(struct pg_constrain *c,
 	if (lazy) {
 		memcpy(scratch, row, bytes);
 		*id = pg_sampler_sample(smp, scratch, lp, top);
-		if (pg_grammar_allows(gs, c->vocab, *id))
+		if (pg_grammar_allows(gs, c->vocab, *id) &&
+		    !(no_eog && pg_tokenizer_is_eog(c->tok, *id)))
 			return PG_CONSTRAIN_TOKEN;
 	}
 	c->st.masked++;
 	n = pg_grammar_mask(gs, c->vocab, c->mask);
 	if (n < 0)
 		return PG_CONSTRAIN_NOMEM;
+	for (int i = 0; no_eog && i < c->n_eog; i++) {
+		int32_t e = c->eog[i];
+
+		if (allowed(c->mask, e)) {
+			c->mask[e / 32] &= ~(1u << (e % 32));
+			n--;
+		}
+	}
 	if (n == 0) {
 		c->st.stuck++;
 		return PG_CONSTRAIN_STUCK;

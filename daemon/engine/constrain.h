@@ -81,13 +81,15 @@ enum pg_constrain_draw {
 /*
  * pg_constrain_draw - draw the next token of the sample at gs with its
  * sampler from a row of logits (not changed; scratch holds n_vocab
- * floats), lazily when lazy (pg_constrain_lazy).  lp and top as
- * pg_sampler_sample (NULL when not asked for).  The token is not
- * accepted: pg_grammar_accept() does that once the engine keeps it.
+ * floats), lazily when lazy (pg_constrain_lazy).  With no_eog (the
+ * request's ignore_eos) end-of-generation tokens are never drawn, even
+ * where the grammar is complete.  lp and top as pg_sampler_sample (NULL
+ * when not asked for).  The token is not accepted: pg_grammar_accept()
+ * does that once the engine keeps it.
  */
 enum pg_constrain_draw pg_constrain_draw(struct pg_constrain *c,
 					 struct pg_grammar_state *gs,
-					 struct pg_sampler *smp, int lazy,
+					 struct pg_sampler *smp, int lazy, int no_eog,
 					 const float *row, float *scratch,
 					 float *lp, struct pg_logprob *top,
 					 int32_t *id);

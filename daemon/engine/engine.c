@@ -646,7 +646,8 @@ static void record_token(struct pg_engine *e, struct seq *s, int32_t id)
 static int draw_constrained(struct pg_engine *e, struct seq *s, const float *row,
 			    float *lp, struct pg_logprob *top, int32_t *id)
 {
-	switch (pg_constrain_draw(e->con, s->gs, s->sampler, s->req->lazy, row,
+	switch (pg_constrain_draw(e->con, s->gs, s->sampler, s->req->lazy,
+				  s->req->ignore_eos, row,
 				  e->scratch, lp, top, id)) {
 	case PG_CONSTRAIN_TOKEN:
 		return 0;
@@ -682,8 +683,8 @@ static void sample_one(struct pg_engine *e, struct seq *s, const float *row)
 				       n_top ? top : NULL);
 	}
 	/* under a grammar an end-of-generation token comes only where the
-	   grammar is complete, and then it ends the sample, ignore_eos or not */
-	if (((!r->ignore_eos || s->gs) && pg_tokenizer_is_eog(e->m->tok, id)) ||
+	   grammar is complete, and never with ignore_eos */
+	if ((!r->ignore_eos && pg_tokenizer_is_eog(e->m->tok, id)) ||
 	    is_stop_id(r, id)) {
 		finish(e, s, PG_ENGINE_FINISH_STOP, 0);
 		return;

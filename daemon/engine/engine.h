@@ -150,8 +150,7 @@ struct pg_request {
 	/* a grammar (pagoda-grammar(7)) the samples must follow: grammar_len
 	   bytes of GBNF text, compiled at submission (or found compiled
 	   already); NULL: unconstrained.  An end-of-generation token then
-	   comes only where the grammar is complete, and ends the sample even
-	   with ignore_eos; a sample whose grammar allows no token ends with
+	   comes only where the grammar is complete (never with ignore_eos); a sample whose grammar allows no token ends with
 	   PG_ENGINE_FINISH_ERROR */
 	const char *grammar;
 	size_t grammar_len;

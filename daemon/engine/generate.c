@@ -155,13 +155,13 @@ static int decode_loop(struct gen *g, const struct pg_gen_params *p,
 		int32_t id;
 
 		if (g->gs) {
-			if (pg_constrain_draw(g->con, g->gs, g->sampler, g->lazy, g->logits,
+			if (pg_constrain_draw(g->con, g->gs, g->sampler, g->lazy, p->ignore_eos, g->logits,
 					      g->scratch, NULL, NULL, &id))
 				return -EDOM;
 		} else {
 			id = pg_sampler_sample(g->sampler, g->logits, NULL, NULL);
 		}
-		if ((!p->ignore_eos || g->gs) && pg_tokenizer_is_eog(g->m->tok, id)) {
+		if (!p->ignore_eos && pg_tokenizer_is_eog(g->m->tok, id)) {
 			st->finish = PG_FINISH_STOP;
 			break;
 		}

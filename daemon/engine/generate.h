@@ -24,7 +24,7 @@ struct pg_gen_params {
 	int ignore_eos;			/* keep going past end-of-generation tokens */
 	/* a GBNF grammar the text follows (grammar_len bytes; NULL: none),
 	   as the engine's requests (engine.h): end-of-generation only where
-	   it is complete, ignore_eos notwithstanding */
+	   it is complete and not with ignore_eos */
 	const char *grammar;
 	size_t grammar_len;
 };
