@@ -3,6 +3,9 @@
 #   decode:   decode speed on a model (bench/decode)
 #   gpu:      bench/gpu's program; without the CUDA backend it only says so
 #             (bench/gpu, tests/gpu/run)
+#   grammar:  (bench/grammar, a script) a JSON-schema-constrained batch of
+#             16 against the same batch unconstrained; grammar-compile
+#             times schemas' translation and compilation
 #   http:     (bench/http, a script) pagoda-http + pagodad against
 #             llama-server's HTTP; bench/llama_server.py builds and runs
 #             llama-server for it and bench/serve
@@ -19,6 +22,7 @@
 noinst_PROGRAMS += \
 	bench/decode-pagoda \
 	bench/gpu-pagoda \
+	bench/grammar-compile \
 	bench/ipc-pagoda \
 	bench/kernels \
 	bench/parallel-pagoda \
@@ -34,6 +38,8 @@ if HAVE_CUDA
 bench_gpu_pagoda_CPPFLAGS += $(CUDA_CFLAGS) -DHAVE_CUDA
 bench_gpu_pagoda_LDADD += kernels/libpgcuda.la $(CUDA_LIBS)
 endif
+bench_grammar_compile_SOURCES = bench/grammar-compile.c
+bench_grammar_compile_LDADD = daemon/libpagodad.la
 bench_ipc_pagoda_SOURCES = bench/ipc-pagoda.c
 bench_ipc_pagoda_LDADD = client/libpagoda.la
 bench_kernels_SOURCES = bench/kernels.c
@@ -50,6 +56,7 @@ EXTRA_DIST += \
 	bench/README \
 	bench/decode \
 	bench/gpu \
+	bench/grammar \
 	bench/http \
 	bench/ipc \
 	bench/llama_server.py \

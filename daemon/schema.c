@@ -365,6 +365,34 @@ static void show_ptr(char *out, size_t out_len, const char *ptr)
 }
 
 /*
+ * brief_ptr - ptr as a message shows it: show_ptr's, with the middle of a
+ * pointer longer than PTR_SHOWN bytes left out ("#/items/items/.../items"),
+ * whole segments kept at either end, so that what follows fits.
+ */
+#define PTR_SHOWN 120
+static void brief_ptr(char *out, size_t out_len, const char *ptr)
+{
+	size_t n = strlen(ptr), head = PTR_SHOWN / 3, tail = PTR_SHOWN - head;
+	char buf[PTR_SHOWN + 8];
+
+	if (n <= PTR_SHOWN) {
+		show_ptr(out, out_len, ptr);
+		return;
+	}
+	while (head > 1 && ptr[head] != '/')
+		head--;
+	tail = n - tail;
+	while (tail < n && ptr[tail] != '/')
+		tail++;
+	if (head < 2 || tail >= n) {	/* no segments to keep: cut it short */
+		head = PTR_SHOWN / 3;
+		tail = n - (PTR_SHOWN - head);
+	}
+	snprintf(buf, sizeof(buf), "%.*s/...%s", (int)head, ptr, ptr + tail);
+	show_ptr(out, out_len, buf);
+}
+
+/*
  * fail - the first error: "PTR[/KW]: message" into the caller's buffer.
  * Returns ERR.
  */
@@ -378,7 +406,7 @@ static int fail(struct ctx *c, const char *ptr, const char *kw, const char *fmt,
 	if (c->rc)
 		return ERR;
 	c->rc = -EINVAL;
-	show_ptr(where, sizeof(where), ptr);
+	brief_ptr(where, sizeof(where), ptr);
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
@@ -406,7 +434,7 @@ static int never(struct ctx *c, const char *ptr, const char *kw, const char *fmt
 	char where[200], msg[200];
 	va_list ap;
 
-	show_ptr(where, sizeof(where), ptr);
+	brief_ptr(where, sizeof(where), ptr);
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
@@ -825,6 +853,7 @@ static int unit_expr(struct sb *b, const struct cset *s)
 	char letters[8], hex0[17], hex1[17];
 	int nl = 0, n0 = 0, n1 = 0, parts = 0;
 	struct sb alt[4] = { 0 };
+	bool group;
 
 	if (s->n == 0)
 		return NEVER;
@@ -883,7 +912,10 @@ static int unit_expr(struct sb *b, const struct cset *s)
 		else
 			class_expr(&alt[parts++], &ds);
 	}
-	if (parts > 1)
+	/* one term, so that a quantifier after it applies to all of it: a
+	   lone escape part ("\\" [nt]) is two terms, grouped like several */
+	group = parts > 1 || raw.n <= 0;
+	if (group)
 		sb_puts(b, "( ");
 	for (int i = 0; i < parts; i++) {
 		if (i)
@@ -892,7 +924,7 @@ static int unit_expr(struct sb *b, const struct cset *s)
 		b->oom |= alt[i].oom;
 		sb_free(&alt[i]);
 	}
-	if (parts > 1)
+	if (group)
 		sb_puts(b, " )");
 	return 0;
 }
@@ -1040,6 +1072,8 @@ struct conj {
 	json_t *s[MAX_CONJ];	/* schema objects (borrowed from the document) */
 	char *path[MAX_CONJ];	/* each one's JSON pointer (owned) */
 	unsigned done[MAX_CONJ];	/* D_*: keywords already taken apart */
+	int up[MAX_CONJ];	/* the one whose $ref, allOf, anyOf or oneOf
+				   brought it in, or -1 */
 };
 
 static void conj_free(struct conj *cj)
@@ -1051,10 +1085,11 @@ static void conj_free(struct conj *cj)
 
 /*
  * conj_insert - add schema s (at path, which the conjunction takes over)
- * at position at.  A schema already there is not added twice; true makes
- * no difference; false makes the whole NEVER.  0 or ERR.
+ * at position at, brought in by schema up (-1: none).  A schema already
+ * there is not added twice; true makes no difference; false makes the
+ * whole NEVER.  0 or ERR.
  */
-static int conj_insert(struct ctx *c, struct conj *cj, int at, json_t *s, char *path)
+static int conj_insert(struct ctx *c, struct conj *cj, int at, json_t *s, char *path, int up)
 {
 	if (!path)
 		return ERR;
@@ -1088,18 +1123,25 @@ static int conj_insert(struct ctx *c, struct conj *cj, int at, json_t *s, char *
 	memmove(&cj->s[at + 1], &cj->s[at], (size_t)(cj->n - at) * sizeof(cj->s[0]));
 	memmove(&cj->path[at + 1], &cj->path[at], (size_t)(cj->n - at) * sizeof(cj->path[0]));
 	memmove(&cj->done[at + 1], &cj->done[at], (size_t)(cj->n - at) * sizeof(cj->done[0]));
+	memmove(&cj->up[at + 1], &cj->up[at], (size_t)(cj->n - at) * sizeof(cj->up[0]));
 	cj->s[at] = s;
 	cj->path[at] = path;
 	cj->done[at] = 0;
+	cj->up[at] = up;
 	cj->n++;
+	for (int i = 0; i < cj->n; i++)
+		if (i != at && cj->up[i] >= at)
+			cj->up[i]++;
 	return 0;
 }
 
+/* Add schema s (at path, taken over) at the end, brought in by nothing. */
 static int conj_add(struct ctx *c, struct conj *cj, json_t *s, char *path)
 {
-	return conj_insert(c, cj, cj->n, s, path);
+	return conj_insert(c, cj, cj->n, s, path, -1);
 }
 
+/* Copy a conjunction (its pointers duplicated).  0 or ERR. */
 static int conj_copy(struct ctx *c, struct conj *dst, const struct conj *src)
 {
 	memset(dst, 0, sizeof(*dst));
@@ -1107,6 +1149,7 @@ static int conj_copy(struct ctx *c, struct conj *dst, const struct conj *src)
 	for (int i = 0; i < src->n; i++) {
 		dst->s[i] = src->s[i];
 		dst->done[i] = src->done[i];
+		dst->up[i] = src->up[i];
 		dst->path[i] = strdup(src->path[i]);
 		dst->n = i + 1;
 		if (!dst->path[i]) {
@@ -1346,6 +1389,52 @@ static void shortest_e(double d, char *buf, size_t n)
 	}
 }
 
+/*
+ * real_text - the JSON text of a finite double: its shortest digits that
+ * read back as d, written out plainly where the point falls within 21
+ * digits ("0.1", "1500", "0.000001"), else with an exponent ("1e+21",
+ * "1.5e-7"), as ECMAScript's Number#toString writes it.  Zero is "0".
+ */
+static void real_text(struct sb *b, double d)
+{
+	char buf[40], digits[24];
+	int nd = 0, e;
+
+	if (d == 0) {
+		sb_puts(b, "0");
+		return;
+	}
+	if (d < 0) {
+		sb_puts(b, "-");
+		d = -d;
+	}
+	shortest_e(d, buf, sizeof(buf));
+	for (char *p = buf; *p && *p != 'e' && nd < (int)sizeof(digits) - 1; p++)
+		if (*p >= '0' && *p <= '9')
+			digits[nd++] = *p;
+	while (nd > 1 && digits[nd - 1] == '0')
+		nd--;
+	digits[nd] = '\0';
+	e = atoi(strchr(buf, 'e') + 1);	/* d = digits[0].digits[1..] * 10^e */
+	if (e >= 21 || e < -6) {
+		sb_put(b, digits, 1);
+		if (nd > 1)
+			sb_printf(b, ".%s", digits + 1);
+		sb_printf(b, "e%c%d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+	} else if (e < 0) {
+		sb_puts(b, "0.");
+		for (int i = e + 1; i < 0; i++)
+			sb_puts(b, "0");
+		sb_puts(b, digits);
+	} else if (nd <= e + 1) {
+		sb_puts(b, digits);
+		for (int i = nd; i < e + 1; i++)
+			sb_puts(b, "0");
+	} else {
+		sb_printf(b, "%.*s.%s", e + 1, digits, digits + e + 1);
+	}
+}
+
 /* v as compact JSON text (strings canonical). */
 static void json_text(struct sb *b, json_t *v)
 {
@@ -1358,15 +1447,7 @@ static void json_text(struct sb *b, json_t *v)
 	} else if (json_is_integer(v)) {
 		sb_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
 	} else if (json_is_real(v)) {
-		double d = json_real_value(v);
-		char buf[40];
-
-		if (value_bits(v) == T_INT && d > -1e15 && d < 1e15) {
-			sb_printf(b, "%lld", (long long)d);
-		} else {
-			shortest_e(d, buf, sizeof(buf));
-			sb_puts(b, buf);
-		}
+		real_text(b, json_real_value(v));
 	} else if (json_is_string(v)) {
 		sb_puts(b, "\"");
 		json_str(b, json_string_value(v), json_string_length(v));
@@ -1589,7 +1670,7 @@ static int rx_hex(struct rx *x, int digits, uint32_t *out)
 /* \u: a code point, a surrogate pair joined; ERR on a lone surrogate. */
 static int rx_unicode(struct rx *x, uint32_t *out)
 {
-	uint32_t lo;
+	uint32_t lo = 0;
 
 	if (rx_peek(x) == '{')
 		return rx_fail(x, "'\\u{...}' needs the u flag: write \\uXXXX");
@@ -1835,12 +1916,16 @@ static int rx_atom(struct rx *x, bool *is_set, struct cset *set, struct sb *g, b
 	return 0;
 }
 
+/*
+ * rx_number - a repetition count at x->i: 0 with *out set, 1 when no
+ * digit is there (nothing read), ERR when it is above MAX_REPEAT.
+ */
 static int rx_number(struct rx *x, long *out)
 {
 	long v = 0;
 
-	if (rx_peek(x) < '0' || rx_peek(x) > '9')
-		return -1;
+	if (rx_end(x) || rx_peek(x) < '0' || rx_peek(x) > '9')
+		return 1;
 	while (rx_peek(x) >= '0' && rx_peek(x) <= '9' && !rx_end(x)) {
 		v = v * 10 + (long)(rx_peek(x) - '0');
 		if (v > MAX_REPEAT)
@@ -1867,15 +1952,16 @@ static int rx_quant(struct rx *x, bool *has, long *min, long *max)
 
 		if (r == ERR)
 			return ERR;
-		if (r < 0)
+		if (r > 0)
 			return rx_fail(x, "a '{' that is not a quantifier: write '\\{'");
 		*max = *min;
-		if (rx_peek(x) == ',') {
+		if (rx_peek(x) == ',' && !rx_end(x)) {
 			x->i++;
-			*max = -1;
 			r = rx_number(x, max);
 			if (r == ERR)
 				return ERR;
+			if (r > 0)
+				*max = -1;	/* {n,}: no upper bound */
 		}
 		if (rx_peek(x) != '}' || rx_end(x))
 			return rx_fail(x, "a '{' that is not a quantifier: write '\\{'");
@@ -2410,7 +2496,9 @@ static int nb_tighten(struct ctx *c, struct nbound *b, json_t *v, bool excl, boo
 	if (!json_is_number(v))
 		return fail(c, path, kw, "'%s' must be a number", kw);
 	to_dec(v, &n.neg, &n.d);
-	if (n.d.sig > BOUNDED_DIGITS && !n.d.huge)
+	/* an integer is exact (its digits compare as they are); a real is a
+	   double, which more digits than these would not tell apart */
+	if (json_is_real(v) && n.d.sig > BOUNDED_DIGITS && !n.d.huge)
 		return fail(c, path, kw, "'%s' %.17g has more than %d significant digits: "
 			    "it cannot be compared exactly", kw, json_number_value(v),
 			    BOUNDED_DIGITS);
@@ -2892,8 +2980,10 @@ static int tr_enum(struct ctx *c, const struct conj *cj, unsigned types, struct 
 
 			if (!v)
 				continue;
-			if (e && !json_is_array(v))
+			if (e && !json_is_array(v)) {
+				json_decref(vals);
 				return fail(c, cj->path[i], "enum", "'enum' must be an array");
+			}
 			if (first < 0)
 				first = i;
 			keep = json_array();
@@ -3578,14 +3668,17 @@ out:
 /*
  * check_keywords - every keyword known; the types the schemas allow
  * (*types), whether enum or const is given, the types their other
- * keywords are about (*kw_types).
+ * keywords are about (*kw_types).  When the types have nothing in
+ * common, clash[0] is the first schema with a "type" and clash[1] the one
+ * that left none.
  */
 static int check_keywords(struct ctx *c, const struct conj *cj, unsigned *types,
-			  bool *typed, bool *has_enum, unsigned *kw_types)
+			  bool *typed, bool *has_enum, unsigned *kw_types, int clash[2])
 {
 	*types = T_ALL;
 	*typed = *has_enum = false;
 	*kw_types = 0;
+	clash[0] = clash[1] = 0;
 	for (int i = 0; i < cj->n; i++) {
 		const char *k;
 		json_t *v;
@@ -3609,6 +3702,10 @@ static int check_keywords(struct ctx *c, const struct conj *cj, unsigned *types,
 			bits = type_bits(c, v, cj->path[i]);
 			if (bits < 0)
 				return ERR;
+			if (!*typed)
+				clash[0] = i;
+			if (*types && !(*types & (unsigned)bits))
+				clash[1] = i;
 			*types &= (unsigned)bits;
 			*typed = true;
 		}
@@ -3638,12 +3735,13 @@ static int tr_value(struct ctx *c, struct conj *cj, const char *hint, struct sb 
 {
 	unsigned types, kw_types;
 	bool typed, has_enum;
-	int n = 0;
+	int n = 0, clash[2];
 
-	if (check_keywords(c, cj, &types, &typed, &has_enum, &kw_types))
+	if (check_keywords(c, cj, &types, &typed, &has_enum, &kw_types, clash))
 		return ERR;
 	if (typed && !types)
-		return never(c, cj->path[0], "type", "the schemas' types have nothing in common");
+		return never(c, cj->path[clash[0]], "type", "no type is both this one and that "
+			     "of %.100s/type", cj->path[clash[1]]);
 	if (!typed && !has_enum && kw_types)
 		types = kw_types & T_ALL;	/* no type: what the keywords are about */
 	if (check_unsupported(c, cj, types))
@@ -3698,8 +3796,19 @@ static int flatten(struct ctx *c, struct conj *cj)
 			int before = cj->n;
 
 			cj->done[i] |= D_REF;
-			if (ref_target(c, ref, cj->path[i], &t, &tp) ||
-			    conj_insert(c, cj, at, t, tp))
+			if (ref_target(c, ref, cj->path[i], &t, &tp))
+				return ERR;
+			for (int k = i; k >= 0; k = cj->up[k]) {
+				if (cj->s[k] != t)
+					continue;
+				fail(c, cj->path[i], "$ref", "left recursion: '$ref' \"%.80s\" names "
+				     "a schema that already applies here (%s), before any input "
+				     "is consumed: it would refer to itself forever", tp,
+				     cj->path[k]);
+				free(tp);
+				return ERR;
+			}
+			if (conj_insert(c, cj, at, t, tp, i))
 				return ERR;
 			at += cj->n > before;
 		}
@@ -3712,7 +3821,7 @@ static int flatten(struct ctx *c, struct conj *cj)
 				int before = cj->n;
 
 				if (conj_insert(c, cj, at, json_array_get(all, j),
-						ptr_index(c, cj->path[i], "allOf", j)))
+						ptr_index(c, cj->path[i], "allOf", j), i))
 					return ERR;
 				at += cj->n > before;
 			}
@@ -3913,7 +4022,8 @@ static int distribute(struct ctx *c, struct conj *cj, int i, unsigned d, const c
 		if (conj_copy(c, &nc, cj))
 			return ERR;
 		nc.done[i] |= d;
-		if (conj_add(c, &nc, json_array_get(alts, j), ptr_index(c, cj->path[i], kw, j))) {
+		if (conj_insert(c, &nc, nc.n, json_array_get(alts, j),
+				ptr_index(c, cj->path[i], kw, j), i)) {
 			conj_free(&nc);
 			return ERR;
 		}
@@ -4155,6 +4265,134 @@ out:
 	return rc;
 }
 
+/* ---- rules that can end: every instance finite ---- */
+
+static bool gx_alt(const struct ctx *c, const char **p, const char *prod);
+
+/* Past the spaces at *p. */
+static void gx_space(const char **p)
+{
+	while (**p == ' ')
+		(*p)++;
+}
+
+/* Past the literal or class at *p, which ends with close (escapes skipped). */
+static void gx_skip(const char **p, char close)
+{
+	for ((*p)++; **p && **p != close; (*p)++)
+		if (**p == '\\' && (*p)[1])
+			(*p)++;
+	if (**p)
+		(*p)++;
+}
+
+/* One term and its quantifier: whether it can match a finite text. */
+static bool gx_term(const struct ctx *c, const char **p, const char *prod)
+{
+	bool ok = true;
+	long min = 1;
+
+	if (**p == '"') {
+		gx_skip(p, '"');
+	} else if (**p == '[') {
+		gx_skip(p, ']');
+	} else if (**p == '(') {
+		(*p)++;
+		ok = gx_alt(c, p, prod);
+		if (**p == ')')
+			(*p)++;
+	} else {
+		char name[80];
+		size_t n = 0;
+		int r;
+
+		while (((**p >= 'a' && **p <= 'z') || (**p >= 'A' && **p <= 'Z') ||
+			(**p >= '0' && **p <= '9') || **p == '-') && n + 1 < sizeof(name))
+			name[n++] = *(*p)++;
+		name[n] = '\0';
+		if (!n) {	/* not the translation's text: let the compiler judge */
+			(*p)++;
+			return true;
+		}
+		r = rule_final(c, smap_get(&c->names, name, -1));
+		ok = r < 0 || prod[r];
+	}
+	if (**p == '?' || **p == '*') {
+		min = 0;
+		(*p)++;
+	} else if (**p == '+') {
+		(*p)++;
+	} else if (**p == '{') {
+		min = strtol(*p + 1, NULL, 10);
+		gx_skip(p, '}');
+	}
+	return ok || !min;
+}
+
+/* Alternatives up to ')' or the end: whether one can match a finite text. */
+static bool gx_alt(const struct ctx *c, const char **p, const char *prod)
+{
+	bool any = false, all = true;
+
+	for (;;) {
+		gx_space(p);
+		if (!**p || **p == ')')
+			return any || all;
+		if (**p == '|') {
+			any |= all;
+			all = true;
+			(*p)++;
+			continue;
+		}
+		all &= gx_term(c, p, prod);
+	}
+}
+
+/*
+ * productive - every rule emitted can match a finite text.  One that
+ * cannot is a schema whose every instance would nest forever ($ref to
+ * itself with no way out): a sample under it would never end, so it is
+ * refused, naming a recursive one where it may.
+ */
+static int productive(struct ctx *c)
+{
+	char *prod = calloc((size_t)c->n_rules, 1);
+	bool changed = true;
+	int bad = -1;
+
+	if (!prod)
+		return oom(c);
+	while (changed) {
+		changed = false;
+		for (int i = c->n_rules - 1; i >= 0; i--) {
+			const struct rule *r = &c->rules[i];
+			const char *p = r->body;
+
+			if (prod[i] || r->alias >= 0 || r->never || !r->body)
+				continue;
+			if (gx_alt(c, &p, prod)) {
+				prod[i] = 1;
+				changed = true;
+			}
+		}
+	}
+	for (int i = 0; i < c->n_rules; i++) {
+		const struct rule *r = &c->rules[i];
+
+		if (prod[i] || r->alias >= 0 || r->never || !r->body)
+			continue;
+		if (bad < 0 || (r->used_early && !c->rules[bad].used_early))
+			bad = i;
+	}
+	free(prod);
+	if (bad < 0)
+		return 0;
+	return fail(c, rule_where(c, bad), NULL, "a schema that refers to itself accepts no "
+		    "value: every instance would nest in itself forever (no way out of the "
+		    "recursion through an optional property, an empty array or another "
+		    "branch)");
+}
+
 /* The grammar text: root first, then every rule emitted, in order. */
 static char *assemble(struct ctx *c)
 {
@@ -4249,7 +4487,7 @@ int pg_schema_to_gbnf(const char *json, size_t len, char **gbnf, char *err, size
 				 je.column, je.text);
 		return -EINVAL;
 	}
-	if (!translate_root(&c) && !left_recursion(&c))
+	if (!translate_root(&c) && !left_recursion(&c) && !productive(&c))
 		*gbnf = assemble(&c);
 	rc = *gbnf ? 0 : c.rc ? c.rc : -ENOMEM;
 	ctx_free(&c);

@@ -1,12 +1,15 @@
 # man/local.mk - the man pages: the programs (pagoda.1, pagoda-http.8,
 # pagodactl.8, pagodad.8), the configuration file (pagoda.conf.5), the Python binding
-# (pagoda-python.7), and libpagoda(3), the overview, with a page for each
+# (pagoda-python.7), the grammar and JSON Schema formats (pagoda-grammar.7,
+# pagoda-json-schema.7), and libpagoda(3), the overview, with a page for each
 # public function (tests/test-man.sh checks that every function of
 # include/pagoda.h has one, listed here).
 dist_man_MANS += \
 	man/libpagoda.3 \
 	man/pagoda.1 \
+	man/pagoda-grammar.7 \
 	man/pagoda-http.8 \
+	man/pagoda-json-schema.7 \
 	man/pagoda-python.7 \
 	man/pagoda.conf.5 \
 	man/pagoda_cancel.3 \

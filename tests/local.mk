@@ -152,10 +152,35 @@ EXTRA_DIST += tests/test-engine-plan.sh tests/test-engine-replicas.sh
 
 # Structured output: the grammar engine (GBNF, masks, caches; SmolLM2's
 # vocabulary when the default model is there) and JSON Schema into GBNF.
-check_PROGRAMS += tests/test_grammar
-TESTS += tests/test_grammar
+check_PROGRAMS += tests/test_grammar tests/test_schema
+TESTS += tests/test_grammar tests/test_schema
 tests_test_grammar_SOURCES = tests/test_grammar.c
 tests_test_grammar_LDADD = $(ENGINE_LIBS)
+tests_test_schema_SOURCES = tests/test_schema.c
+tests_test_schema_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
+tests_test_schema_LDADD = daemon/libpagodad.la
+# twenty real-world schemas: test_schema, the sampling test, bench/grammar
+EXTRA_DIST += \
+	tests/data/schemas/address.json \
+	tests/data/schemas/app_config.json \
+	tests/data/schemas/calendar_event.json \
+	tests/data/schemas/chess_move.json \
+	tests/data/schemas/contact_card.json \
+	tests/data/schemas/entity_extraction.json \
+	tests/data/schemas/feature_flags.json \
+	tests/data/schemas/geo_point.json \
+	tests/data/schemas/github_issue.json \
+	tests/data/schemas/jsonrpc_request.json \
+	tests/data/schemas/order.json \
+	tests/data/schemas/product.json \
+	tests/data/schemas/rating.json \
+	tests/data/schemas/recipe.json \
+	tests/data/schemas/search_query.json \
+	tests/data/schemas/sentiment.json \
+	tests/data/schemas/shape.json \
+	tests/data/schemas/todo_list.json \
+	tests/data/schemas/tree.json \
+	tests/data/schemas/weather_tool_args.json
 
 # The tokenizers and chat templates against llama.cpp's (Gemma 3's
 # SentencePiece vocabulary skips without the file), and every vocabulary.
