@@ -336,6 +336,7 @@ EXTRA_DIST += \
 	python/pyproject.toml \
 	tests/python/conftest.py \
 	tests/python/test_binding.py \
+	tests/python/test_structured.py \
 	tests/test-python.sh
 
 # pagoda-http (http/): the OpenAI-compatible gateway under pytest with the
