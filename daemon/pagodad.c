@@ -245,14 +245,6 @@ static int run_mode(struct pgd_options *o, double t0)
 
 	serve = !o->cl.prompt && !o->cl.prompt_file && !o->cl.tokenize && !o->cl.tokenize_file &&
 		!o->cl.plan;
-	if ((o->cl.grammar_file || o->cl.schema_file) && (serve || !(o->cl.prompt || o->cl.prompt_file))) {
-		fprintf(stderr, "pagodad: --grammar and --json-schema go with --prompt or --prompt-file (a one-shot run); clients give a grammar with each request (pagoda generate --grammar, struct pagoda_request's grammar)\n");
-		return 2;
-	}
-	if (o->cl.grammar_file && o->cl.schema_file) {
-		fprintf(stderr, "pagodad: give --grammar or --json-schema, not both\n");
-		return 2;
-	}
 	rc = load_config(o, serve);
 	if (rc)
 		return rc;
@@ -261,6 +253,14 @@ static int run_mode(struct pgd_options *o, double t0)
 	if (o->cl.print_config) {
 		pgd_conf_print(o->conf, stdout);
 		return 0;
+	}
+	if ((o->cl.grammar_file || o->cl.schema_file) && (o->cl.plan || serve || !(o->cl.prompt || o->cl.prompt_file))) {
+		fprintf(stderr, "pagodad: --grammar and --json-schema go with --prompt or --prompt-file (a one-shot run); clients give a grammar with each request (pagoda generate --grammar, struct pagoda_request's grammar)\n");
+		return 2;
+	}
+	if (o->cl.grammar_file && o->cl.schema_file) {
+		fprintf(stderr, "pagodad: give --grammar or --json-schema, not both\n");
+		return 2;
 	}
 	path = pgd_conf_model_path(o->conf, path_buf, sizeof(path_buf));
 	if (o->cl.plan)

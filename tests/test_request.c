@@ -30,6 +30,7 @@
 #include <stdarg.h>
 
 #include "tests/pgd_fixture.h"
+#include "daemon/engine/grammar.h"
 #include "daemon/engine/tokenizer.h"
 
 /* ---- the engine's view: what pgd handed to pg_engine_submit ---- */
@@ -264,21 +265,23 @@ static void test_gen_structure(struct fx_client *cl)
 	len = gen_payload(&g, &one, 4, NULL, 0);
 	send_gen(cl, 11, buf, len);
 	want_error(cl, 11, PG_EINVAL, 1,
-		   "prompt_bytes %u + stop_bytes %u run past the payload's %u bytes", 5u, 0u, len);
+		   "prompt_bytes %u + stop_bytes %u + grammar_bytes %u run past the payload's %u bytes",
+		   5u, 0u, 0u, len);
 	g.prompt_bytes = 4;
 	g.stop_bytes = 1;
 	len = gen_payload(&g, &one, 4, NULL, 0);
 	send_gen(cl, 11, buf, len);
 	want_error(cl, 11, PG_EINVAL, 1,
-		   "prompt_bytes %u + stop_bytes %u run past the payload's %u bytes", 4u, 1u, len);
+		   "prompt_bytes %u + stop_bytes %u + grammar_bytes %u run past the payload's %u bytes",
+		   4u, 1u, 0u, len);
 	/* counts whose 32-bit sum wraps to fit */
 	g.prompt_bytes = UINT32_MAX;
 	g.stop_bytes = 5;
 	len = gen_payload(&g, &one, 4, NULL, 0);
 	send_gen(cl, 12, buf, len);
 	want_error(cl, 12, PG_EINVAL, 1,
-		   "prompt_bytes %u + stop_bytes %u run past the payload's %u bytes",
-		   UINT32_MAX, 5u, len);
+		   "prompt_bytes %u + stop_bytes %u + grammar_bytes %u run past the payload's %u bytes",
+		   UINT32_MAX, 5u, 0u, len);
 	g = gen(3, 4);
 	len = gen_payload(&g, &one, 4, NULL, 0);
 	send_gen(cl, 13, buf, len);
@@ -319,7 +322,11 @@ static void gen_bad_value(struct fx_client *cl, struct pg_gen_wire g,
 
 static void test_gen_values(struct fx_client *cl)
 {
-	BAD_VALUE(flags, PG_GEN_TEXT | 0x10, PG_EINVAL, "unknown GENERATE flags 0x%x", 0x10);
+	BAD_VALUE(flags, PG_GEN_TEXT | 0x20, PG_EINVAL, "unknown GENERATE flags 0x%x", 0x20);
+	BAD_VALUE(grammar_kind, PG_GRAMMAR_GBNF, PG_EINVAL,
+		  "grammar_kind and grammar_bytes are set without the PG_GEN_GRAMMAR flag");
+	BAD_VALUE(flags, PG_GEN_TEXT | PG_GEN_GRAMMAR, PG_EINVAL,
+		  "grammar_bytes %u: give 1 to %u bytes of grammar", 0u, PG_GRAMMAR_MAX_TEXT);
 	BAD_VALUE(flags, 0x80000000u, PG_EINVAL, "unknown GENERATE flags 0x%x", 0x80000000u);
 	BAD_VALUE(n, PGD_MAX_SAMPLES + 1, PG_EINVAL, "n = %u samples: give 1 to %d",
 		  PGD_MAX_SAMPLES + 1, PGD_MAX_SAMPLES);
