@@ -636,17 +636,13 @@ static void wait_hello(struct pgd *d, int fd, const struct ucred *cr)
  * takes no slot); a hello already there is answered at once; otherwise
  * it waits for its hello in a slot.
  */
-static void on_accept(struct pgd *d, int res)
+/* take_conn - a connection just accepted: its peer checked, its hello
+   read now or waited for */
+static void take_conn(struct pgd *d, int res)
 {
 	struct pg_hello h;
 	struct ucred cr;
 
-	d->accept_armed = 0;
-	if (res < 0) {
-		if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
-			pgd_log(PGD_LOG_WARN, "accept: %s", strerror(-res));
-		return;
-	}
 	if (admit_peer(d, res, &cr))
 		return;
 	if (recv(res, &h, sizeof(h), MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof(h) &&
@@ -655,6 +651,29 @@ static void on_accept(struct pgd *d, int res)
 		return;
 	}
 	wait_hello(d, res, &cr);
+}
+
+/* Connections taken at once after an accept completes, at most: those
+   already queued on the (non-blocking) listener, so that a burst of
+   clients is not admitted one per loop iteration, each behind a step. */
+#define ACCEPT_BURST 64
+
+static void on_accept(struct pgd *d, int res)
+{
+	d->accept_armed = 0;
+	if (res < 0) {
+		if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
+			pgd_log(PGD_LOG_WARN, "accept: %s", strerror(-res));
+		return;
+	}
+	take_conn(d, res);
+	for (int i = 0; i < ACCEPT_BURST && !d->stop_signal; i++) {
+		int fd = accept4(d->listener.fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (fd < 0)
+			break;	/* EAGAIN: none queued; else the next accept says */
+		take_conn(d, fd);
+	}
 }
 
 static void on_hello(struct pgd *d, struct pgd_handshake *hs, int res)
@@ -1102,6 +1121,12 @@ static int daemon_start(struct pgd *d, char *err, size_t err_len)
 	    pgd_admin_open(d, &d->admin, err, err_len) ||
 	    open_stats(d, err, err_len))
 		return -1;
+	/* non-blocking, so that on_accept() takes what is queued and stops */
+	if (fcntl(d->listener.fd, F_SETFL, fcntl(d->listener.fd, F_GETFL) | O_NONBLOCK) < 0) {
+		snprintf(err, err_len, "cannot make the listening socket non-blocking: %s",
+			 strerror(errno));
+		return -1;
+	}
 	arm_signal(d);
 	arm_accept(d);
 	arm_watchdog(d);
