@@ -1564,25 +1564,40 @@ static void maybe_flush(struct pg_grammar *g)
 		cache_drop(&g->c);
 }
 
-/* ntab_resize - double the table of nodes. */
-static int ntab_resize(struct cache *c)
+/*
+ * table_resize - double an open-addressed table of ids + 1 (*tab, *cap of
+ * them; min: its first size) and put back items first .. n - 1, whose
+ * 64-bit hashes stand stride bytes apart from hash0.
+ */
+static int table_resize(uint32_t **tab, size_t *cap, size_t min, const void *hash0,
+			size_t stride, size_t first, size_t n)
 {
-	size_t cap = c->ntab_cap ? 2 * c->ntab_cap : 1024;
-	uint32_t *t = calloc(cap, sizeof(*t));
+	size_t c = *cap ? 2 * *cap : min;
+	uint32_t *t = calloc(c, sizeof(*t));
 
 	if (!t)
 		return -ENOMEM;
-	for (size_t i = 1; i < c->n_nodes; i++) {
-		size_t j = c->nodes[i].hash & (cap - 1);
+	for (size_t i = first; i < n; i++) {
+		uint64_t h;
+		size_t j;
 
-		while (t[j])
-			j = (j + 1) & (cap - 1);
+		memcpy(&h, (const char *)hash0 + i * stride, sizeof(h));
+		for (j = h & (c - 1); t[j]; j = (j + 1) & (c - 1))
+			;
 		t[j] = (uint32_t)i + 1;
 	}
-	free(c->ntab);
-	c->ntab = t;
-	c->ntab_cap = cap;
+	free(*tab);
+	*tab = t;
+	*cap = c;
 	return 0;
+}
+
+/* ntab_resize - double the table of nodes (node 0, the empty stack, is
+   not in it). */
+static int ntab_resize(struct cache *c)
+{
+	return table_resize(&c->ntab, &c->ntab_cap, 1024, c->nodes ? &c->nodes[0].hash : NULL,
+			    sizeof(c->nodes[0]), 1, c->n_nodes);
 }
 
 /*
@@ -1638,22 +1653,8 @@ static uint64_t set_hash(const struct cache *c, const uint32_t *ids, size_t n)
 /* stab_resize - double the table of sets. */
 static int stab_resize(struct cache *c)
 {
-	size_t cap = c->stab_cap ? 2 * c->stab_cap : 256;
-	uint32_t *t = calloc(cap, sizeof(*t));
-
-	if (!t)
-		return -ENOMEM;
-	for (size_t i = 0; i < c->n_sets; i++) {
-		size_t j = c->sets[i].hash & (cap - 1);
-
-		while (t[j])
-			j = (j + 1) & (cap - 1);
-		t[j] = (uint32_t)i + 1;
-	}
-	free(c->stab);
-	c->stab = t;
-	c->stab_cap = cap;
-	return 0;
+	return table_resize(&c->stab, &c->stab_cap, 256, c->sets ? &c->sets[0].hash : NULL,
+			    sizeof(c->sets[0]), 0, c->n_sets);
 }
 
 /* chars_has - whether class e takes code point cp (a binary search). */
