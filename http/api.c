@@ -15,6 +15,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -24,33 +25,10 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "daemon/schema.h"
 #include "http/http.h"
 
 /* ---- small helpers ---- */
-
-struct buf {
-	char *s;
-	size_t len, cap;
-};
-
-static int buf_add(struct buf *b, const char *s, size_t n)
-{
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *t;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		if (!(t = realloc(b->s, cap)))
-			return -1;
-		b->s = t;
-		b->cap = cap;
-	}
-	memcpy(b->s + b->len, s, n);
-	b->len += n;
-	b->s[b->len] = 0;
-	return 0;
-}
 
 /* utf8_seq - the length of the valid UTF-8 sequence at s (n bytes left):
    1..4, 0 if invalid, -1 if valid so far but cut short by n */
@@ -178,30 +156,7 @@ static enum MHD_Result send_pagoda_error(struct MHD_Connection *c, int code,
 
 /* ---- a request and its answer ---- */
 
-/* Why a request is refused before it reaches the daemon. */
-struct perr {
-	unsigned status;
-	char msg[400];
-	char param[96];
-	const char *code;
-};
-
-static int fail(struct perr *e, const char *param, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(struct perr *e, const char *param, const char *fmt, ...)
-{
-	va_list ap;
-
-	e->status = 400;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-	va_end(ap);
-	snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-	if (!e->code)
-		e->code = "invalid_value";
-	return -1;
-}
+#define fail api_fail
 
 /* One sample's answer as it grows. */
 struct sample {
@@ -213,6 +168,7 @@ struct sample {
 	int done;
 	unsigned n_prompt, n_gen;
 	struct pagoda_figures fig;	/* DONE: pagodad's figures */
+	struct tparse tp;	/* tools: the text read as content or calls */
 };
 
 /* One generation request, from parsing to its last event. */
@@ -229,6 +185,12 @@ struct job {
 	const char **stops;
 	int32_t *tokens;
 	char *schema;		/* response_format's JSON Schema, as text */
+	struct tools tools;	/* the functions the answer may call */
+	int has_calls;		/* an assistant message has tool_calls */
+	char *text_gbnf;	/* tools "auto": response_format's grammar */
+	char *tool_gbnf;	/* the grammar sent: calls (and text) */
+	char *tool_sys;		/* the system message with the tools */
+	json_t **calls;		/* (n_msgs) an assistant's earlier tool_calls */
 
 	pagoda_t *p;
 	uint64_t id;
@@ -256,10 +218,16 @@ static void job_free(struct job *j)
 	free(j->stops);
 	free(j->tokens);
 	free(j->schema);
+	free(j->text_gbnf);
+	free(j->tool_gbnf);
+	free(j->tool_sys);
+	free(j->calls);
+	tools_free(&j->tools);
 	if (j->s) {
 		for (int i = 0; i < j->n; i++) {
 			free(j->s[i].text.s);
 			json_decref(j->s[i].lp);
+			tparse_free(&j->s[i].tp);
 		}
 		free(j->s);
 	}
@@ -278,12 +246,12 @@ static const char *const common_keys[] = {
 	NULL,
 };
 static const char *const chat_keys[] = {
-	"messages", "max_completion_tokens", "top_logprobs", NULL,
+	"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+	"parallel_tool_calls", NULL,
 };
 static const char *const completion_keys[] = { "prompt", "echo", "suffix", "best_of", NULL };
 static const char *const unsupported[] = {
-	"tools", "tool_choice", "functions", "function_call",
-	"parallel_tool_calls", "logit_bias", "audio",
+	"functions", "function_call", "logit_bias", "audio",
 	"modalities", "prediction", "reasoning_effort", "service_tier",
 	"store", "metadata", "web_search_options", "verbosity", NULL,
 };
@@ -389,9 +357,11 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 		return fail(e, "messages", "'messages' must be a non-empty array of "
 			    "{\"role\", \"content\"} objects");
 	j->n_msgs = json_array_size(v);
-	j->msgs = calloc(j->n_msgs, sizeof *j->msgs);
-	j->texts = calloc(j->n_msgs, sizeof *j->texts);
-	if (!j->msgs || !j->texts)
+	/* one more: the system message that describes tools */
+	j->msgs = calloc(j->n_msgs + 1, sizeof *j->msgs);
+	j->texts = calloc(j->n_msgs + 1, sizeof *j->texts);
+	j->calls = calloc(j->n_msgs, sizeof *j->calls);
+	if (!j->msgs || !j->texts || !j->calls)
 		return fail(e, "messages", "out of memory");
 	json_array_foreach(v, i, m) {
 		const char *key, *role;
@@ -404,10 +374,14 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 		json_object_foreach(m, key, val) {
 			if (!strcmp(key, "role") || !strcmp(key, "content") || json_is_null(val))
 				continue;
+			/* ids pair calls with results; the templates show neither */
+			if (!strcmp(key, "tool_calls") || !strcmp(key, "tool_call_id") ||
+			    (!strcmp(key, "name") && json_is_string(val)))
+				continue;
 			snprintf(param, sizeof param, "messages[%zu].%s", i, key);
 			e->code = "unsupported_parameter";
 			return fail(e, param, "'%s' is not supported by pagoda (a message has "
-				    "a role and a content only)", param);
+				    "a role, a content, and tool_calls or a tool_call_id)", param);
 		}
 		snprintf(param, sizeof param, "messages[%zu].role", i);
 		if (!json_is_string(json_object_get(m, "role")))
@@ -419,12 +393,33 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 			j->msgs[i].role = PAGODA_ROLE_USER;
 		else if (!strcmp(role, "assistant"))
 			j->msgs[i].role = PAGODA_ROLE_ASSISTANT;
+		else if (!strcmp(role, "tool"))
+			j->msgs[i].role = PAGODA_ROLE_TOOL;
 		else {
 			e->code = "unsupported_parameter";
 			return fail(e, param, "role '%s' is not supported: pagoda takes system, "
-				    "user and assistant messages", role);
+				    "user, assistant and tool messages", role);
+		}
+		val = json_object_get(m, "tool_calls");
+		if (val && !json_is_null(val)) {
+			snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+			if (j->msgs[i].role != PAGODA_ROLE_ASSISTANT)
+				return fail(e, param, "'%s': only an assistant message calls "
+					    "tools", param);
+			if (!json_is_array(val) || !json_array_size(val))
+				return fail(e, param, "'%s' must be a non-empty array of calls",
+					    param);
+			j->calls[i] = val;	/* rendered once the format is known */
+			j->has_calls = 1;
 		}
 		val = json_object_get(m, "content");
+		if ((!val || json_is_null(val)) && j->calls[i]) {
+			j->texts[i] = strdup("");
+			if (!j->texts[i])
+				return fail(e, param, "out of memory");
+			j->msgs[i].content = j->texts[i];
+			continue;
+		}
 		if (!val || json_is_null(val)) {
 			snprintf(param, sizeof param, "messages[%zu].content", i);
 			return fail(e, param, "'%s' is missing", param);
@@ -548,6 +543,33 @@ static int parse_format(struct job *j, json_t *o, struct perr *e)
 	return 0;
 }
 
+/*
+ * text_grammar - with tools, the grammar goes whole to the daemon as GBNF
+ * (tools_grammar), so response_format's or "grammar"'s constraint on the
+ * text of an "auto" answer is translated here; with "required" or a named
+ * function the answer has no text, and it does not apply.
+ */
+static int text_grammar(struct job *j, struct perr *e)
+{
+	char err[400];
+	int rc;
+
+	if (j->tools.choice == TC_AUTO && j->rq.grammar) {
+		if (!(j->text_gbnf = strdup(j->rq.grammar)))
+			return fail(e, "grammar", "out of memory");
+	} else if (j->tools.choice == TC_AUTO && j->rq.json_schema) {
+		rc = pg_schema_to_gbnf(j->rq.json_schema, strlen(j->rq.json_schema),
+				       &j->text_gbnf, err, sizeof err);
+		if (rc < 0) {
+			e->code = "unsupported_parameter";
+			return fail(e, "response_format", "response_format's schema: %s "
+				    "(pagoda-json-schema(7))", rc == -EINVAL ? err : "out of memory");
+		}
+	}
+	j->rq.grammar = j->rq.json_schema = NULL;
+	return 0;
+}
+
 /* parse - the body into j (j->chat says which endpoint); -1 with *e */
 static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 {
@@ -574,6 +596,9 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 		if (!strcmp(key, "logit_bias") && json_is_object(v) && !json_object_size(v))
 			continue;
 		e->code = "unsupported_parameter";
+		if (!j->chat && in(chat_keys, key))
+			return fail(e, key, "'%s' is a parameter of /v1/chat/completions, not "
+				    "of /v1/completions", key);
 		if (in(unsupported, key))
 			return fail(e, key, "'%s' is not supported by pagoda-http", key);
 		return fail(e, key, "unknown parameter '%s'", key);
@@ -598,7 +623,9 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 	    get_bool(o, "ignore_eos", &j->rq.ignore_eos, e) < 0 ||
 	    get_bool(o, "stream", &j->stream, e) < 0 ||
 	    parse_stop(j, json_object_get(o, "stop"), e) < 0 ||
-	    parse_format(j, o, e) < 0)
+	    parse_format(j, o, e) < 0 ||
+	    (j->chat && tools_parse(&j->tools, o, e) < 0) ||
+	    (j->tools.n && text_grammar(j, e) < 0))
 		return -1;
 	if ((r = get_int(o, "max_tokens", 1, INT32_MAX, &x, e)) < 0)
 		return -1;
@@ -695,6 +722,8 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 	if (!j->s)
 		return fail(e, NULL, "out of memory");
 	for (int i = 0; i < j->n; i++)
+		tparse_init(&j->s[i].tp, &j->tools);
+	for (int i = 0; i < j->n; i++)
 		if (!(j->s[i].lp = j->chat ? json_array() :
 		      json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs",
 				"top_logprobs", "text_offset")))
@@ -788,9 +817,11 @@ static json_t *lp_take(struct job *j, struct sample *s)
 	return j->chat ? json_pack("{s:o}", "content", lp) : lp;
 }
 
-static const char *finish_name(enum pagoda_finish f)
+static const char *finish_name(const struct sample *s)
 {
-	return f == PAGODA_FINISH_LENGTH ? "length" : "stop";
+	if (s->finish == PAGODA_FINISH_LENGTH)
+		return "length";
+	return s->tp.n_calls ? "tool_calls" : "stop";
 }
 
 /* chunk_head - a stream chunk's envelope, without its choices */
@@ -838,6 +869,50 @@ static json_t *timings(const struct sample *s)
 			 "preemptions", (json_int_t)s->fig.n_preempt);
 }
 
+/* call_delta - a stream chunk's delta of call k: its id and name the
+   first time, then what is new of its arguments */
+static json_t *call_delta(struct job *j, struct tcall *c, size_t k, int last)
+{
+	size_t n;
+	json_t *d;
+
+	if (c->named && !c->announced) {
+		c->announced = 1;
+		d = json_pack("{s:I, s:s, s:s, s:{s:s, s:s}}", "index", (json_int_t)k, "id", c->id,
+			      "type", "function", "function", "name", c->name, "arguments", "");
+	} else {
+		n = c->args.len - c->args_sent;
+		if (!last)
+			n = utf8_complete(c->args.s + c->args_sent, n);
+		if (!n)
+			return NULL;
+		d = json_pack("{s:I, s:{s:o}}", "index", (json_int_t)k, "function", "arguments",
+			      jtext(c->args.s + c->args_sent, n));
+		c->args_sent += n;
+	}
+	(void)j;
+	return d;
+}
+
+/* flush_calls - a stream: the calls' news, one chunk each */
+static void flush_calls(struct job *j, unsigned i, int last)
+{
+	struct sample *s = &j->s[i];
+
+	for (size_t k = 0; k < s->tp.n_calls; k++) {
+		struct tcall *c = &s->tp.calls[k];
+		json_t *d, *o;
+
+		while ((d = call_delta(j, c, k, last))) {
+			o = chunk_head(j);
+			json_object_set_new(o, "choices", json_pack(
+				"[{s:I, s:{s:[o]}, s:n, s:n}]", "index", (json_int_t)i, "delta",
+				"tool_calls", d, "logprobs", "finish_reason"));
+			sse(j, o);
+		}
+	}
+}
+
 /* flush - a stream: the sample's text and log-probabilities not sent yet
    as a chunk (with `last`, also an incomplete character, and then the
    chunk that carries the finish reason) */
@@ -862,12 +937,14 @@ static void flush(struct job *j, unsigned i, int last)
 		memmove(s->text.s, s->text.s + n, s->text.len - n);
 		s->text.len -= n;
 	}
+	if (s->tp.n_calls)
+		flush_calls(j, i, last);
 	if (!last)
 		return;
 	choice = j->chat ? json_pack("{s:I, s:{}, s:n, s:s}", "index", (json_int_t)i, "delta",
-				     "logprobs", "finish_reason", finish_name(s->finish))
+				     "logprobs", "finish_reason", finish_name(s))
 			 : json_pack("{s:s, s:I, s:n, s:s}", "text", "", "index", (json_int_t)i,
-				     "logprobs", "finish_reason", finish_name(s->finish));
+				     "logprobs", "finish_reason", finish_name(s));
 	o = chunk_head(j);
 	json_object_set_new(o, "choices", json_pack("[o]", choice));
 	json_object_set_new(o, "timings", timings(s));
@@ -917,7 +994,8 @@ static void on_event(struct job *j, const struct pagoda_event *ev)
 			flush(j, ev->sample, 0);
 		s->text_seen = s->total;
 		s->total += ev->text_len;
-		if (buf_add(&s->text, ev->text, ev->text_len) < 0)
+		if ((j->tools.n ? tparse_feed(&s->tp, ev->text, ev->text_len, &s->text)
+				: buf_add(&s->text, ev->text, ev->text_len)) < 0)
 			j->broken = 1;
 		if (j->stream && !j->logprobs)
 			flush(j, ev->sample, 0);
@@ -934,6 +1012,8 @@ static void on_event(struct job *j, const struct pagoda_event *ev)
 		s->n_prompt = ev->figures.n_prompt;
 		s->n_gen = ev->figures.n_gen;
 		s->fig = ev->figures;
+		if (j->tools.n && tparse_end(&s->tp, &s->text) < 0)
+			j->broken = 1;
 		if (ev->finish == PAGODA_FINISH_ERROR && !j->error) {
 			j->error = PAGODA_EENGINE;
 			snprintf(j->errmsg, sizeof j->errmsg, "the daemon's forward pass failed "
@@ -1037,6 +1117,62 @@ static void finish(struct job *j)
 	j->p = NULL;
 }
 
+/*
+ * prepare_tools - what the tool-call format of the model's template (the
+ * daemon's, asked on the request's connection) decides: the tools
+ * described at the end of the system message (a system message of their
+ * own when the conversation has none), the assistant's earlier calls
+ * written as the model writes them, and the grammar of the answer.
+ */
+static int prepare_tools(struct job *j, struct perr *e)
+{
+	struct pagoda_chat_info ci;
+	char *desc;
+
+	memset(&ci, 0, sizeof ci);
+	if (pagoda_chat_info(j->p, &ci) < 0)
+		ci.tools[0] = '\0';	/* pagoda's own JSON calls */
+	j->tools.d = tools_dialect(ci.tools);
+	for (size_t i = 0; i < j->n_msgs; i++) {
+		char *t;
+
+		if (!j->calls[i])
+			continue;
+		if (!(t = tools_history(j->tools.d, j->calls[i], j->texts[i], i, e)))
+			return -1;
+		free(j->texts[i]);
+		j->texts[i] = t;
+		j->msgs[i].content = t;
+	}
+	if (!j->tools.n)
+		return 0;
+	if (!(desc = tools_prompt(&j->tools)))
+		return fail(e, "tools", "out of memory");
+	if (j->msgs[0].role == PAGODA_ROLE_SYSTEM) {
+		size_t a = strlen(j->msgs[0].content), b = strlen(desc);
+
+		j->tool_sys = malloc(a + b + 3);
+		if (j->tool_sys) {
+			memcpy(j->tool_sys, j->msgs[0].content, a);
+			memcpy(j->tool_sys + a, "\n\n", 2);
+			memcpy(j->tool_sys + a + 2, desc, b + 1);
+		}
+		free(desc);
+	} else {
+		memmove(j->msgs + 1, j->msgs, j->n_msgs * sizeof *j->msgs);
+		j->msgs[0].role = PAGODA_ROLE_SYSTEM;
+		j->tool_sys = desc;
+		j->rq.n_messages = j->n_msgs + 1;
+	}
+	if (!j->tool_sys)
+		return fail(e, "tools", "out of memory");
+	j->msgs[0].content = j->tool_sys;
+	if (!(j->tool_gbnf = tools_grammar(&j->tools, j->text_gbnf, e)))
+		return -1;
+	j->rq.grammar = j->tool_gbnf;
+	return 0;
+}
+
 /* start - a connection, the model's name and the submission; on failure
    the HTTP answer is queued and MHD_NO/MHD_YES goes to *ret */
 static int start(struct MHD_Connection *c, struct job *j, enum MHD_Result *ret)
@@ -1076,6 +1212,17 @@ static int start(struct MHD_Connection *c, struct job *j, enum MHD_Result *ret)
 	for (size_t i = 0; i < sizeof rnd; i++)
 		k += snprintf(j->cid + k, sizeof j->cid - (size_t)k, "%02x", rnd[i]);
 
+	if (j->has_calls || j->tools.n) {
+		struct perr e = { 0 };
+
+		if (prepare_tools(j, &e) < 0) {
+			*ret = gw_send_error(c, e.status, e.msg, e.param[0] ? e.param : NULL,
+					     e.code);
+			gw_give(j->p, 1);
+			j->p = NULL;
+			return -1;
+		}
+	}
 	rc = pagoda_submit(j->p, &j->rq, &j->id);
 	if (rc < 0) {
 		*ret = send_pagoda_error(c, rc, pagoda_last_error(j->p));
@@ -1096,15 +1243,35 @@ static json_t *completion_json(struct job *j)
 		json_t *text = jtext(s->text.s ? s->text.s : "", s->text.len);
 		json_t *lp = j->logprobs ? lp_take(j, s) : json_null();
 
-		if (j->chat)
+		if (j->chat) {
+			json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+						text);
+
+			if (s->tp.n_calls) {
+				json_t *calls = json_array();
+
+				if (!s->text.len)
+					json_object_set_new(msg, "content", json_null());
+				for (size_t k = 0; k < s->tp.n_calls; k++) {
+					struct tcall *c = &s->tp.calls[k];
+
+					json_array_append_new(calls, json_pack(
+						"{s:s, s:s, s:{s:s, s:o}}", "id", c->id, "type",
+						"function", "function", "name", c->name,
+						"arguments", jtext(c->args.s ? c->args.s : "",
+								   c->args.len)));
+				}
+				json_object_set_new(msg, "tool_calls", calls);
+			}
 			json_array_append_new(choices, json_pack(
-				"{s:I, s:{s:s, s:o}, s:o, s:s}", "index", (json_int_t)i,
-				"message", "role", "assistant", "content", text,
-				"logprobs", lp, "finish_reason", finish_name(s->finish)));
-		else
+				"{s:I, s:o, s:o, s:s}", "index", (json_int_t)i,
+				"message", msg, "logprobs", lp, "finish_reason",
+				finish_name(s)));
+		} else {
 			json_array_append_new(choices, json_pack(
 				"{s:o, s:I, s:o, s:s}", "text", text, "index", (json_int_t)i,
-				"logprobs", lp, "finish_reason", finish_name(s->finish)));
+				"logprobs", lp, "finish_reason", finish_name(s)));
+		}
 	}
 	return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o}", "id", j->cid, "object",
 			 j->chat ? "chat.completion" : "text_completion", "created",

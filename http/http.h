@@ -96,4 +96,128 @@ enum MHD_Result api_health(struct MHD_Connection *c);
 /* api_status - the HTTP status for libpagoda's code (negative). */
 unsigned api_status(int code);
 
+/* ---- what api.c and tools.c share ---- */
+
+/* A growing NUL-terminated byte string. */
+struct buf {
+	char *s;
+	size_t len, cap;
+};
+
+/* buf_add - append n bytes; -1 when out of memory (b unchanged). */
+int buf_add(struct buf *b, const char *s, size_t n);
+
+/* Why a request is refused before it reaches the daemon: an HTTP status,
+   a message for the user, the parameter at fault and OpenAI's code. */
+struct perr {
+	unsigned status;
+	char msg[400];
+	char param[96];
+	const char *code;
+};
+
+/* api_fail - a 400 into *e (code "invalid_value" unless set); returns -1. */
+int api_fail(struct perr *e, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/*
+ * Tool calls (tools.c): OpenAI's `tools`, `tool_choice` and
+ * `parallel_tool_calls`, in the tool-call format of the model's template
+ * (pagoda_chat_info's tools: "hermes" for Qwen's <tool_call> blocks,
+ * "llama3" for Llama 3.1's {"name", "parameters"} object, else pagoda's
+ * own JSON), enforced by a grammar and read back from the text as
+ * OpenAI's tool_calls.
+ */
+enum tool_choice { TC_NONE, TC_AUTO, TC_REQUIRED, TC_NAMED };
+enum tool_dialect { TD_JSON, TD_HERMES, TD_LLAMA3 };
+
+/* The most tools a request may offer, and calls in one answer. */
+#define TOOLS_MAX 128
+#define TOOLS_MAX_CALLS 16
+
+struct tool {
+	const char *name;	/* in the body */
+	json_t *def;		/* {"type": "function", "function": {...}} (borrowed) */
+	char *gbnf;		/* its arguments' grammar, rules prefixed tN- */
+};
+
+struct tools {
+	size_t n;		/* 0: the request offers none */
+	struct tool *t;
+	enum tool_choice choice;
+	size_t named;		/* TC_NAMED: which tool */
+	int parallel;		/* more than one call per answer */
+	enum tool_dialect d;	/* set by tools_dialect() before use */
+};
+
+/*
+ * tools_parse - the body's tools, tool_choice and parallel_tool_calls
+ * into *t (strings borrowed from body; every parameters schema translated
+ * into a grammar now, so that one pagoda cannot honour is a 400 naming
+ * it).  Returns 0 (t->n 0: no tools, or tool_choice "none" with none
+ * used), or -1 with *e.
+ */
+int tools_parse(struct tools *t, json_t *body, struct perr *e);
+void tools_free(struct tools *t);
+
+/* tools_dialect - the dialect the daemon's tool-format name asks for. */
+enum tool_dialect tools_dialect(const char *name);
+
+/*
+ * tools_prompt - the text that describes the tools to the model, for the
+ * system message (malloc'd; NULL when out of memory).
+ */
+char *tools_prompt(const struct tools *t);
+
+/*
+ * tools_history - an assistant message's earlier tool_calls (OpenAI's
+ * array, checked) as the model wrote them, after its content (may be
+ * NULL): malloc'd text, or NULL with *e (param names messages[i]).
+ */
+char *tools_history(enum tool_dialect d, json_t *calls, const char *content,
+		    size_t i, struct perr *e);
+
+/*
+ * tools_grammar - the GBNF the answer must match: the calls tool_choice
+ * allows, and for "auto" also text (text_gbnf's, rules renamed, or any
+ * text that does not open a call).  malloc'd, or NULL with *e.
+ */
+char *tools_grammar(const struct tools *t, const char *text_gbnf, struct perr *e);
+
+/* gbnf_prefixed - GBNF text with every rule name prefixed (malloc'd). */
+char *gbnf_prefixed(const char *gbnf, const char *prefix);
+
+/* One call as it is read from a sample's text. */
+struct tcall {
+	char name[72];
+	char id[40];		/* "call_" + random hex */
+	struct buf args;	/* the arguments' JSON text as written */
+	int named;		/* the name is complete */
+	int announced;		/* a stream: its id and name were sent */
+	size_t args_sent;	/* a stream: bytes of args sent */
+};
+
+/*
+ * A sample's text read as content or calls.  The grammar guarantees the
+ * shape, so this is a matcher of the dialect's literals around names and
+ * JSON objects; text that does not match (it cannot happen under the
+ * grammar) is kept as content.
+ */
+struct tparse {
+	const struct tools *t;
+	int state;
+	struct buf pend;	/* bytes matched against a literal so far */
+	int depth, in_str, esc;	/* inside arguments */
+	struct tcall calls[TOOLS_MAX_CALLS];
+	size_t n_calls;
+	int broken;
+};
+
+void tparse_init(struct tparse *p, const struct tools *t);
+/* tparse_feed - n bytes of text: content to *content, calls to p->calls. */
+int tparse_feed(struct tparse *p, const char *s, size_t n, struct buf *content);
+/* tparse_end - the text ended: what is pending, as content. */
+int tparse_end(struct tparse *p, struct buf *content);
+void tparse_free(struct tparse *p);
+
 #endif

@@ -8,8 +8,12 @@ sbin_PROGRAMS += http/pagoda-http
 endif
 http_pagoda_http_SOURCES = \
 	http/api.c \
+	http/buf.c \
 	http/http.h \
 	http/server.c \
+	http/tools.c \
+	daemon/schema.c \
+	daemon/schema.h \
 	client/ctl/ctl.h \
 	client/ctl/ctl_metrics.c \
 	client/ctl/ctl_stats.c \

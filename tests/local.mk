@@ -345,7 +345,17 @@ EXTRA_DIST += \
 TESTS += tests/test-http.sh
 EXTRA_DIST += \
 	tests/http/test_openai.py \
+	tests/http/test_tools.py \
 	tests/test-http.sh
+# Its tool calls without a model: grammars, the reader, refusals.
+if HAVE_HTTP
+check_PROGRAMS += tests/test_tools
+TESTS += tests/test_tools
+endif
+tests_test_tools_SOURCES = tests/test_tools.c http/tools.c http/buf.c http/http.h \
+	daemon/schema.c daemon/schema.h
+tests_test_tools_CPPFLAGS = $(AM_CPPFLAGS) $(MHD_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_tools_LDADD = $(ENGINE_LIBS) $(JANSSON_LIBS)
 
 # pagodactl: statistics exact under a scripted load, metrics, evict, drain,
 # resume, clients, health, stats reset, a non-admin user refused (as root)

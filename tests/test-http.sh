@@ -99,7 +99,11 @@ PAGODA_HTTP_URL=http://127.0.0.1:$port
 # for the tests that start a pagoda-http of their own (API keys)
 PAGODA_HTTP=$(pwd)/http/pagoda-http
 PAGODA_SOCKET=$sock
-export PAGODA_HTTP_URL PAGODA_HTTP PAGODA_SOCKET
+# for the tests that start a pagodad of their own (--chat-format)
+PAGODA_DAEMON=$(pwd)/daemon/pagodad
+PAGODA_CLI=$(pwd)/client/pagoda
+PAGODA_TEST_MODEL=$model
+export PAGODA_HTTP_URL PAGODA_HTTP PAGODA_SOCKET PAGODA_DAEMON PAGODA_CLI PAGODA_TEST_MODEL
 python3 -B -m pytest -q -p no:cacheprovider "$abs_src/tests/http"
 rc=$?
 if [ $rc -ne 0 ]; then

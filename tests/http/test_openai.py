@@ -276,10 +276,9 @@ def test_timings(client, model):
 
 def test_unsupported_parameters(client, model):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=model, messages=MSG, tools=[{
-            "type": "function", "function": {"name": "f", "parameters": {}}}])
-    assert e.value.status_code == 400 and "tools" in str(e.value)
-    assert e.value.body["param"] == "tools"
+        client.chat.completions.create(model=model, messages=MSG, function_call="auto")
+    assert e.value.status_code == 400 and "function_call" in str(e.value)
+    assert e.value.body["param"] == "function_call"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=MSG, response_format={
             "type": "xml"})
@@ -293,9 +292,9 @@ def test_unsupported_parameters(client, model):
             {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}])
     assert "image_url" in str(e.value)
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=model, messages=[{"role": "tool",
+        client.chat.completions.create(model=model, messages=[{"role": "function",
                                                                "content": "x"}])
-    assert "tool" in str(e.value)
+    assert "function" in str(e.value)
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=MSG, temperature="hot")
     assert e.value.body["param"] == "temperature"
