@@ -320,6 +320,7 @@ struct rule {
 	int alias;		/* >= 0: not emitted, stands for that rule */
 	bool never;		/* no value satisfies it: not emitted */
 	bool used_early;	/* named while being translated (recursion) */
+	bool reached;		/* named, through others, from root's body */
 };
 
 struct edge {
@@ -818,14 +819,49 @@ static void class_char(struct sb *b, uint32_t cp)
 		put_utf8(b, cp);
 }
 
-/* s (not empty, not everything) as a GBNF class, negated when shorter. */
+/*
+ * cset_trim - s with the surrogates (U+D800..U+DFFF, never a character of
+ * UTF-8 text, and refused in a GBNF class) cut off its ranges' ends and
+ * its ranges inside them dropped: what it matches in text is the same,
+ * it has no more ranges, and none begins or ends on a surrogate.
+ */
+static void cset_trim(struct cset *s)
+{
+	int w = 0;
+
+	for (int i = 0; i < s->n; i++) {
+		uint32_t lo = s->lo[i], hi = s->hi[i];
+
+		if (lo >= 0xd800 && lo <= 0xdfff)
+			lo = 0xe000;
+		if (hi >= 0xd800 && hi <= 0xdfff)
+			hi = 0xd7ff;
+		if (lo > hi)
+			continue;
+		s->lo[w] = lo;
+		s->hi[w++] = hi;
+	}
+	if (s->n > 0)
+		s->n = w;
+}
+
+/*
+ * s (not empty, not everything, trimmed) as a GBNF class, negated when
+ * shorter and when what it leaves out is more than surrogates.
+ */
 static void class_expr(struct sb *b, const struct cset *s)
 {
 	struct cset t = *s;
 	bool neg = s->n > 0 && s->hi[s->n - 1] == CP_MAX;
 
-	if (neg)
+	if (neg) {
 		cset_invert(&t);
+		cset_trim(&t);
+		if (!t.n) {
+			t = *s;
+			neg = false;
+		}
+	}
 	sb_puts(b, neg ? "[^" : "[");
 	for (int i = 0; i < t.n; i++) {
 		class_char(b, t.lo[i]);
@@ -843,7 +879,7 @@ static void class_expr(struct sb *b, const struct cset *s)
  * written in its canonical form only (json_char), so that what it decodes
  * to is what the grammar shows.  0, or NEVER when s is empty.
  */
-static int unit_expr(struct sb *b, const struct cset *s)
+static int unit_expr(struct sb *b, const struct cset *given)
 {
 	static const struct { uint32_t cp; char letter; } short_esc[] = {
 		{ '"', '"' }, { '\\', '\\' }, { 8, 'b' }, { 12, 'f' },
@@ -853,8 +889,11 @@ static int unit_expr(struct sb *b, const struct cset *s)
 	char letters[8], hex0[17], hex1[17];
 	int nl = 0, n0 = 0, n1 = 0, parts = 0;
 	struct sb alt[4] = { 0 };
+	struct cset trimmed = *given;
+	const struct cset *s = &trimmed;
 	bool group;
 
+	cset_trim(&trimmed);
 	if (s->n == 0)
 		return NEVER;
 	if (s->n == 1 && s->lo[0] == s->hi[0]) {
@@ -1005,7 +1044,10 @@ static json_t *ptr_resolve(json_t *doc, const char *ptr, bool *nested_id)
 	return *p ? NULL : cur;
 }
 
-/* Whether a schema at ptr lies below a $id other than the root's. */
+/*
+ * Whether a schema at ptr has, or lies below, a $id other than the
+ * root's: its own $id is the base its $ref resolves against, too.
+ */
 static bool below_nested_id(json_t *doc, const char *ptr)
 {
 	bool nested;
@@ -1014,7 +1056,7 @@ static bool below_nested_id(json_t *doc, const char *ptr)
 	if (!copy)
 		return false;
 	for (char *s = copy + strlen(copy); s > copy; s--) {
-		if (*s != '/')
+		if (*s && *s != '/')
 			continue;
 		*s = '\0';
 		if (strlen(copy) > 1) {
@@ -1049,7 +1091,7 @@ static int ref_target(struct ctx *c, json_t *ref, const char *path, json_t **out
 			    "(\"#\", \"#/$defs/name\" or another \"#/json/pointer\"): "
 			    "remote references and anchors are not supported", r);
 	if (below_nested_id(c->doc, path))
-		return fail(c, path, "$ref", "'$ref' below a nested '$id' (a new base URI) "
+		return fail(c, path, "$ref", "'$ref' beside or below a nested '$id' (a new base URI) "
 			    "is not supported: references resolve against the document");
 	t = ptr_resolve(c->doc, r, &nested);
 	if (!t)
@@ -1833,13 +1875,26 @@ static int rx_class(struct rx *x, struct cset *out)
 	return 0;
 }
 
-static int rx_alt(struct rx *x, struct sb *out, bool *empty);
+/*
+ * What a group or a sequence matches besides its text: whether the empty
+ * string, and then (ne) the text of what it matches less the empty
+ * string.  The grammar compiler refuses to repeat what may match nothing
+ * (it would loop), and X{m,n} with X nullable is (X less "")*{0,n}, so
+ * a repetition is written over ne instead.
+ */
+struct rxnull {
+	bool nullable;
+	struct sb ne;		/* empty while not nullable, or only "" */
+};
+
+static int rx_alt(struct rx *x, struct sb *out, bool *empty, struct rxnull *nl);
 
 /*
  * An atom: a character set (*is_set, into set) or a group's text (into
- * g, *empty when it matches only the empty string).
+ * g, *empty when it matches only the empty string, nl as rx_alt's).
  */
-static int rx_atom(struct rx *x, bool *is_set, struct cset *set, struct sb *g, bool *empty)
+static int rx_atom(struct rx *x, bool *is_set, struct cset *set, struct sb *g, bool *empty,
+		   struct rxnull *nl)
 {
 	uint32_t ch = rx_peek(x);
 
@@ -1872,7 +1927,7 @@ static int rx_atom(struct rx *x, bool *is_set, struct cset *set, struct sb *g, b
 		}
 		if (++x->depth > 64)
 			return rx_fail(x, "groups nested more than 64 deep");
-		if (rx_alt(x, g, empty))
+		if (rx_alt(x, g, empty, nl))
 			return ERR;
 		x->depth--;
 		if (rx_peek(x) != ')' || rx_end(x))
@@ -1990,13 +2045,63 @@ static void rx_flush(struct sb *out, struct sb *pend)
 }
 
 /*
- * rx_seq - a sequence up to '|', ')' or the end.  top: of the whole
- * pattern, where '^' may open it and '$' close it (*anchored).
+ * rx_piece - a term repeated min to max times (max > 0) after out, and
+ * after nl (the sequence so far): S e less "" is (S less "") e | (e less "").
+ * t: the term; tnl: what it matches besides (nullable, ne), for a group.
  */
-static int rx_seq(struct rx *x, struct sb *out, bool top, bool anchored[2])
+static void rx_piece(struct sb *out, struct rxnull *nl, const char *t, const struct rxnull *tnl,
+		     long min, long max)
+{
+	struct sb e = { 0 }, ene = { 0 }, ne = { 0 };
+	bool null = min == 0;
+
+	if (tnl && tnl->nullable) {
+		struct sb body = { 0 };
+
+		sb_printf(&body, "( %s )", sb_str(&tnl->ne));
+		if (max == 1)
+			sb_puts(&e, t);
+		else
+			rep(&e, sb_str(&body), 0, max);
+		rep(&ene, sb_str(&body), 1, max);
+		e.oom |= body.oom;
+		sb_free(&body);
+		null = true;
+	} else {
+		rep(&e, t, min, max);
+		if (null)
+			rep(&ene, t, 1, max);
+	}
+	if (nl->nullable && null) {
+		if (nl->ne.len)
+			sb_printf(&ne, "( %s ) %s | ", sb_str(&nl->ne), sb_str(&e));
+		sb_puts(&ne, sb_str(&ene));
+		ne.oom |= ene.oom | nl->ne.oom;
+		sb_free(&nl->ne);
+		nl->ne = ne;
+	} else {
+		nl->nullable = false;
+		sb_free(&nl->ne);
+	}
+	if (out->len)
+		sb_puts(out, " ");
+	sb_puts(out, sb_str(&e));
+	out->oom |= e.oom;
+	sb_free(&e);
+	sb_free(&ene);
+}
+
+/*
+ * rx_seq - a sequence up to '|', ')' or the end.  top: of the whole
+ * pattern, where '^' may open it and '$' close it (*anchored).  nl:
+ * whether it may match "" and what else it matches (nl->ne).
+ */
+static int rx_seq(struct rx *x, struct sb *out, bool top, bool anchored[2], struct rxnull *nl)
 {
 	struct sb pend = { 0 };
 	int rc = 0;
+
+	nl->nullable = true;
 
 	if (top && rx_peek(x) == '^' && !rx_end(x)) {
 		anchored[0] = true;
@@ -2005,6 +2110,7 @@ static int rx_seq(struct rx *x, struct sb *out, bool top, bool anchored[2])
 	while (!rx_end(x) && !rc) {
 		uint32_t ch = rx_peek(x);
 		struct sb g = { 0 }, t = { 0 };
+		struct rxnull gnl = { 0 };
 		struct cset set;
 		bool is_set, empty = false, has;
 		long min = 1, max = 1;
@@ -2026,13 +2132,16 @@ static int rx_seq(struct rx *x, struct sb *out, bool top, bool anchored[2])
 				     ch == '$' ? "end" : "start");
 			break;
 		}
-		if (rx_atom(x, &is_set, &set, &g, &empty) || rx_quant(x, &has, &min, &max)) {
+		if (rx_atom(x, &is_set, &set, &g, &empty, &gnl) || rx_quant(x, &has, &min, &max)) {
 			sb_free(&g);
+			sb_free(&gnl.ne);
 			rc = ERR;
 			break;
 		}
 		if (is_set && set.n == 1 && set.lo[0] == set.hi[0] && !has) {
 			json_char(&pend, set.lo[0]);
+			nl->nullable = false;
+			sb_free(&nl->ne);
 			continue;
 		}
 		if (is_set && (set.n < 0 || unit_expr(&t, &set) == NEVER)) {
@@ -2047,33 +2156,40 @@ static int rx_seq(struct rx *x, struct sb *out, bool top, bool anchored[2])
 			sb_puts(&t, sb_str(&g));
 			sb_puts(&t, " )");
 		}
-		if (t.len && max != 0) {
-			if (out->len)
-				sb_puts(out, " ");
-			rep(out, sb_str(&t), min, max);
-		}
+		if (t.len && max != 0)
+			rx_piece(out, nl, sb_str(&t), is_set ? NULL : &gnl, min, max);
 		out->oom |= t.oom | g.oom;
 		sb_free(&t);
 		sb_free(&g);
+		sb_free(&gnl.ne);
+		if (out->len + nl->ne.len > PG_SCHEMA_MAX_GBNF)
+			rc = rx_fail(x, "the pattern's grammar would be more than %u bytes",
+				     PG_SCHEMA_MAX_GBNF);
 	}
 	rx_flush(out, &pend);
 	sb_free(&pend);
 	return rc;
 }
 
-/* Alternatives inside a group: "( a | b )", "?" when one may be empty. */
-static int rx_alt(struct rx *x, struct sb *out, bool *empty)
+/*
+ * Alternatives inside a group: "( a | b )", "?" when one may be empty;
+ * nl: whether one may match "", and what they match less "".
+ */
+static int rx_alt(struct rx *x, struct sb *out, bool *empty, struct rxnull *nl)
 {
 	struct sb alts = { 0 };
 	int n = 0;
 	bool any_empty = false;
 
+	nl->nullable = false;
 	for (;;) {
 		struct sb one = { 0 };
+		struct rxnull onl = { 0 };
 		bool anch[2] = { false, false };
 
-		if (rx_seq(x, &one, false, anch)) {
+		if (rx_seq(x, &one, false, anch, &onl)) {
 			sb_free(&one);
+			sb_free(&onl.ne);
 			sb_free(&alts);
 			return ERR;
 		}
@@ -2081,16 +2197,25 @@ static int rx_alt(struct rx *x, struct sb *out, bool *empty)
 			if (n++)
 				sb_puts(&alts, " | ");
 			sb_puts(&alts, sb_str(&one));
+			if (nl->ne.len)
+				sb_puts(&nl->ne, " | ");
+			sb_puts(&nl->ne, sb_str(onl.nullable ? &onl.ne : &one));
+			nl->nullable |= onl.nullable;
 		} else {
 			any_empty = true;
 		}
 		alts.oom |= one.oom;
+		nl->ne.oom |= onl.ne.oom;
 		sb_free(&one);
+		sb_free(&onl.ne);
 		if (rx_peek(x) != '|' || rx_end(x))
 			break;
 		x->i++;
 	}
 	*empty = !n;
+	nl->nullable |= any_empty;
+	if (!nl->nullable)
+		sb_free(&nl->ne);
 	if (n == 1 && !any_empty)
 		sb_puts(out, sb_str(&alts));
 	else if (n)
@@ -2119,9 +2244,12 @@ static int tr_pattern(struct ctx *c, json_t *pat, const char *path, struct sb *b
 	x.n = json_string_length(pat);
 	for (;;) {
 		struct sb one = { 0 }, full = { 0 };
+		struct rxnull nl = { 0 };
 		bool anch[2] = { false, false };
+		int rc = rx_seq(&x, &one, true, anch, &nl);
 
-		if (rx_seq(&x, &one, true, anch)) {
+		sb_free(&nl.ne);
+		if (rc) {
 			sb_free(&one);
 			sb_free(&alts);
 			return ERR;
@@ -4286,6 +4414,19 @@ static void gx_skip(const char **p, char close)
 		(*p)++;
 }
 
+/* The rule whose name starts at *p (moved past it), or -1. */
+static int gx_name(const struct ctx *c, const char **p)
+{
+	char name[80];
+	size_t n = 0;
+
+	while (((**p >= 'a' && **p <= 'z') || (**p >= 'A' && **p <= 'Z') ||
+		(**p >= '0' && **p <= '9') || **p == '-') && n + 1 < sizeof(name))
+		name[n++] = *(*p)++;
+	name[n] = '\0';
+	return n ? rule_final(c, smap_get(&c->names, name, -1)) : -1;
+}
+
 /* One term and its quantifier: whether it can match a finite text. */
 static bool gx_term(const struct ctx *c, const char **p, const char *prod)
 {
@@ -4302,19 +4443,13 @@ static bool gx_term(const struct ctx *c, const char **p, const char *prod)
 		if (**p == ')')
 			(*p)++;
 	} else {
-		char name[80];
-		size_t n = 0;
-		int r;
+		const char *start = *p;
+		int r = gx_name(c, p);
 
-		while (((**p >= 'a' && **p <= 'z') || (**p >= 'A' && **p <= 'Z') ||
-			(**p >= '0' && **p <= '9') || **p == '-') && n + 1 < sizeof(name))
-			name[n++] = *(*p)++;
-		name[n] = '\0';
-		if (!n) {	/* not the translation's text: let the compiler judge */
+		if (*p == start) {	/* not the translation's text: let the compiler judge */
 			(*p)++;
 			return true;
 		}
-		r = rule_final(c, smap_get(&c->names, name, -1));
 		ok = r < 0 || prod[r];
 	}
 	if (**p == '?' || **p == '*') {
@@ -4368,7 +4503,7 @@ static int productive(struct ctx *c)
 			const struct rule *r = &c->rules[i];
 			const char *p = r->body;
 
-			if (prod[i] || r->alias >= 0 || r->never || !r->body)
+			if (prod[i] || r->alias >= 0 || r->never || !r->body || !r->reached)
 				continue;
 			if (gx_alt(c, &p, prod)) {
 				prod[i] = 1;
@@ -4379,7 +4514,7 @@ static int productive(struct ctx *c)
 	for (int i = 0; i < c->n_rules; i++) {
 		const struct rule *r = &c->rules[i];
 
-		if (prod[i] || r->alias >= 0 || r->never || !r->body)
+		if (prod[i] || r->alias >= 0 || r->never || !r->body || !r->reached)
 			continue;
 		if (bad < 0 || (r->used_early && !c->rules[bad].used_early))
 			bad = i;
@@ -4393,6 +4528,46 @@ static int productive(struct ctx *c)
 		    "branch)");
 }
 
+/* ---- rules named from root: the others are left out ---- */
+
+/*
+ * reach - mark the rules root's body names, and those theirs name: a
+ * rule made for a branch that was then written another way (an object's
+ * other members when the fixed "object" rule serves) is never named.
+ */
+static int reach(struct ctx *c)
+{
+	int *stack = malloc((size_t)c->n_rules * sizeof(*stack)), n = 0;
+
+	if (!stack)
+		return oom(c);
+	c->rules[0].reached = true;
+	stack[n++] = 0;
+	while (n) {
+		const char *p = c->rules[stack[--n]].body;
+
+		while (p && *p) {
+			const char *start;
+			int r;
+
+			if (*p == '"' || *p == '[' || *p == '{') {
+				gx_skip(&p, *p == '"' ? '"' : *p == '[' ? ']' : '}');
+				continue;
+			}
+			start = p;
+			r = gx_name(c, &p);
+			if (p == start)
+				p++;	/* a space, '|', '(', ')' or a quantifier */
+			if (r >= 0 && !c->rules[r].reached) {
+				c->rules[r].reached = true;
+				stack[n++] = r;
+			}
+		}
+	}
+	free(stack);
+	return 0;
+}
+
 /* The grammar text: root first, then every rule emitted, in order. */
 static char *assemble(struct ctx *c)
 {
@@ -4401,7 +4576,7 @@ static char *assemble(struct ctx *c)
 	for (int i = 0; i < c->n_rules; i++) {
 		const struct rule *r = &c->rules[i];
 
-		if (r->alias >= 0 || r->never || !r->body)
+		if (r->alias >= 0 || r->never || !r->body || !r->reached)
 			continue;
 		sb_printf(&out, "%s ::= %s\n", r->name, r->body);
 	}
@@ -4487,7 +4662,7 @@ int pg_schema_to_gbnf(const char *json, size_t len, char **gbnf, char *err, size
 				 je.column, je.text);
 		return -EINVAL;
 	}
-	if (!translate_root(&c) && !left_recursion(&c) && !productive(&c))
+	if (!translate_root(&c) && !left_recursion(&c) && !reach(&c) && !productive(&c))
 		*gbnf = assemble(&c);
 	rc = *gbnf ? 0 : c.rc ? c.rc : -ENOMEM;
 	ctx_free(&c);

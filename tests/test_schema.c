@@ -96,10 +96,35 @@ static int token_at(const char *s, size_t n, size_t *len)
 
 /* ---- translating and matching ---- */
 
+/* Whether every rule the GBNF text defines but root is named by another. */
+static bool all_named(const char *text, const char **unused)
+{
+	for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+		size_t n = strcspn(line, " ");
+		bool named = !strncmp(line, "root ", 5);
+
+		for (const char *p = text; !named && (p = strstr(p, " ")); p++) {
+			const char *q = p + 1 + (p[1] == '(');
+
+			named = q != line && !strncmp(q, line, n) &&
+				!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-",
+					q[n] ? q[n] : 'a') && q[n] != '\0';
+		}
+		if (!named) {
+			*unused = line;
+			return false;
+		}
+		if (!strchr(line, '\n'))
+			break;
+	}
+	return true;
+}
+
 /* The schema translated and compiled; NULL after a failure is counted. */
 static struct pg_grammar *compile_schema(const char *schema, const char *what)
 {
 	struct pg_grammar *g = NULL;
+	const char *unused = "";
 	char err[512];
 	char *text;
 	int rc = pg_schema_to_gbnf(schema, strlen(schema), &text, err, sizeof(err));
@@ -107,6 +132,8 @@ static struct pg_grammar *compile_schema(const char *schema, const char *what)
 	CHECK(rc == 0, "%s: pg_schema_to_gbnf(%s) = %d: %s", what, schema, rc, err);
 	if (rc)
 		return NULL;
+	CHECK(all_named(text, &unused), "%s: a rule of %s is never named: %.40s", what, schema,
+	      unused);
 	rc = pg_grammar_compile(text, strlen(text), &g, err, sizeof(err));
 	CHECK(rc == 0, "%s: the grammar of %s does not compile (%d): %s\n%s", what, schema, rc,
 	      err, text);
@@ -460,6 +487,43 @@ static const struct mcase cases[] = {
 	VALID(PAT("cat"), "\"concatenate\""),
 	VALID(PAT("cat"), "\"x\\\"\\ncat\""),
 	BAD(PAT("cat"), "\"dog", "\""),
+	/* repetitions of what may match "": over what it matches less "" */
+	VALID(PAT("^(a?)*$"), "\"\""),
+	VALID(PAT("^(a?)*$"), "\"aaa\""),
+	BAD(PAT("^(a?)*$"), "\"a", "b\""),
+	VALID(PAT("^(a|b?)+$"), "\"\""),
+	VALID(PAT("^(a|b?)+$"), "\"abba\""),
+	BAD(PAT("^(a|b?)+$"), "\"ab", "c\""),
+	VALID(PAT("^(a?b?){2,3}$"), "\"\""),
+	VALID(PAT("^(a?b?){2,3}$"), "\"a\""),
+	VALID(PAT("^(a?b?){2,3}$"), "\"ababab\""),
+	VALID(PAT("^(a?b?){2,3}$"), "\"bab\""),
+	BAD(PAT("^(a?b?){2,3}$"), "\"aaa", "a\""),
+	BAD(PAT("^(a?b?){2,3}$"), "\"abbab", "b\""),
+	VALID(PAT("^((a?)*|c)+x$"), "\"acaax\""),
+	VALID(PAT("^((a?)*|c)+x$"), "\"x\""),
+	BAD(PAT("^((a?)*|c)+x$"), "\"ac", "b\""),
+	VALID(PAT("^(()|(a?)?){3,}$"), "\"aaaaa\""),
+	VALID(PAT("^(a*b*)*c$"), "\"abbac\""),
+	BAD(PAT("^(a*b*)*c$"), "\"abba", "x\""),
+	/* classes whose ends touch the surrogates, which are no character */
+	VALID(PAT("^[^\\\\uD7FF-\\\\uE000]$"), "\"\xc3\xa9\""),
+	VALID(PAT("^[^\\\\uD7FF-\\\\uE000]$"), "\"\xf0\x9f\x98\x80\""),
+	VALID(PAT("^[\\\\uD7FF-\\\\uE000]?$"), "\"\""),
+	BAD(PAT("^[\\\\uD7FF-\\\\uE000]?$"), "\"", "\xc3\xa9\""),
+	VALID(PAT("^[^\\\\u0000-\\\\uD7FF\\\\uE000-\\\\uFFFF]$"), "\"\xf0\x9f\x98\x80\""),
+	BAD(PAT("^[^\\\\u0000-\\\\uD7FF\\\\uE000-\\\\uFFFF]$"), "\"", "\xc3\xa9\""),
+	VALID(PAT("^[^\\\\u0000-\\\\uD7FF\\\\uE000-\\\\uFFFF\\\\uD83D\\\\uDE01-\\\\uDBFF\\\\uDFFF]$"),
+	      "\"\xf0\x9f\x98\x80\""),
+	BAD(PAT("^[^\\\\u0000-\\\\uD7FF\\\\uE000-\\\\uFFFF\\\\uD83D\\\\uDE00-\\\\uDBFF\\\\uDFFF]$"), "\"",
+	    "\xf0\x9f\x98\x80\""),
+	VALID(PAT("^[^\\\\u0020-\\\\uD7FF]$"), "\"\\n\""),
+	BAD(PAT("^[^\\\\u0020-\\\\uD7FF]$"), "\"", "a\""),
+	/* a $ref beside the root's own $id resolves in the document */
+	VALID("{\"$id\":\"http://x/r\",\"$ref\":\"#/$defs/b\",\"$defs\":{\"b\":"
+	      "{\"type\":\"integer\"}}}", "12"),
+	BAD("{\"$id\":\"http://x/r\",\"$ref\":\"#/$defs/b\",\"$defs\":{\"b\":"
+	    "{\"type\":\"integer\"}}}", "", "\"a\""),
 	PARTIAL(PAT("cat"), "\"ca"),
 	VALID(PAT("^ab"), "\"abc\""),
 	BAD(PAT("^ab"), "\"", "xab\""),
@@ -843,6 +907,9 @@ static const struct ecase errors[] = {
 	{ "{\"$defs\":{\"a\":{\"$id\":\"http://x/a\",\"type\":\"object\",\"properties\":{\"b\":"
 	  "{\"$ref\":\"#/$defs/c\"}}},\"c\":{}},\"$ref\":\"#/$defs/a\"}", "$id",
 	  "#/$defs/a/properties/b/$ref" },
+	{ "{\"$defs\":{\"a\":{\"$id\":\"http://x/a\",\"$ref\":\"#/$defs/b\"},\"b\":{}},"
+	  "\"$ref\":\"#/$defs/a\"}", "beside or below a nested '$id'", "#/$defs/a/$ref" },
+	{ PAT("^[^\\\\u0000-\\\\uD7FF\\\\uE000-\\\\uDBFF\\\\uDFFF]$"), "matches nothing", "#/pattern" },
 	{ "{\"items\":[{}],\"prefixItems\":[{}]}", "items", "#/items" },
 	{ "{\"type\":\"array\",\"prefixItems\":{}}", "prefixItems", "#/prefixItems" },
 	{ "{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems", "#/minItems" },
@@ -1092,6 +1159,7 @@ static const char *const val_pool[] = {
 	"\"boolean\"", "[\"string\",\"null\"]", "0", "1", "-3", "2.5", "1e400", "100", "true",
 	"false", "null", "\"#\"", "\"#/$defs/a\"", "\"#/$defs/b\"", "\"^a+$\"", "\"[0-9]{2}\"",
 	"\"(x|y)*\"", "\"date\"", "\"uuid\"", "[\"a\"]", "[1,2]", "[]", "{}", "\"\"",
+	"\"(a?|b)+\"", "\"((x?)*y?){2,3}\"", "\"[^\\\\uD7FF-\\\\uE000]\"",
 };
 
 /* A random schema of depth at most d, appended to s. */
