@@ -21,7 +21,8 @@ client_libpagoda_la_SOURCES = \
 # -version-info current:revision:age (libtool's rules, not the release).
 # 1: struct pagoda_figures grew (seed), so pagoda_sample and pagoda_event
 # changed layout (and grew token_logprobs, logprob): not compatible with 0.
-client_libpagoda_la_LDFLAGS = -version-info 1:0:0 -export-symbols-regex '^pagoda_'
+# 2: pagoda_chat_info and PAGODA_ROLE_TOOL added, nothing changed: age 1.
+client_libpagoda_la_LDFLAGS = -version-info 2:0:1 -export-symbols-regex '^pagoda_'
 client_libpagoda_la_LIBADD = -lpthread
 
 # pagoda: the command line over libpagoda.

@@ -179,6 +179,7 @@ struct pgd {
 	struct pg_engine *engine;
 	uint64_t generation;		/* random, per start */
 	int chat_fmt;			/* enum pg_chat_format */
+	int chat_tools;			/* enum pg_tool_format: INFO says it */
 	char *chat_system;		/* the template's default system message */
 	struct pgd_stats *stats;	/* stats.c's handle; NULL: none published */
 	struct pgd_admin *admin;	/* admin.c's; NULL: no admin socket */

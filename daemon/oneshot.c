@@ -170,27 +170,32 @@ static char *prompt_text(const struct pgd_options *o, size_t *len)
 }
 
 /*
- * With --chat: text as a user message in the model's chat template, whose
- * markers are special tokens while the message is text (unless
- * --parse-special).  The template's name goes to standard error, with a
- * warning when pagoda does not know it and renders ChatML.
+ * With --chat: text as a user message in the model's chat template (or
+ * the format --chat-format names), whose markers are special tokens while
+ * the message is text (unless --parse-special).  The format's name and
+ * its tool-call format go to standard error, with a warning when pagoda
+ * does not know the template and renders ChatML.
  */
 static int64_t chat_ids(const struct pgd_options *o, const struct pg_model *m,
 			const char *text, int32_t **ids)
 {
 	size_t tlen = m->chat_template ? strlen(m->chat_template) : 0;
 	struct pg_chat_msg msg = { .role = "user", .content = text };
+	int forced = o->conf->daemon.chat_format >= 0;
 	enum pg_chat_format fmt;
-	char warn[512], *sys;
+	char warn[512] = "", *sys;
 	int64_t n;
 
-	fmt = pg_chat_choose(m->chat_template, tlen, m->tok, warn,
-			     sizeof(warn));
+	fmt = forced ? (enum pg_chat_format)o->conf->daemon.chat_format :
+		       pg_chat_choose(m->chat_template, tlen, m->tok, warn,
+				      sizeof(warn));
 	if (warn[0])
 		fprintf(stderr, "pagodad: warning: %s\n", warn);
 	if (!o->cl.quiet)
-		fprintf(stderr, "pagodad: chat template: %s\n",
-			pg_chat_format_name(fmt));
+		fprintf(stderr, "pagodad: chat template: %s%s; tool calls: %s\n",
+			pg_chat_format_name(fmt), forced ? " (chat_format)" : "",
+			pg_tool_format_name(pg_chat_tool_format(fmt, m->chat_template,
+								tlen, forced)));
 	sys = pg_chat_default_system(m->chat_template, tlen);
 	n = pg_chat_tokenize(m->tok, fmt, &msg, 1, 1, sys,
 			     pg_tokenizer_add_bos(m->tok), o->cl.parse_special, ids);

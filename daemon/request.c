@@ -872,35 +872,51 @@ static void op_detokenize(struct pgd *d, struct pgd_client *c,
 	free(out);
 }
 
+/*
+ * INFO: pg_info_wire, then with PG_INFO_CHAT the chat formats.  Other
+ * flags are ignored, as a daemon before PG_INFO_CHAT ignored that one, so
+ * that a client asking for what this daemon lacks sees a shorter answer
+ * rather than an error.
+ */
 static void op_info(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e)
 {
 	const struct pg_hparams *hp = &d->m->hp;
 	const struct pg_plan *plan = pg_forward_plan(d->fw);
 	struct pg_cqe cqe = { .req_id = e->req_id, .type = PG_CQE_INFO };
-	struct pg_info_wire w;
+	struct {
+		struct pg_info_wire w;
+		struct pg_chat_info_wire chat;
+	} ans;
+	struct pg_info_wire *w = &ans.w;
 	struct pg_engine_stats st;
 	int busy;
 
-	memset(&w, 0, sizeof(w));
-	snprintf(w.model, sizeof(w.model), "%s", d->m->name);
-	snprintf(w.arch, sizeof(w.arch), "%s", pg_arch_name(hp->arch));
-	w.n_vocab = (uint32_t)hp->n_vocab;
-	w.n_ctx_train = (uint32_t)hp->n_ctx_train;
-	w.n_blocks = (uint32_t)hp->n_blocks;
-	w.n_embd = (uint32_t)hp->n_embd;
-	w.kv_pages = (uint32_t)pg_forward_n_pages(d->fw);
-	w.page_tokens = (uint32_t)pg_forward_page_tokens(d->fw);
-	w.bos = (uint32_t)pg_tokenizer_bos(d->m->tok);
-	w.eos = (uint32_t)pg_tokenizer_eos(d->m->tok);
-	w.generation = d->generation;
-	w.pp = (uint32_t)plan->pp;
-	w.tp = (uint32_t)plan->tp;
-	w.cp = (uint32_t)plan->cp;
+	static_assert(sizeof(ans) == sizeof(ans.w) + sizeof(ans.chat), "INFO answer padded");
+	memset(&ans, 0, sizeof(ans));
+	snprintf(w->model, sizeof(w->model), "%s", d->m->name);
+	snprintf(w->arch, sizeof(w->arch), "%s", pg_arch_name(hp->arch));
+	w->n_vocab = (uint32_t)hp->n_vocab;
+	w->n_ctx_train = (uint32_t)hp->n_ctx_train;
+	w->n_blocks = (uint32_t)hp->n_blocks;
+	w->n_embd = (uint32_t)hp->n_embd;
+	w->kv_pages = (uint32_t)pg_forward_n_pages(d->fw);
+	w->page_tokens = (uint32_t)pg_forward_page_tokens(d->fw);
+	w->bos = (uint32_t)pg_tokenizer_bos(d->m->tok);
+	w->eos = (uint32_t)pg_tokenizer_eos(d->m->tok);
+	w->generation = d->generation;
+	w->pp = (uint32_t)plan->pp;
+	w->tp = (uint32_t)plan->tp;
+	w->cp = (uint32_t)plan->cp;
 	pg_engine_stats(d->engine, &st);
 	busy = st.n_running + st.n_waiting;
-	w.n_clients = (uint16_t)d->n_live;
-	w.n_active = (uint16_t)(busy > 0xffff ? 0xffff : busy);
-	pgd_emit(d, c, &cqe, &w, sizeof(w));
+	w->n_clients = (uint16_t)d->n_live;
+	w->n_active = (uint16_t)(busy > 0xffff ? 0xffff : busy);
+	snprintf(ans.chat.format, sizeof(ans.chat.format), "%s",
+		 pg_chat_format_name((enum pg_chat_format)d->chat_fmt));
+	snprintf(ans.chat.tools, sizeof(ans.chat.tools), "%s",
+		 pg_tool_format_name((enum pg_tool_format)d->chat_tools));
+	pgd_emit(d, c, &cqe, &ans,
+		 e->flags & PG_INFO_CHAT ? sizeof(ans) : sizeof(ans.w));
 }
 
 static void handle(struct pgd *d, struct pgd_client *c, const struct pg_sqe *e,

@@ -1030,19 +1030,25 @@ static int start_engine(struct pgd *d, char *err, size_t err_len)
 	struct pg_engine_config ec = pg_engine_config_default();
 	const char *tmpl = d->m->chat_template;
 	size_t tlen = tmpl ? strlen(tmpl) : 0;
-	char warn[512];
+	int forced = d->cfg->chat_format >= 0;
+	char warn[512] = "";
 
 	ec.on_event = pgd_on_event;
 	ec.ctx = d;
 	ec.max_batch_tokens = d->cfg->max_batch_tokens;
 	ec.max_batch_seqs = d->cfg->max_batch_seqs;
 	ec.step_target_s = d->cfg->step_target_ms * 1e-3;
-	d->chat_fmt = (int)pg_chat_choose(tmpl, tlen, d->m->tok, warn,
-					   sizeof(warn));
+	/* the operator's choice is taken as it is: no warning to second it */
+	d->chat_fmt = forced ? d->cfg->chat_format :
+		      (int)pg_chat_choose(tmpl, tlen, d->m->tok, warn, sizeof(warn));
+	d->chat_tools = (int)pg_chat_tool_format((enum pg_chat_format)d->chat_fmt,
+						 tmpl, tlen, forced);
 	if (warn[0])
 		pgd_log(PGD_LOG_WARN, "%s", warn);
-	pgd_log(PGD_LOG_INFO, "chat requests use the %s template",
-		pg_chat_format_name((enum pg_chat_format)d->chat_fmt));
+	pgd_log(PGD_LOG_INFO, "chat requests use the %s template%s; its tool calls are in the %s format",
+		pg_chat_format_name((enum pg_chat_format)d->chat_fmt),
+		forced ? " (chat_format)" : "",
+		pg_tool_format_name((enum pg_tool_format)d->chat_tools));
 	d->chat_system = pg_chat_default_system(tmpl, tlen);
 	return pg_engine_create(d->m, d->fw, &ec, &d->engine, err, err_len);
 }

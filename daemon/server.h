@@ -45,6 +45,8 @@ struct pgd_config {
 	int max_batch_seqs;		/* engine: sequences per step */
 	int step_target_ms;		/* engine: a step's time while requests
 					   decode; 0: auto (engine.h) */
+	int chat_format;		/* enum pg_chat_format of chat requests;
+					   -1: the one the template names */
 	const char *admin_socket;	/* NULL: beside the socket,
 					   <name>-admin.sock; "none": none */
 	const char *admin_group;	/* NULL: pagoda-admin when it exists */

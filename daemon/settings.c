@@ -16,6 +16,7 @@
 
 #include "daemon/admin.h"
 #include "daemon/config.h"
+#include "daemon/engine/chat.h"
 #include "daemon/engine/forward.h"
 #include "daemon/engine/plan.h"
 #include "daemon/log.h"
@@ -40,6 +41,9 @@ const struct pgd_setting pgd_settings[] = {
 	  .flags = PGD_F_UNSET, .off = C(model), .group = PGD_H_MODEL, .arg = "FILE",
 	  .unset = "$PAGODA_MODEL, else the default model in ${PAGODA_MODEL_DIR:-~/.cache/pagoda/models}",
 	  .help = "GGUF model" },
+	{ KEY("model", "chat_format", "chat-format"), .type = PGD_T_CHAT_FORMAT,
+	  .def = "auto", .off = D(chat_format), .group = PGD_H_MODEL, .arg = "NAME",
+	  .help = "render chat requests in this format: chatml, qwen2, qwen3, llama3, llama2, gemma or phi3, whatever the model's template is; auto: the format recognised in the template" },
 
 	{ KEY("devices", "devices", "devices"), .type = PGD_T_STR, .flags = PGD_F_UNSET,
 	  .off = C(devices), .group = PGD_H_MODEL, .arg = "LIST",
@@ -400,6 +404,7 @@ void pgd_setting_expected(const struct pgd_setting *s, char *buf, size_t len)
 	case PGD_T_LOG_LEVEL: snprintf(buf, len, "expected error, warn, info or debug"); break;
 	case PGD_T_PARALLEL: snprintf(buf, len, "expected auto or manual"); break;
 	case PGD_T_NUMERICS: snprintf(buf, len, "expected pagoda or llama.cpp"); break;
+	case PGD_T_CHAT_FORMAT: snprintf(buf, len, "expected auto, chatml, qwen2, qwen3, llama3, llama2, gemma or phi3"); break;
 	case PGD_T_FLOAT: snprintf(buf, len, "expected a number"); break;
 	case PGD_T_SEED: snprintf(buf, len, "expected a non-negative integer"); break;
 	case PGD_T_STOP: snprintf(buf, len, "at most %lld of them may be given", s->hi); break;
@@ -529,6 +534,12 @@ int pgd_setting_parse(const struct pgd_setting *s, const char *text,
 		*(int *)value = strcmp(text, "pagoda") ? PG_NUMERICS_LLAMA_CPP :
 							 PG_NUMERICS_PAGODA;
 		return 0;
+	case PGD_T_CHAT_FORMAT:
+		i = strcmp(text, "auto") ? pg_chat_format_parse(text) : -1;
+		if (i < 0 && strcmp(text, "auto"))
+			return -1;
+		*(int *)value = i;
+		return 0;
 	default:
 		return parse_number(s, text, value);
 	}
@@ -624,6 +635,10 @@ void pgd_setting_format(const struct pgd_setting *s, const void *v,
 	case PGD_T_NUMERICS:
 		snprintf(buf, len, "%s", *(const int *)v ==
 			 PG_NUMERICS_LLAMA_CPP ? "llama.cpp" : "pagoda");
+		break;
+	case PGD_T_CHAT_FORMAT:
+		snprintf(buf, len, "%s", *(const int *)v < 0 ? "auto" :
+			 pg_chat_format_name((enum pg_chat_format)*(const int *)v));
 		break;
 	default: buf[0] = '\0'; break;
 	}

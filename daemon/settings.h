@@ -41,6 +41,7 @@ enum pgd_type {
 	PGD_T_LOG_LEVEL,/* int, enum pgd_log_level: error, warn, info, debug */
 	PGD_T_PARALLEL,	/* int: auto 1, manual 0 */
 	PGD_T_NUMERICS,	/* int, enum pg_numerics: pagoda, llama.cpp */
+	PGD_T_CHAT_FORMAT,/* int, enum pg_chat_format by its name; auto -1 */
 	/* the command line's own (values in struct pgd_cmdline) */
 	PGD_T_ARG,	/* const char *: the argument itself, not copied */
 	PGD_T_FLAG,	/* int set to 1; the option takes no argument */

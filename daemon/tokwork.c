@@ -105,7 +105,8 @@ struct pgd_tok {
 	int armed;			/* a read of efd is in the io_uring */
 };
 
-static const char *const chat_roles[] = { "system", "user", "assistant" };
+/* the wire's role numbers (pg_chat_msg_wire) */
+static const char *const chat_roles[] = { "system", "user", "assistant", "tool" };
 
 int pgd_chat_walk(const uint8_t *p, uint32_t bytes, struct pg_chat_msg *msgs,
 		  char *text, char *err, size_t err_len)
@@ -122,8 +123,8 @@ int pgd_chat_walk(const uint8_t *p, uint32_t bytes, struct pg_chat_msg *msgs,
 		}
 		memcpy(&w, p + off, sizeof(w));
 		off += sizeof(w);
-		if (w.role > 2) {
-			snprintf(err, err_len, "chat message %d: role %u is not 0 (system), 1 (user) or 2 (assistant)",
+		if (w.role >= sizeof(chat_roles) / sizeof(chat_roles[0])) {
+			snprintf(err, err_len, "chat message %d: role %u is not 0 (system), 1 (user), 2 (assistant) or 3 (tool)",
 				 n, w.role);
 			return -1;
 		}

@@ -122,6 +122,14 @@ enum pagoda_role {
 	PAGODA_ROLE_SYSTEM = 0,
 	PAGODA_ROLE_USER = 1,
 	PAGODA_ROLE_ASSISTANT = 2,
+	/*
+	 * A tool's result, rendered the way the model's template renders tool
+	 * messages (Qwen's <tool_response>, Llama 3.1's ipython turn; a user
+	 * turn in <tool_response> for templates that have none).  A daemon
+	 * older than this library refuses it (PAGODA_EINVAL, "role 3 is not
+	 * ..."); pagoda_chat_info() answers "" there.
+	 */
+	PAGODA_ROLE_TOOL = 3,
 };
 
 struct pagoda_message {
@@ -405,6 +413,27 @@ struct pagoda_model_info {
 
 /* pagoda_model_info - the daemon's model, plan and limits. */
 int pagoda_model_info(pagoda_t *p, struct pagoda_model_info *info);
+
+/* The daemon's handling of chat requests (NUL-terminated names). */
+struct pagoda_chat_info {
+	char format[16];	/* the chat template's format: "chatml",
+				   "qwen2", "qwen3", "llama3", "llama2",
+				   "gemma", "phi3" */
+	char tools[16];		/* how the model writes tool calls:
+				   "hermes" (<tool_call>{"name": ...,
+				   "arguments": ...}</tool_call> blocks),
+				   "llama3" ({"name": ..., "parameters": ...}),
+				   "json" (pagoda-http's own convention) */
+};
+
+/*
+ * pagoda_chat_info - the format chat requests are rendered in (the one
+ * pagodad recognised in the model's template, or its --chat-format) and
+ * the tool-call format that goes with it, for a caller that offers the
+ * model tools and parses its calls.  0 with both names; 0 with both ""
+ * when the daemon is older than this library and does not say.
+ */
+int pagoda_chat_info(pagoda_t *p, struct pagoda_chat_info *ci);
 
 #ifdef __cplusplus
 }

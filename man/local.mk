@@ -13,6 +13,7 @@ dist_man_MANS += \
 	man/pagoda-python.7 \
 	man/pagoda.conf.5 \
 	man/pagoda_cancel.3 \
+	man/pagoda_chat_info.3 \
 	man/pagoda_close.3 \
 	man/pagoda_completion_free.3 \
 	man/pagoda_connect.3 \

@@ -147,6 +147,10 @@ static inline void fx_init(struct fx *f, const struct pgd_config *cfg,
 	d->chat_fmt = (int)pg_chat_choose(f->m->chat_template,
 					   f->m->chat_template ? strlen(f->m->chat_template) : 0,
 					   f->m->tok, err, sizeof(err));
+	d->chat_tools = (int)pg_chat_tool_format((enum pg_chat_format)d->chat_fmt,
+						 f->m->chat_template,
+						 f->m->chat_template ? strlen(f->m->chat_template) : 0,
+						 0);
 	if (pg_engine_create(f->m, f->fw, &ec, &d->engine, err, sizeof(err)))
 		fx_die("engine", err);
 	if (pgd_tok_start(d, err, sizeof(err)))

@@ -174,6 +174,8 @@ check "info names the model" grep -q "^model: *pagoda-random (llama)" "$tmp/info
 $c --json info >"$tmp/info.json"
 check "info --json" grep -q '"n_vocab":384,' "$tmp/info.json"
 check "info --json: this client, idle daemon" grep -q '"n_clients":1,"n_active":0,' "$tmp/info.json"
+check "info: the chat and tool-call formats" grep -q "^chat: *chatml template, tool calls in the json format" "$tmp/info"
+check "info --json: the chat and tool-call formats" grep -q '"chat_format":"chatml","tool_format":"json"}' "$tmp/info.json"
 $c tokenize "hello world" >"$tmp/t1"
 $pagodad $m --tokenize "hello world" >"$tmp/t0"
 check "tokenize: pagodad --tokenize's ids" cmp -s "$tmp/t0" "$tmp/t1"

@@ -89,7 +89,7 @@ for kv in "kv_size = 256K" "page_tokens = 8" "kv_type = bf16" "socket_mode = 060
 	check "--print-config shows '$kv'" has "$tmp/p1" "$kv"
 done
 n_keys=$(grep -c '^\(# \)\{0,1\}[a-z_]* \(=\|is not\)' "$tmp/p1")
-check "--print-config names all 40 keys ($n_keys)" test "$n_keys" -eq 40
+check "--print-config names all 41 keys ($n_keys)" test "$n_keys" -eq 41
 $bin --config "$tmp/p1" --check-config >/dev/null 2>"$tmp/e"; rc=$?
 check "--print-config's output passes --check-config" test $rc -eq 0
 $bin --config "$tmp/p1" --print-config >"$tmp/p2"

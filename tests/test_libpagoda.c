@@ -6,9 +6,10 @@
  * The fake daemon either refuses in one bad way per case (a refusal, a
  * bad version, an unsealed or short memfd, a corrupt header, a hang-up),
  * each of which the library must turn down cleanly, or serves: it answers
- * pings, tokenizes bytes, and answers generations with scripted tokens
- * while it records the payload the library built, so that the test can
- * compare it byte for byte with the wire format.
+ * pings, tokenizes bytes, answers INFO as a daemon of this version or of
+ * one before PG_INFO_CHAT would, and answers generations with scripted
+ * tokens while it records the payload the library built, so that the test
+ * can compare it byte for byte with the wire format.
  *
  * It is not a test of pagodad (tests/test-client.sh runs the real one).
  */
@@ -97,6 +98,9 @@ struct fake {
 	/* a request held until cancelled */
 	uint64_t held_id;
 	uint32_t held_n;
+	/* INFO: the answer (the test's to set, under mu), the flags asked */
+	enum { INFO_NEW, INFO_OLD, INFO_BROKEN } info_as;
+	uint16_t info_flags;
 };
 
 static int listen_at(struct fake *f)
@@ -349,17 +353,36 @@ static int on_generate(struct fake *f, const struct pg_sqe *e,
 	return 0;
 }
 
-static void on_info(struct fake *f, uint64_t id)
+/*
+ * INFO as this version answers it (the chat part with PG_INFO_CHAT, its
+ * names filling their 16 bytes but for the NUL), as a daemon before
+ * PG_INFO_CHAT did (the flag ignored), or with a length neither gives.
+ */
+static void on_info(struct fake *f, const struct pg_sqe *e)
 {
-	struct pg_info_wire in = { .n_vocab = 256, .n_ctx_train = 512,
-				   .n_blocks = 2, .n_embd = 64, .kv_pages = 100,
-				   .page_tokens = 16, .bos = 1, .eos = 0xffffffff,
-				   .generation = 0x1234, .pp = 1, .tp = 1, .cp = 1,
-				   .n_clients = 3, .n_active = 2 };
+	struct {
+		struct pg_info_wire w;
+		struct pg_chat_info_wire chat;
+		uint8_t extra[10];
+	} a = { .w = { .n_vocab = 256, .n_ctx_train = 512,
+		       .n_blocks = 2, .n_embd = 64, .kv_pages = 100,
+		       .page_tokens = 16, .bos = 1, .eos = 0xffffffff,
+		       .generation = 0x1234, .pp = 1, .tp = 1, .cp = 1,
+		       .n_clients = 3, .n_active = 2 } };
+	size_t len = sizeof(a.w);
 
-	strcpy(in.model, "fake-model");
-	strcpy(in.arch, "llama");
-	post(f, id, PG_CQE_INFO, 0, 0, 0, NULL, 0, &in, sizeof(in), 0);
+	strcpy(a.w.model, "fake-model");
+	strcpy(a.w.arch, "llama");
+	strcpy(a.chat.format, "qwen2");
+	strcpy(a.chat.tools, "hermes-123456789");	/* 15 bytes kept */
+	pthread_mutex_lock(&f->mu);
+	f->info_flags = e->flags;
+	if (f->info_as == INFO_NEW && (e->flags & PG_INFO_CHAT))
+		len += sizeof(a.chat);
+	else if (f->info_as == INFO_BROKEN && (e->flags & PG_INFO_CHAT))
+		len += 10;
+	pthread_mutex_unlock(&f->mu);
+	post(f, e->req_id, PG_CQE_INFO, 0, 0, 0, NULL, 0, &a, (uint32_t)len, 0);
 }
 
 static int on_entry(struct fake *f, const struct pg_sqe *e, const uint8_t *pl,
@@ -402,7 +425,7 @@ static int on_entry(struct fake *f, const struct pg_sqe *e, const uint8_t *pl,
 		post(f, e->req_id, PG_CQE_TEXT_RESULT, 0, 0, 0, NULL, 0, text, n, 0);
 		break;
 	case PG_OP_INFO:
-		on_info(f, e->req_id);
+		on_info(f, e);
 		break;
 	default:
 		error_answer(f, e->req_id, PG_EINVAL, "unknown op");
@@ -685,7 +708,8 @@ static void test_encoding(pagoda_t *p, struct fake *f)
 	static const char *const stop[] = { "\n\n", "END" };
 	static const int32_t toks[] = { 1, 2, 3 };
 	struct pagoda_message msgs[] = { { PAGODA_ROLE_SYSTEM, "be brief" },
-					 { PAGODA_ROLE_USER, "hi" } };
+					 { PAGODA_ROLE_USER, "hi" },
+					 { PAGODA_ROLE_TOOL, "21C" } };
 	struct pagoda_request req;
 	struct pagoda_completion c;
 	struct pg_gen_wire w;
@@ -739,7 +763,7 @@ static void test_encoding(pagoda_t *p, struct fake *f)
 	/* chat: (role, len) then the content padded to 4 bytes */
 	pagoda_request_init(&req);
 	req.messages = msgs;
-	req.n_messages = 2;
+	req.n_messages = 3;
 	CHECK_RC(pagoda_generate(p, &req, &c), 0);
 	pagoda_completion_free(&c);
 	pthread_mutex_lock(&f->mu);
@@ -747,6 +771,7 @@ static void test_encoding(pagoda_t *p, struct fake *f)
 		static const uint8_t chat[] = {
 			0, 0, 0, 0, 8, 0, 0, 0, 'b', 'e', ' ', 'b', 'r', 'i', 'e', 'f',
 			1, 0, 0, 0, 2, 0, 0, 0, 'h', 'i', 0, 0,
+			3, 0, 0, 0, 3, 0, 0, 0, '2', '1', 'C', 0,
 		};
 
 		memcpy(&w, f->gen, sizeof(w));
@@ -794,6 +819,17 @@ static void test_bad_requests(pagoda_t *p)
 	req.prompt = "";
 	CHECK_RC(pagoda_submit(p, &req, &id), PAGODA_EINVAL);
 	CHECK(strstr(pagoda_last_error(p), "empty"));
+	{
+		/* the role after PAGODA_ROLE_TOOL is none */
+		struct pagoda_message bad = { (enum pagoda_role)(PAGODA_ROLE_TOOL + 1), "x" };
+		struct pagoda_request chat;
+
+		pagoda_request_init(&chat);
+		chat.messages = &bad;
+		chat.n_messages = 1;
+		CHECK_RC(pagoda_submit(p, &chat, &id), PAGODA_EINVAL);
+		CHECK(strstr(pagoda_last_error(p), "unknown role"));
+	}
 
 	/* the daemon's refusal comes back with its code and message */
 	req.prompt = "fail";
@@ -884,7 +920,42 @@ static void test_seed(pagoda_t *p, struct fake *f)
 	pagoda_completion_free(&c);
 }
 
-static void test_ops(pagoda_t *p)
+/*
+ * pagoda_chat_info against this daemon (the names), an older one (""
+ * and 0) and a broken one; pagoda_model_info still asks without flags.
+ */
+static void test_chat_info(pagoda_t *p, struct fake *f)
+{
+	struct pagoda_model_info info;
+	struct pagoda_chat_info ci;
+
+	pthread_mutex_lock(&f->mu);
+	CHECK(f->info_flags == 0);	/* pagoda_model_info's */
+	pthread_mutex_unlock(&f->mu);
+	memset(&ci, 0x55, sizeof(ci));
+	CHECK_RC(pagoda_chat_info(p, &ci), 0);
+	CHECK(!strcmp(ci.format, "qwen2") && !strcmp(ci.tools, "hermes-12345678"));
+	pthread_mutex_lock(&f->mu);
+	CHECK(f->info_flags == PG_INFO_CHAT);
+	f->info_as = INFO_OLD;
+	pthread_mutex_unlock(&f->mu);
+	memset(&ci, 0x55, sizeof(ci));
+	CHECK_RC(pagoda_chat_info(p, &ci), 0);
+	CHECK(ci.format[0] == 0 && ci.tools[0] == 0);
+	CHECK_RC(pagoda_model_info(p, &info), 0);
+	CHECK(!strcmp(info.model, "fake-model"));
+	pthread_mutex_lock(&f->mu);
+	f->info_as = INFO_BROKEN;
+	pthread_mutex_unlock(&f->mu);
+	CHECK_RC(pagoda_chat_info(p, &ci), PAGODA_EPROTO);
+	CHECK(strstr(pagoda_last_error(p), "210 bytes"));
+	CHECK(ci.format[0] == 0 && ci.tools[0] == 0);
+	pthread_mutex_lock(&f->mu);
+	f->info_as = INFO_NEW;
+	pthread_mutex_unlock(&f->mu);
+}
+
+static void test_ops(pagoda_t *p, struct fake *f)
 {
 	static const char text[] = "a text long enough to need the arena";
 	struct pagoda_model_info info;
@@ -899,6 +970,7 @@ static void test_ops(pagoda_t *p)
 	CHECK(info.generation == 0x1234 && info.client_id == 7);
 	CHECK(info.max_inflight == 64 && info.max_payload == 3000);
 	CHECK(info.n_clients == 3 && info.n_active == 2 && info.tp == 1);
+	test_chat_info(p, f);
 
 	CHECK_RC(pagoda_tokenize(p, text, strlen(text), PAGODA_TOKENIZE_ADD_BOS,
 				 &ids, &n), 0);
@@ -1268,7 +1340,7 @@ static void test_serve(void)
 		fake_stop(f);
 		return;
 	}
-	test_ops(p);
+	test_ops(p, f);
 	test_encoding(p, f);
 	test_generate(p);
 	test_seed(p, f);

@@ -208,6 +208,34 @@ static void test_payload_bounds(struct fx_client *cl)
 	      cl->got[0].e.arg == 77, "PING with a bogus payload was not answered");
 }
 
+/*
+ * INFO with PG_INFO_CHAT: the chat part after pg_info_wire, naming the
+ * daemon's formats; flags it does not know are ignored (the answer an
+ * older daemon gives to a newer client's flags).
+ */
+static void test_info_chat(struct fx_client *cl)
+{
+	struct pg_sqe e = { .req_id = 9, .op = PG_OP_INFO, .flags = PG_INFO_CHAT };
+	const size_t with = sizeof(struct pg_info_wire) + sizeof(struct pg_chat_info_wire);
+	struct pg_chat_info_wire ci;
+
+	send1(cl, &e, NULL, 0);
+	CHECK(cl->n_got == 1 && cl->got[0].e.type == PG_CQE_INFO && cl->got[0].len == with,
+	      "INFO with PG_INFO_CHAT: %u bytes, not %zu", cl->n_got ? cl->got[0].len : 0, with);
+	if (cl->n_got == 1 && cl->got[0].len == with) {
+		memcpy(&ci, cl->got[0].payload + sizeof(struct pg_info_wire), sizeof(ci));
+		CHECK(!strcmp(ci.format, pg_chat_format_name((enum pg_chat_format)F.d.chat_fmt)) &&
+		      !strcmp(ci.tools, pg_tool_format_name((enum pg_tool_format)F.d.chat_tools)),
+		      "INFO's chat part: '%.16s' '%.16s'", ci.format, ci.tools);
+		CHECK(ci.format[15] == 0 && ci.tools[15] == 0, "INFO's chat names are terminated");
+	}
+	e = (struct pg_sqe){ .req_id = 9, .op = PG_OP_INFO, .flags = 0xfffe };
+	send1(cl, &e, NULL, 0);
+	CHECK(cl->n_got == 1 && cl->got[0].e.type == PG_CQE_INFO &&
+	      cl->got[0].len == sizeof(struct pg_info_wire),
+	      "INFO with flags this daemon lacks: not the 200 bytes alone");
+}
+
 static void test_simple_ops(struct fx_client *cl)
 {
 	struct pg_sqe e = { .req_id = 5, .op = PG_OP_NOP };
@@ -243,6 +271,7 @@ static void test_simple_ops(struct fx_client *cl)
 		      "INFO n_clients %u n_active %u", w->n_clients, w->n_active);
 		CHECK(w->pp == 1 && w->tp == 1 && w->cp == 1, "INFO plan");
 	}
+	test_info_chat(cl);
 }
 
 /* ---- GENERATE: the payload's structure ---- */
@@ -505,12 +534,13 @@ static void test_gen_chat_bad(struct fx_client *cl)
 	len = gen_payload(&g, m, n, NULL, 0);
 	send_gen(cl, 51, buf, len);
 	want_error(cl, 51, PG_EINVAL, 1, "chat message %d: its header runs past prompt_bytes", 1);
-	n = chat_msg(m, 3, "hello", 1);
+	n = chat_msg(m, 4, "hello", 1);
 	g.prompt_bytes = n;
 	len = gen_payload(&g, m, n, NULL, 0);
 	send_gen(cl, 52, buf, len);
 	want_error(cl, 52, PG_EINVAL, 1,
-		   "chat message %d: role %u is not 0 (system), 1 (user) or 2 (assistant)", 0, 3u);
+		   "chat message %d: role %u is not 0 (system), 1 (user), 2 (assistant) or 3 (tool)",
+		   0, 4u);
 	n = chat_msg(m, 0, "sys", 1);
 	n += chat_msg(m + n, 1, "hello", 0);
 	g.prompt_bytes = n - 1;	/* the last message's text cut short */
@@ -692,6 +722,21 @@ static void test_gen_text_ok(struct fx_client *cl)
 	CHECK(caught.n_calls == 1 && caught.rc == 0 && caught.q.n_prompt > 4,
 	      "chat GENERATE: %d calls, %d prompt tokens", caught.n_calls, caught.q.n_prompt);
 	CHECK(count_type(cl, 71, PG_CQE_DONE) == 1, "chat GENERATE: no DONE");
+	/* a tool's result (role 3) after the question */
+	caught.n_calls = 0;
+	n = chat_msg(m, 1, "Weather?", 1);
+	n += chat_msg(m + n, 2, "call", 1);
+	n += chat_msg(m + n, 3, "sunny", 0);
+	g = gen(PG_PROMPT_CHAT, n);
+	len = gen_payload(&g, m, n, NULL, 0);
+	send_gen(cl, 74, buf, len);
+	fx_settle(&F);
+	fx_take(cl);
+	want_no_error(cl);
+	CHECK(caught.n_calls == 1 && caught.rc == 0 && caught.q.n_prompt > 4,
+	      "chat GENERATE with a tool's result: %d calls, %d prompt tokens",
+	      caught.n_calls, caught.q.n_prompt);
+	CHECK(count_type(cl, 74, PG_CQE_DONE) == 1, "chat GENERATE with a tool's result: no DONE");
 	/* a text prompt that gives no tokens (the model adds no BOS) */
 	if (!pg_tokenizer_add_bos(F.m->tok)) {
 		g = gen(PG_PROMPT_TEXT, 0);

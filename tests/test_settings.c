@@ -15,7 +15,9 @@
  *     accepted and shows in --print-config as "key = value"; one past the
  *     top of an integer range is a usage error (2); every other option is
  *     accepted too;
- *   - every variable is documented in man/pagodad.8.
+ *   - every variable is documented in man/pagodad.8;
+ *   - --chat-format takes every chat format's name and auto, and any
+ *     other is a usage error whose text lists them all.
  */
 #include <ctype.h>
 #include <fcntl.h>
@@ -25,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/engine/chat.h"
 #include "daemon/pagodad.h"
 #include "daemon/settings.h"
 #include "tests/check.h"
@@ -139,7 +142,7 @@ static void check_rows(void)
 
 	CHECK(pgd_n_settings <= PGD_SETTINGS_MAX, "%d rows, PGD_SETTINGS_MAX %d",
 	      pgd_n_settings, PGD_SETTINGS_MAX);
-	CHECK(n_keys == 40, "%d keys, pagoda.conf(5) documents 40", n_keys);
+	CHECK(n_keys == 41, "%d keys, pagoda.conf(5) documents 41", n_keys);
 	for (int i = 0; i < pgd_n_settings; i++) {
 		const struct pgd_setting *s = &pgd_settings[i];
 		const char *name = s->key ? s->key : s->option ? s->option : s->env;
@@ -366,6 +369,38 @@ static void check_man(void)
 	free(page);
 }
 
+static void check_chat_format(void)
+{
+	const struct pgd_setting *s = pgd_setting_by_option("chat-format");
+	const char *argv[] = { "pagodad", "--config", "/dev/null", "--print-config",
+			       "--chat-format", "qwen2", NULL };
+	char exp[256], *out;
+	int v, rc;
+
+	CHECK(s && s->type == PGD_T_CHAT_FORMAT && s->key && !strcmp(s->key, "chat_format"),
+	      "--chat-format is the key chat_format");
+	if (!s)
+		return;
+	pgd_setting_expected(s, exp, sizeof(exp));
+	for (int f = 0; f < PG_CHAT_N_FORMATS; f++) {
+		const char *name = pg_chat_format_name((enum pg_chat_format)f);
+
+		CHECK(!pgd_setting_parse(s, name, &v) && v == f, "--chat-format %s", name);
+		CHECK(strstr(exp, name), "--chat-format's error (%s) does not name %s", exp, name);
+	}
+	CHECK(!pgd_setting_parse(s, "auto", &v) && v == -1, "--chat-format auto");
+	CHECK(pgd_setting_parse(s, "jinja", &v) == -1 && pgd_setting_parse(s, "", &v) == -1,
+	      "--chat-format takes a name it does not know");
+	rc = run(argv, &out, 0);
+	CHECK(rc == 0 && strstr(out, "\nchat_format = qwen2\n"),
+	      "--chat-format qwen2: exit %d, no line 'chat_format = qwen2'", rc);
+	free(out);
+	argv[5] = "jinja";
+	rc = run(argv, &out, 0);
+	CHECK(rc == 2, "--chat-format jinja: exit %d, not 2", rc);
+	free(out);
+}
+
 int main(void)
 {
 	check_rows();
@@ -373,6 +408,7 @@ int main(void)
 	check_help();
 	check_options();
 	check_man();
+	check_chat_format();
 	if (failures) {
 		fprintf(stderr, "test_settings: %d failures\n", (int)failures);
 		return 1;

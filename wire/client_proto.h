@@ -188,9 +188,19 @@ enum pg_op {
 	PG_OP_PING = 3,		/* answered with PONG, no engine work */
 	PG_OP_TOKENIZE = 4,	/* payload: UTF-8 text; flags: PG_TOK_* */
 	PG_OP_DETOKENIZE = 5,	/* payload: int32_t ids */
-	PG_OP_INFO = 6,		/* answered with struct pg_info_wire */
+	PG_OP_INFO = 6,		/* answered with struct pg_info_wire;
+				   flags: PG_INFO_* */
 	PG_OP_MAX
 };
+
+/*
+ * PG_OP_INFO flags: each asks for a struct appended to pg_info_wire, in
+ * the flags' order.  A daemon ignores the flags it does not know, so a
+ * daemon older than the flag answers the 200 bytes alone, and the client
+ * knows it from the length; the answer without flags is always 200 bytes
+ * (older clients require exactly that).
+ */
+#define PG_INFO_CHAT 1u		/* struct pg_chat_info_wire */
 
 /* PG_OP_TOKENIZE flags */
 #define PG_TOK_ADD_BOS 1u	/* add the model's BOS token if it uses one */
@@ -230,7 +240,9 @@ enum pg_prompt_kind {
  * UTF-8 content, then padding to a multiple of 4 bytes (which the last
  * message may omit). */
 struct pg_chat_msg_wire {
-	uint32_t role;		/* 0 system, 1 user, 2 assistant */
+	uint32_t role;		/* 0 system, 1 user, 2 assistant, 3 tool (a
+				   tool's result; a daemon before it refuses
+				   3 as an unknown role) */
 	uint32_t len;
 };
 static_assert(sizeof(struct pg_chat_msg_wire) == 8, "pg_chat_msg_wire");
@@ -401,5 +413,15 @@ struct pg_info_wire {
 				   engine now (saturating); 0 when idle */
 };
 static_assert(sizeof(struct pg_info_wire) == 200, "pg_info_wire");
+
+/* After pg_info_wire with PG_INFO_CHAT: how chat requests are handled. */
+struct pg_chat_info_wire {
+	char format[16];	/* the chat format's name, NUL-padded:
+				   "chatml", "qwen2", "qwen3", "llama3",
+				   "llama2", "gemma", "phi3" */
+	char tools[16];		/* the tool-call format's: "json", "hermes",
+				   "llama3" (daemon/engine/chat.h) */
+};
+static_assert(sizeof(struct pg_chat_info_wire) == 32, "pg_chat_info_wire");
 
 #endif

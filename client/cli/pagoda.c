@@ -56,7 +56,7 @@ static void usage(FILE *out)
 "  tokenize [--no-bos] [--special] [TEXT]   the token ids of TEXT (default: each\n"
 "                                line of standard input)\n"
 "  detokenize ID...              the text of token ids\n"
-"  info                          the daemon's model, plan and limits\n"
+"  info                          the daemon's model, plan, limits and chat format\n"
 "  ping [--count N]              round trips through the shared-memory rings\n"
 "\n"
 "Generation options (generate and chat):\n"
@@ -932,7 +932,9 @@ static int cmd_detokenize(const struct cli *c, int argc, char **argv)
 
 /* ---- info ---- */
 
-static void info_json(const struct pagoda_model_info *m)
+/* chat info is "" from a daemon too old to say: JSON gets "" too */
+static void info_json(const struct pagoda_model_info *m,
+		      const struct pagoda_chat_info *ci)
 {
 	fputs("{\"model\":", stdout);
 	cli_json_string(stdout, m->model, strlen(m->model));
@@ -942,15 +944,20 @@ static void info_json(const struct pagoda_model_info *m)
 	       "\"kv_pages\":%u,\"page_tokens\":%u,\"bos\":%d,\"eos\":%d,"
 	       "\"generation\":\"%016llx\",\"pp\":%u,\"tp\":%u,\"cp\":%u,"
 	       "\"n_clients\":%u,\"n_active\":%u,\"client_id\":%u,\"max_inflight\":%u,\"max_prompt\":%u,"
-	       "\"max_tokens\":%u,\"max_payload\":%u}\n",
+	       "\"max_tokens\":%u,\"max_payload\":%u,\"chat_format\":",
 	       m->n_vocab, m->n_ctx_train, m->n_blocks, m->n_embd, m->kv_pages,
 	       m->page_tokens, m->bos, m->eos, (unsigned long long)m->generation,
 	       m->pp, m->tp, m->cp, m->n_clients, m->n_active, m->client_id,
 	       m->max_inflight, m->max_prompt,
 	       m->max_tokens, m->max_payload);
+	cli_json_string(stdout, ci->format, strlen(ci->format));
+	fputs(",\"tool_format\":", stdout);
+	cli_json_string(stdout, ci->tools, strlen(ci->tools));
+	fputs("}\n", stdout);
 }
 
-static void info_text(const struct pagoda_model_info *m)
+static void info_text(const struct pagoda_model_info *m,
+		      const struct pagoda_chat_info *ci)
 {
 	printf("model:        %s (%s)\n", m->model, m->arch);
 	printf("vocabulary:   %u tokens (bos %d, eos %d)\n", m->n_vocab, m->bos, m->eos);
@@ -964,11 +971,17 @@ static void info_text(const struct pagoda_model_info *m)
 	       m->n_active);
 	printf("limits:       %u requests in flight, prompt %u tokens, %u tokens generated, %u bytes a request\n",
 	       m->max_inflight, m->max_prompt, m->max_tokens, m->max_payload);
+	if (ci->format[0])
+		printf("chat:         %s template, tool calls in the %s format\n",
+		       ci->format, ci->tools);
+	else
+		printf("chat:         not reported (pagodad is older than this client)\n");
 }
 
 static int cmd_info(const struct cli *c, int argc, char **argv)
 {
 	struct pagoda_model_info m;
+	struct pagoda_chat_info ci;
 	pagoda_t *p;
 	int status, rc;
 
@@ -978,12 +991,14 @@ static int cmd_info(const struct cli *c, int argc, char **argv)
 	if (status)
 		return status;
 	rc = pagoda_model_info(p, &m);
+	if (!rc)
+		rc = pagoda_chat_info(p, &ci);
 	if (rc)
 		status = cli_error(rc, pagoda_last_error(p));
 	else if (c->json)
-		info_json(&m);
+		info_json(&m, &ci);
 	else
-		info_text(&m);
+		info_text(&m, &ci);
 	pagoda_close(p);
 	return status;
 }

@@ -1,6 +1,6 @@
 /*
  * ops.c - the operations that are one round trip each: ping, tokenize,
- * detokenize and model info.  Their ids are the library's own (top bit
+ * detokenize, model info and chat info.  Their ids are the library's own (top bit
  * set), so they never meet a caller's request.
  */
 #include <stdlib.h>
@@ -186,6 +186,48 @@ int pagoda_model_info(pagoda_t *p, struct pagoda_model_info *info)
 	if (!rc) {
 		memcpy(&w, rx.data, sizeof(w));
 		copy_info(info, &w, p->hdr);
+	}
+	pthread_mutex_unlock(&p->lock);
+	pgc_rx_free(&rx);
+	return rc;
+}
+
+/* A NUL-padded name of the wire into dst, NUL-terminated (both 16 bytes). */
+static void copy_name(char dst[16], const char src[16])
+{
+	memcpy(dst, src, 15);
+	dst[15] = '\0';
+}
+
+static_assert(sizeof(((struct pagoda_chat_info *)0)->format) == 16 &&
+	      sizeof(((struct pg_chat_info_wire *)0)->format) == 16 &&
+	      sizeof(((struct pagoda_chat_info *)0)->tools) == 16 &&
+	      sizeof(((struct pg_chat_info_wire *)0)->tools) == 16,
+	      "chat info names are 16 bytes");
+
+/*
+ * INFO with PG_INFO_CHAT: a daemon that knows the flag appends the chat
+ * formats; one before it ignores the flag and answers the model info
+ * alone, which leaves the names "".
+ */
+int pagoda_chat_info(pagoda_t *p, struct pagoda_chat_info *ci)
+{
+	struct pg_sqe sqe = { .op = PG_OP_INFO, .flags = PG_INFO_CHAT };
+	size_t with = sizeof(struct pg_info_wire) + sizeof(struct pg_chat_info_wire);
+	struct pg_chat_info_wire w;
+	struct pgc_rx rx = { 0 };
+	int rc;
+
+	memset(ci, 0, sizeof(*ci));
+	pthread_mutex_lock(&p->lock);
+	rc = call(p, &sqe, NULL, 0, PG_CQE_INFO, &rx);
+	if (!rc && rx.len != sizeof(struct pg_info_wire) && rx.len != with)
+		rc = pgc_fail(p, PAGODA_EPROTO, "pagodad sent %u bytes of model and chat info, not %zu (or %zu from an older daemon)",
+			      rx.len, with, sizeof(struct pg_info_wire));
+	if (!rc && rx.len == with) {
+		memcpy(&w, rx.data + sizeof(struct pg_info_wire), sizeof(w));
+		copy_name(ci->format, w.format);
+		copy_name(ci->tools, w.tools);
 	}
 	pthread_mutex_unlock(&p->lock);
 	pgc_rx_free(&rx);

@@ -65,7 +65,7 @@ static size_t prompt_size(struct pagoda *p, const struct pagoda_request *req,
 		for (size_t i = 0; i < req->n_messages; i++) {
 			const struct pagoda_message *m = &req->messages[i];
 
-			if (!m->content || (unsigned)m->role > PAGODA_ROLE_ASSISTANT)
+			if (!m->content || (unsigned)m->role > PAGODA_ROLE_TOOL)
 				return pgc_fail(p, 0, "chat message %zu has %s",
 						i, m->content ? "an unknown role" : "no content");
 			bytes += sizeof(struct pg_chat_msg_wire) + pad4(strlen(m->content));

@@ -1,6 +1,6 @@
 /*
  * chat.c - chat messages to a prompt in ChatML, Llama 3, Llama 2, Gemma,
- * Phi-3 or Qwen3 form.
+ * Phi-3, Qwen2.5 or Qwen3 form, and which tool-call format goes with it.
  *
  * The format is recognised from markers in the model's Jinja template and
  * rendered natively, the way the reference templates (and llama.cpp's
@@ -144,6 +144,10 @@ int pg_chat_detect(const char *tmpl, size_t len)
 	/* Qwen3: ChatML whose assistant turns carry <think> blocks */
 	if (has_str(tmpl, len, "<|im_start|>") && has_str(tmpl, len, "<think>"))
 		return PG_CHAT_QWEN3;
+	/* Qwen2.5: ChatML whose tool results go in <tool_response> */
+	if (has_str(tmpl, len, "<|im_start|>") &&
+	    has_str(tmpl, len, "<tool_response>"))
+		return PG_CHAT_QWEN2;
 	if (has_str(tmpl, len, "<|im_start|>"))
 		return PG_CHAT_CHATML;
 	if (has_str(tmpl, len, "<start_of_turn>"))
@@ -186,6 +190,49 @@ const char *pg_chat_format_name(enum pg_chat_format fmt)
 	case PG_CHAT_GEMMA: return "gemma";
 	case PG_CHAT_PHI3: return "phi3";
 	case PG_CHAT_QWEN3: return "qwen3";
+	case PG_CHAT_QWEN2: return "qwen2";
+	case PG_CHAT_N_FORMATS: break;
+	}
+	return "unknown";
+}
+
+int pg_chat_format_parse(const char *name)
+{
+	for (int f = 0; f < PG_CHAT_N_FORMATS; f++)
+		if (!strcmp(name, pg_chat_format_name((enum pg_chat_format)f)))
+			return f;
+	return -1;
+}
+
+enum pg_tool_format pg_chat_tool_format(enum pg_chat_format fmt,
+					const char *tmpl, size_t len,
+					int forced)
+{
+	if (!tmpl)
+		len = 0;
+	switch (fmt) {
+	case PG_CHAT_QWEN2:
+	case PG_CHAT_QWEN3:
+		return PG_TOOLS_HERMES;
+	case PG_CHAT_CHATML:
+		/* Hermes-style fine-tunes of ChatML models */
+		return len && has_str(tmpl, len, "<tool_call>") ? PG_TOOLS_HERMES :
+								 PG_TOOLS_JSON;
+	case PG_CHAT_LLAMA3:
+		/* 3.0 was not trained on tool calls; 3.1's template has ipython */
+		return forced || (len && has_str(tmpl, len, "ipython")) ?
+		       PG_TOOLS_LLAMA3 : PG_TOOLS_JSON;
+	default:
+		return PG_TOOLS_JSON;
+	}
+}
+
+const char *pg_tool_format_name(enum pg_tool_format tf)
+{
+	switch (tf) {
+	case PG_TOOLS_JSON: return "json";
+	case PG_TOOLS_HERMES: return "hermes";
+	case PG_TOOLS_LLAMA3: return "llama3";
 	}
 	return "unknown";
 }
@@ -217,13 +264,22 @@ static int render_chatml(struct sbuf *b, const struct pg_chat_msg *m, int n,
 	return 0;
 }
 
-/* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, trimmed. */
+/*
+ * <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, the
+ * content trimmed but a tool's: Llama 3.1's template writes "tool" and
+ * "ipython" messages as they are, under the header "ipython".
+ */
 static void llama3_turn(struct sbuf *b, const char *role, const char *content)
 {
+	int tool = !strcmp(role, "tool") || !strcmp(role, "ipython");
+
 	sb_puts(b, "<|start_header_id|>");
-	sb_puts(b, role);
+	sb_puts(b, tool ? "ipython" : role);
 	sb_puts(b, "<|end_header_id|>\n\n");
-	sb_trimmed(b, content);
+	if (tool)
+		sb_content(b, content);
+	else
+		sb_trimmed(b, content);
 	sb_puts(b, "<|eot_id|>");
 }
 
@@ -451,8 +507,46 @@ static void qwen3_assistant(struct sbuf *b, const char *content, int late,
 }
 
 /*
+ * Tool message i of n as Qwen2.5's and Qwen3's templates write it: a run
+ * of tool results is one user turn, each result in <tool_response>.
+ */
+static void qwen_tool(struct sbuf *b, const struct pg_chat_msg *m, int n,
+		      int i)
+{
+	if (i == 0 || strcmp(m[i - 1].role, "tool"))
+		sb_puts(b, "<|im_start|>user");
+	sb_puts(b, "\n<tool_response>\n");
+	sb_content(b, m[i].content);
+	sb_puts(b, "\n</tool_response>");
+	if (i == n - 1 || strcmp(m[i + 1].role, "tool"))
+		sb_puts(b, "<|im_end|>\n");
+}
+
+/* Qwen2.5: ChatML but for tool results (qwen_tool). */
+static int render_qwen2(struct sbuf *b, const struct pg_chat_msg *m, int n,
+			int add_assistant, const char *dflt)
+{
+	static const char *const roles[] = { "system", "user", "assistant",
+					     "tool", NULL };
+
+	if (check_roles(m, n, roles))
+		return -EINVAL;
+	if (dflt && (n == 0 || strcmp(m[0].role, "system")))
+		chatml_turn(b, "system", dflt);
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(m[i].role, "tool"))
+			qwen_tool(b, m, n, i);
+		else
+			chatml_turn(b, m[i].role, m[i].content);
+	}
+	if (add_assistant)
+		sb_puts(b, "<|im_start|>assistant\n");
+	return 0;
+}
+
+/*
  * Qwen3: ChatML, with the assistant's reasoning handled as qwen3_assistant
- * says and tool results wrapped in <tool_response> inside a user turn.
+ * says and tool results as qwen_tool writes them.
  * The generation prompt is "<|im_start|>assistant\n" alone: the template's
  * default, thinking enabled (the empty "<think>\n\n</think>" block is only
  * for enable_thinking=false, which requests cannot set).
@@ -476,14 +570,7 @@ static int render_qwen3(struct sbuf *b, const struct pg_chat_msg *m, int n,
 			qwen3_assistant(b, m[i].content, i > last_user,
 					i == n - 1);
 		} else if (!strcmp(m[i].role, "tool")) {
-			/* a run of tool results: one user turn */
-			if (i == 0 || strcmp(m[i - 1].role, "tool"))
-				sb_puts(b, "<|im_start|>user");
-			sb_puts(b, "\n<tool_response>\n");
-			sb_content(b, m[i].content);
-			sb_puts(b, "\n</tool_response>");
-			if (i == n - 1 || strcmp(m[i + 1].role, "tool"))
-				sb_puts(b, "<|im_end|>\n");
+			qwen_tool(b, m, n, i);
 		} else {
 			chatml_turn(b, m[i].role, m[i].content);
 		}
@@ -493,15 +580,67 @@ static int render_qwen3(struct sbuf *b, const struct pg_chat_msg *m, int n,
 	return 0;
 }
 
+static int is_tool(const struct pg_chat_msg *m)
+{
+	return m->role && m->content && !strcmp(m->role, "tool");
+}
+
+/*
+ * For the formats without a tool turn (Llama 2, Gemma, Phi-3): the n
+ * messages with each tool result made a user message whose content is
+ * "<tool_response>\n" + its content + "\n</tool_response>", all of it
+ * text, the way the Hermes convention shows results to a model.  *copy
+ * gets a malloc'd array (its texts in the same block) when there is one
+ * to rewrite, else NULL and msgs itself is returned.  NULL on ENOMEM.
+ */
+static const struct pg_chat_msg *tools_as_user(const struct pg_chat_msg *msgs,
+					       int n, struct pg_chat_msg **copy)
+{
+	static const char open[] = "<tool_response>\n";
+	static const char close[] = "\n</tool_response>";
+	size_t bytes = sizeof(*msgs) * (size_t)n;
+	int n_tools = 0;
+	char *text;
+
+	*copy = NULL;
+	for (int i = 0; i < n; i++) {
+		if (!is_tool(&msgs[i]))
+			continue;
+		bytes += sizeof(open) + sizeof(close) + strlen(msgs[i].content);
+		n_tools++;
+	}
+	if (!n_tools)
+		return msgs;
+	*copy = malloc(bytes);
+	if (!*copy)
+		return NULL;
+	memcpy(*copy, msgs, sizeof(*msgs) * (size_t)n);
+	text = (char *)(*copy + n);
+	for (int i = 0; i < n; i++) {
+		if (!is_tool(&msgs[i]))
+			continue;
+		(*copy)[i].role = "user";
+		(*copy)[i].content = text;
+		text += sprintf(text, "%s%s%s", open, msgs[i].content, close) + 1;
+	}
+	return *copy;
+}
+
 /* render - the messages into b (text and marks); 0 or -errno, b freed. */
 static int render(struct sbuf *b, enum pg_chat_format fmt,
 		  const struct pg_chat_msg *msgs, int n, int add_assistant,
 		  const char *default_system)
 {
+	struct pg_chat_msg *copy = NULL;
 	int rc;
 
 	if (n < 0 || (n && !msgs))
 		return -EINVAL;
+	if (fmt == PG_CHAT_LLAMA2 || fmt == PG_CHAT_GEMMA || fmt == PG_CHAT_PHI3) {
+		msgs = tools_as_user(msgs, n, &copy);
+		if (!msgs)
+			return -ENOMEM;
+	}
 	sb_puts(b, "");
 	switch (fmt) {
 	case PG_CHAT_CHATML:
@@ -522,9 +661,13 @@ static int render(struct sbuf *b, enum pg_chat_format fmt,
 	case PG_CHAT_QWEN3:
 		rc = render_qwen3(b, msgs, n, add_assistant, default_system);
 		break;
+	case PG_CHAT_QWEN2:
+		rc = render_qwen2(b, msgs, n, add_assistant, default_system);
+		break;
 	default:
 		rc = -EINVAL;
 	}
+	free(copy);
 	if (!rc)
 		rc = b->err;
 	if (rc)
@@ -629,7 +772,7 @@ enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len,
 	if (fmt >= 0)
 		return (enum pg_chat_format)fmt;
 	snprintf(warn, warn_len,
-		 "the model's chat template (tokenizer.chat_template, %zu bytes: \"%s\") is not one pagoda knows (ChatML, Qwen3, Llama 3, Llama 2 / Mistral [INST], Gemma, Phi-3); chat requests are rendered as ChatML instead, which this model may not follow: send text prompts in the model's own format instead",
+		 "the model's chat template (tokenizer.chat_template, %zu bytes: \"%s\") is not one pagoda knows (ChatML, Qwen2.5, Qwen3, Llama 3, Llama 2 / Mistral [INST], Gemma, Phi-3); chat requests are rendered as ChatML instead, which this model may not follow: send text prompts in the model's own format instead",
 		 len, gguf_str_quote(s, 40, excerpt, sizeof(excerpt)));
 	return PG_CHAT_CHATML;
 }

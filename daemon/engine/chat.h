@@ -3,10 +3,13 @@
  *
  * GGUF files carry a Jinja template (tokenizer.chat_template); pagoda does
  * not run Jinja but recognises the common formats from it (ChatML as in
- * SmolLM2 and Qwen2, Qwen3's ChatML with <think> blocks, Llama 3, Llama 2 /
- * Mistral [INST], Gemma's <start_of_turn>, Phi-3's <|user|>) and renders them
- * natively, defaulting to ChatML when the file has no template (and, with
- * a warning, when it has one that is none of these).
+ * SmolLM2, Qwen2.5's ChatML with <tool_response>, Qwen3's ChatML with
+ * <think> blocks, Llama 3, Llama 2 / Mistral [INST], Gemma's
+ * <start_of_turn>, Phi-3's <|user|>) and renders them natively, defaulting
+ * to ChatML when the file has no template (and, with a warning, when it
+ * has one that is none of these).  It also says how a model of each
+ * format writes a tool call (pg_chat_tool_format), for the gateway that
+ * parses them; it parses none itself.
  */
 #ifndef PAGODA_CHAT_H
 #define PAGODA_CHAT_H
@@ -23,11 +26,36 @@ enum pg_chat_format {
 	PG_CHAT_GEMMA,		/* <start_of_turn>user ... <end_of_turn> */
 	PG_CHAT_PHI3,		/* <|user|>\n ... <|end|>\n */
 	PG_CHAT_QWEN3,		/* ChatML; <think> blocks in assistant turns */
+	PG_CHAT_QWEN2,		/* ChatML; tool results in <tool_response> */
+	PG_CHAT_N_FORMATS	/* the count, not a format */
 };
 
+/*
+ * A message.  Every format takes "system", "user", "assistant" and "tool"
+ * (a tool's result, rendered the way the model's template renders one:
+ * see pg_chat_render); Llama 3 also takes "ipython", its own name for it.
+ */
 struct pg_chat_msg {
-	const char *role;	/* "system", "user", "assistant" */
+	const char *role;
 	const char *content;
+};
+
+/*
+ * How a model writes a call of one of the tools it was offered (the
+ * gateway's to parse; the daemon only reports which):
+ *   PG_TOOLS_JSON    pagoda's own convention, the gateway's: the model is
+ *                    told in its prompt to answer with the JSON the
+ *                    gateway documents, for models trained on no format;
+ *   PG_TOOLS_HERMES  one or more blocks
+ *                    <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+ *                    (Hermes, Qwen2.5, Qwen3);
+ *   PG_TOOLS_LLAMA3  a bare {"name": ..., "parameters": {...}} object
+ *                    (Llama 3.1's JSON tool calling).
+ */
+enum pg_tool_format {
+	PG_TOOLS_JSON = 0,
+	PG_TOOLS_HERMES,
+	PG_TOOLS_LLAMA3,
 };
 
 /*
@@ -58,14 +86,44 @@ enum pg_chat_format pg_chat_choose(const char *tmpl, size_t len,
  */
 char *pg_chat_default_system(const char *tmpl, size_t len);
 
-/* pg_chat_format_name - "chatml", "llama3", "llama2", "gemma", "phi3", "qwen3". */
+/*
+ * pg_chat_format_name - "chatml", "llama3", "llama2", "gemma", "phi3",
+ * "qwen3", "qwen2".
+ */
 const char *pg_chat_format_name(enum pg_chat_format fmt);
+
+/*
+ * pg_chat_format_parse - the format pg_chat_format_name() calls name, or
+ * -1 for a name that is none (pagodad --chat-format).
+ */
+int pg_chat_format_parse(const char *name);
+
+/*
+ * pg_chat_tool_format - how a model whose chat requests use format fmt
+ * writes tool calls: Hermes blocks for Qwen2.5 and Qwen3 and for a ChatML
+ * template that mentions <tool_call>; Llama 3's JSON for Llama 3 when its
+ * template mentions "ipython" (3.1's tool role) or when the operator
+ * chose the format (forced: the template text says nothing then); else
+ * pagoda's own JSON.  tmpl may be NULL.
+ */
+enum pg_tool_format pg_chat_tool_format(enum pg_chat_format fmt,
+					const char *tmpl, size_t len,
+					int forced);
+
+/* pg_tool_format_name - "json", "hermes", "llama3". */
+const char *pg_tool_format_name(enum pg_tool_format tf);
 
 /*
  * pg_chat_render - render n messages; add_assistant appends the opening of
  * the assistant's turn.  default_system, when not NULL, is inserted as the
  * system message when the first message is not one (SmolLM2's template does
- * so).  Returns a malloc'd NUL-terminated string in *out and 0, or -ENOMEM,
+ * so).  A "tool" message is rendered as the model's template renders a
+ * tool's result: Qwen2.5 and Qwen3 put a run of them in one user turn,
+ * each in "\n<tool_response>\n...\n</tool_response>"; Llama 3 gives it the
+ * header "ipython", its content untrimmed (3.1's template); Llama 2, Gemma
+ * and Phi-3, which have no tool turn, make it a user turn whose text is
+ * "<tool_response>\n" + content + "\n</tool_response>"; ChatML keeps it a
+ * turn of role "tool" (SmolLM2's generic template).  Returns a malloc'd NUL-terminated string in *out and 0, or -ENOMEM,
  * or -EINVAL (unknown role for the format).  The text is for showing:
  * tokenizing it with special tokens parsed would honour markers written
  * in the messages too; pg_chat_tokenize() does not.

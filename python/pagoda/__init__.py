@@ -17,14 +17,14 @@ Failures raise :class:`Error` (``.code``, ``.name``, ``.message``).  The
 library is found through ``$PAGODA_LIBRARY`` (a path), else the system's
 ``libpagoda.so.1``.  See pagoda-python(7).
 """
-from ._client import (ERROR_CODES, PARAMETERS, AsyncClient, Client, Completion,
-                      Error, Event, Figures, ModelInfo, Sample)
+from ._client import (ERROR_CODES, PARAMETERS, AsyncClient, ChatInfo, Client,
+                      Completion, Error, Event, Figures, ModelInfo, Sample)
 from ._lib import DEFAULT_SOCKET, SEED_RANDOM, LibraryNotFound
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "Client", "Completion", "DEFAULT_SOCKET", "ERROR_CODES",
+    "AsyncClient", "ChatInfo", "Client", "Completion", "DEFAULT_SOCKET", "ERROR_CODES",
     "Error", "Event", "Figures", "LibraryNotFound", "ModelInfo", "PARAMETERS",
     "SEED_RANDOM", "Sample", "__version__",
 ]

@@ -18,7 +18,7 @@ from ._lib import (EVENT_DONE, EVENT_ERROR, EVENT_LOGPROBS, EVENT_TOKENS,
 
 __all__ = [
     "Error", "Client", "AsyncClient", "Completion", "Sample", "Figures",
-    "ModelInfo", "Event", "PARAMETERS",
+    "ModelInfo", "ChatInfo", "Event", "PARAMETERS",
 ]
 
 # ---- errors ----
@@ -169,6 +169,21 @@ class ModelInfo:
     max_payload: int
 
 
+@dataclass(frozen=True)
+class ChatInfo:
+    """How the daemon renders chats (struct pagoda_chat_info).
+
+    ``format`` is the chat template's format ("chatml", "qwen2", "qwen3",
+    "llama3", "llama2", "gemma", "phi3"); ``tools`` how its model writes
+    tool calls: "hermes" (``<tool_call>`` blocks of ``{"name": ...,
+    "arguments": ...}``), "llama3" (``{"name": ..., "parameters": ...}``)
+    or "json" (pagoda-http's own convention).  Both are "" when the daemon
+    is too old to say.
+    """
+    format: str
+    tools: str
+
+
 @dataclass
 class Event:
     """One event of a streamed request, copied out of struct pagoda_event.
@@ -237,7 +252,7 @@ PARAMETERS: Dict[str, str] = {
 """The keyword parameters of a request: struct pagoda_request's fields."""
 
 _ROLES = {"system": _lib.ROLE_SYSTEM, "user": _lib.ROLE_USER,
-          "assistant": _lib.ROLE_ASSISTANT}
+          "assistant": _lib.ROLE_ASSISTANT, "tool": _lib.ROLE_TOOL}
 
 Messages = Iterable[Union[Mapping[str, str], Tuple[str, str]]]
 Prompt = Union[str, Sequence[int]]
@@ -303,7 +318,7 @@ class _Built:
                 role, content = m
             if role not in _ROLES:
                 raise ValueError(f"message {i}: role {role!r} is not one of "
-                                 "'system', 'user', 'assistant'")
+                                 "'system', 'user', 'assistant', 'tool'")
             b = _cstr(content, f"message {i}'s content")
             self._keep.append(b)
             arr[i].role = _ROLES[role]
@@ -508,6 +523,15 @@ class Client:
             vals[name] = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
         return ModelInfo(**vals)
 
+    def chat_info(self) -> ChatInfo:
+        """The format the daemon renders chats in and the one its model
+        writes tool calls in (pagoda_chat_info); both "" from a daemon
+        too old to say."""
+        ci = _lib.ChatInfo()
+        self._check(self._lib.pagoda_chat_info(self._handle, ctypes.byref(ci)))
+        return ChatInfo(ci.format.decode("utf-8", "replace"),
+                        ci.tools.decode("utf-8", "replace"))
+
     # -- generation --
 
     def _completion(self, built: _Built) -> Completion:
@@ -551,8 +575,10 @@ class Client:
         model's chat template.
 
         ``messages`` is a list of ``{"role": ..., "content": ...}`` dicts
-        (or ``(role, content)`` pairs); role is "system", "user" or
-        "assistant".  Keyword parameters: see :class:`Client`.
+        (or ``(role, content)`` pairs); role is "system", "user",
+        "assistant" or "tool" (a tool's result, rendered as the model's
+        template renders one: see :meth:`chat_info`).  Keyword
+        parameters: see :class:`Client`.
         """
         return self._completion(_Built(self._lib, None, messages, params))
 
@@ -687,8 +713,9 @@ class AsyncClient:
 
     ``await client.generate(...)``, ``await client.chat(...)`` and ``async
     for piece in client.stream(...)`` take the same arguments as the
-    Client's.  :meth:`tokenize`, :meth:`detokenize`, :meth:`info` and
-    :meth:`ping` are single round trips of no engine work, done in place.
+    Client's.  :meth:`tokenize`, :meth:`detokenize`, :meth:`info`,
+    :meth:`chat_info` and :meth:`ping` are single round trips of no engine
+    work, done in place.
     Use it from one event loop; ``async with AsyncClient() as c`` or
     :meth:`close` ends it.
     """
@@ -843,6 +870,10 @@ class AsyncClient:
     async def info(self) -> ModelInfo:
         """:meth:`Client.info`."""
         return self.client.info()
+
+    async def chat_info(self) -> ChatInfo:
+        """:meth:`Client.chat_info`."""
+        return self.client.chat_info()
 
     async def ping(self) -> float:
         """:meth:`Client.ping`."""

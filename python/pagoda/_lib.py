@@ -23,7 +23,7 @@ SEED_RANDOM = (1 << 64) - 1
 TOKENIZE_ADD_BOS = 1
 TOKENIZE_SPECIAL = 2
 
-ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT = 0, 1, 2
+ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL = 0, 1, 2, 3
 
 FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR = 0, 1, 2, 3
 
@@ -168,6 +168,14 @@ class ModelInfo(Structure):
     ]
 
 
+class ChatInfo(Structure):
+    """struct pagoda_chat_info"""
+    _fields_ = [
+        ("format", c_char * 16),
+        ("tools", c_char * 16),
+    ]
+
+
 # name: (restype, argtypes)
 _PROTOTYPES = {
     "pagoda_strerror": (c_char_p, [c_int]),
@@ -189,6 +197,7 @@ _PROTOTYPES = {
     "pagoda_detokenize": (c_int, [c_void_p, POINTER(c_int32), c_size_t,
                                   POINTER(POINTER(c_char)), POINTER(c_size_t)]),
     "pagoda_model_info": (c_int, [c_void_p, POINTER(ModelInfo)]),
+    "pagoda_chat_info": (c_int, [c_void_p, POINTER(ChatInfo)]),
 }
 
 _lib: Optional[ctypes.CDLL] = None

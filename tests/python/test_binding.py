@@ -38,6 +38,7 @@ STRUCTS = {
     "pagoda_figures": _lib.Figures, "pagoda_logprob": _lib.Logprob,
     "pagoda_sample": _lib.Sample, "pagoda_completion": _lib.Completion,
     "pagoda_event": _lib.Event, "pagoda_model_info": _lib.ModelInfo,
+    "pagoda_chat_info": _lib.ChatInfo,
 }
 
 
@@ -99,6 +100,18 @@ def test_info(client):
     assert (i.pp, i.tp, i.cp) == (1, 1, 1)
     assert i.model
     assert client.ping() > 0
+
+
+def test_chat_info(client):
+    # SmolLM2's template is ChatML without tool calls of its own
+    ci = client.chat_info()
+    assert (ci.format, ci.tools) == ("chatml", "json")
+
+
+def test_defines_match_roles():
+    text = open(HEADER).read()
+    for name in ("SYSTEM", "USER", "ASSISTANT", "TOOL"):
+        assert f"PAGODA_ROLE_{name} = {getattr(_lib, 'ROLE_' + name)}," in text
 
 
 def test_tokenize_round_trip(client):
@@ -181,6 +194,21 @@ def test_chat_system_user(client):
     assert "".join(client.stream_chat(msgs, temperature=0, max_tokens=16)) == a.text
     # a raw prompt to this instruct model ends at once; as a chat it does not
     assert a.figures.n_prompt > len(client.tokenize(msgs[1]["content"]))
+
+
+def test_chat_tool_result(client):
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": "get_weather(city='Paris')"},
+            {"role": "tool", "content": "21C, sunny"}]
+    r = client.chat(msgs, temperature=0, max_tokens=8)
+    assert r.finish in ("stop", "length")
+    # ChatML renders it as a turn of its own: "<|im_start|>tool\n21C, sunny<|im_end|>\n"
+    without = client.chat(msgs[:2], temperature=0, max_tokens=8)
+    turn = len(client.tokenize("tool\n" + msgs[2]["content"], add_bos=False)) + 3
+    assert r.figures.n_prompt == without.figures.n_prompt + turn
+    assert client.chat([("tool", "r")], temperature=0, max_tokens=2).figures.n_prompt > 0
+    with pytest.raises(ValueError, match="'tool'"):
+        client.chat([{"role": "function", "content": "x"}])
 
 
 def test_stop_strings(client):
@@ -299,6 +327,7 @@ def test_asyncio(socket_path, client):
                 await a.generate(PROMPT, temperature=500)
             assert await a.tokenize("hi", add_bos=False)
             assert (await a.info()).n_vocab == 49152
+            assert (await a.chat_info()).format == "chatml"
 
     asyncio.run(asyncio.wait_for(main(), 30))
     assert wait_idle(client, 5)
