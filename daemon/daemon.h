@@ -91,6 +91,8 @@ struct pgd_req {
 	int n_samples;			/* pg_request.n */
 	uint64_t seed;			/* the sampling seed, given or drawn:
 					   reported in DONE */
+	uint32_t finish_max;		/* the highest pg_finish_wire the
+					   client reads (pg_gen_wire) */
 	struct pgd_tokjob *job;		/* while the worker tokenizes its prompt
 					   (then in the client's table only, not
 					   the engine's); NULL once submitted */

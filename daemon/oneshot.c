@@ -405,6 +405,11 @@ int pgd_run_prompt(const struct pgd_options *o, const struct pg_model *m,
 	free(grammar);
 	if (!rc)
 		print_figures(o, fw, load_s, &st);
+	if (!rc && st.finish == PG_FINISH_GRAMMAR) {
+		fprintf(stderr, "pagodad: the grammar allowed no token after %d generated tokens: no token of the model's vocabulary continues the text (within the matcher's limits on parses and nesting); see pagoda-grammar(7)\n",
+			st.n_gen);
+		rc = 1;
+	}
 	free(ids);
 	pg_kvc_destroy(kvc);
 	pg_forward_destroy(fw);

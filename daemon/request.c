@@ -498,6 +498,7 @@ static struct pgd_req *req_new(struct pgd *d, struct pgd_client *c,
 	r->text = !!(g->flags & PG_GEN_TEXT);
 	r->n_samples = g->n ? (int)g->n : 1;
 	r->seed = q->sampling.seed;
+	r->finish_max = g->finish_max ? g->finish_max : PG_FINISH_WIRE_ERROR;
 	return r;
 }
 
@@ -1006,15 +1007,19 @@ int pgd_drain(struct pgd *d, struct pgd_client *c)
 
 /* ---- the engine's events ---- */
 
-static int32_t finish_code(enum pg_engine_finish f)
+/* finish_code - f on the wire, for a client that reads codes up to max. */
+static int32_t finish_code(enum pg_engine_finish f, uint32_t max)
 {
+	uint32_t code = PG_FINISH_WIRE_ERROR;
+
 	switch (f) {
-	case PG_ENGINE_FINISH_STOP: return PG_FINISH_WIRE_STOP;
-	case PG_ENGINE_FINISH_LENGTH: return PG_FINISH_WIRE_LENGTH;
-	case PG_ENGINE_FINISH_CANCELLED: return PG_FINISH_WIRE_CANCELLED;
+	case PG_ENGINE_FINISH_STOP: code = PG_FINISH_WIRE_STOP; break;
+	case PG_ENGINE_FINISH_LENGTH: code = PG_FINISH_WIRE_LENGTH; break;
+	case PG_ENGINE_FINISH_CANCELLED: code = PG_FINISH_WIRE_CANCELLED; break;
 	case PG_ENGINE_FINISH_ERROR: break;
+	case PG_ENGINE_FINISH_GRAMMAR: code = PG_FINISH_WIRE_GRAMMAR; break;
 	}
-	return PG_FINISH_WIRE_ERROR;
+	return (int32_t)(code > max ? PG_FINISH_WIRE_ERROR : code);
 }
 
 static void send_token(struct pgd *d, struct pgd_req *r,
@@ -1050,7 +1055,7 @@ static void send_done(struct pgd *d, struct pgd_req *r,
 	struct pg_cqe cqe = { .req_id = r->req_id, .type = PG_CQE_DONE,
 			      .sample = (uint8_t)ev->sample,
 			      .flags = ev->last ? PG_CQE_F_LAST : 0,
-			      .code = finish_code(ev->finish) };
+			      .code = finish_code(ev->finish, r->finish_max) };
 	struct pg_done_wire w = { .seed = r->seed };
 
 	if (r->text && ev->text_len) {	/* text the stop matcher held back */
@@ -1079,6 +1084,10 @@ void pgd_on_event(void *ctx, const struct pg_engine_event *ev)
 
 	if (!r)
 		return;
+	if (ev->type == PG_ENGINE_EV_DONE && ev->finish == PG_ENGINE_FINISH_GRAMMAR)
+		pgd_log(PGD_LOG_INFO, "client %u: request %llu, sample %d: its grammar allowed no token after %d generated tokens (finish grammar)",
+			r->st.id, (unsigned long long)r->req_id, ev->sample,
+			ev->fig ? ev->fig->n_gen : 0);
 	pgd_stats_event(d->stats, &r->st, ev);
 	if (r->c && !r->c->dead) {
 		if (ev->type == PG_ENGINE_EV_TOKEN)

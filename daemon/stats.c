@@ -418,6 +418,8 @@ static void gather_counters(const struct pgd_stats *s, const struct pgd_stats_vi
 	c->cow_copies = since(st.kv.cow_copies, b->kv.cow_copies);
 	c->clients_connected = (uint64_t)v->clients;
 	c->admin_commands = s->admin_commands;
+	c->grammar_samples = since(st.grammar_samples, b->grammar_samples);
+	c->grammar_failures = since(st.grammar_failures, b->grammar_failures);
 }
 
 static void gather_device(const struct pgd_stats *s, int i, struct pg_stats_device *o)

@@ -193,7 +193,8 @@ struct pagoda_request {
 	   honour is refused with PAGODA_EINVAL and a message that names the
 	   construct, never run unconstrained.  End-of-generation then comes
 	   only where the grammar is complete (never with ignore_eos),
-	   and a sample ends once nothing more may follow */
+	   a sample ends once nothing more may follow, and a sample that
+	   no token can continue ends with PAGODA_FINISH_GRAMMAR */
 	const char *grammar;	/* GBNF text, pagoda-grammar(7) */
 	const char *json_schema;/* a JSON Schema, pagoda-json-schema(7) */
 	uint64_t reserved[1];	/* zero: room to grow without a new size */
@@ -209,9 +210,19 @@ enum pagoda_finish {
 	PAGODA_FINISH_LENGTH = 1,	/* max_tokens reached */
 	PAGODA_FINISH_CANCELLED = 2,	/* pagoda_cancel() */
 	PAGODA_FINISH_ERROR = 3,	/* the forward pass failed */
+	/*
+	 * The grammar (or JSON Schema) allowed no token: no token of the
+	 * model's vocabulary continues the text under it, within the
+	 * matcher's limits on parses and nesting (pagoda-grammar(7) says
+	 * when that happens and what to change).  The text so far follows
+	 * the grammar but may be incomplete.  A daemon older than this
+	 * library ends such a sample with PAGODA_FINISH_ERROR.
+	 */
+	PAGODA_FINISH_GRAMMAR = 4,
 };
 
-/* pagoda_finish_name - "stop", "length", "cancelled", "error". */
+/* pagoda_finish_name - "stop", "length", "cancelled", "error",
+   "grammar"; "unknown" for any other value. */
 const char *pagoda_finish_name(enum pagoda_finish f);
 
 /* The daemon's figures for one sample of a request (times in seconds). */

@@ -6,6 +6,8 @@
  *
  *   daemon_client SOCK info                  print the model info
  *   daemon_client SOCK generate [opts]       print each sample's ids
+ *                                            (--grammar GBNF, --finish-max N:
+ *                                            the finish codes it reads)
  *   daemon_client SOCK stopcheck             stop strings end the text
  *   daemon_client SOCK tokenize TEXT [--bos] [--special]
  *   daemon_client SOCK detokenize ID,ID,...
@@ -390,6 +392,8 @@ struct gen {
 	uint32_t max_tokens, n, flags;
 	float temperature;
 	uint64_t seed;
+	const char *grammar;		/* GBNF; NULL: none */
+	uint32_t finish_max;		/* pg_gen_wire's */
 };
 
 static void gen_default(struct gen *g)
@@ -459,9 +463,16 @@ static uint32_t gen_payload(const struct gen *g, uint8_t *buf)
 		w.stop_bytes += (uint32_t)l;
 	}
 	w.n_stop = (uint32_t)g->n_stop;
+	if (g->grammar) {
+		w.grammar_kind = PG_GRAMMAR_GBNF;
+		w.grammar_bytes = (uint32_t)strlen(g->grammar);
+		memcpy(p, g->grammar, w.grammar_bytes);
+		p += w.grammar_bytes;
+	}
+	w.finish_max = g->finish_max;
 	w.max_tokens = g->max_tokens;
 	w.n = g->n;
-	w.flags = g->flags;
+	w.flags = g->flags | (g->grammar ? PG_GEN_GRAMMAR : 0);
 	w.temperature = g->temperature;
 	w.seed = g->seed;
 	memcpy(buf, &w, sizeof(w));
@@ -603,9 +614,10 @@ static int run_simple(struct conn *c, uint8_t op, uint64_t req_id, uint16_t flag
 
 static const char *finish_name(int f)
 {
-	static const char *const names[] = { "stop", "length", "cancelled", "error" };
+	static const char *const names[] = { "stop", "length", "cancelled", "error",
+					     "grammar" };
 
-	return f >= 0 && f < 4 ? names[f] : "?";
+	return f >= 0 && f < 5 ? names[f] : "?";
 }
 
 /* ---- sub-commands: one request, printed ---- */
@@ -693,6 +705,10 @@ static int cmd_generate(struct conn *c, int argc, char **argv)
 			g.temperature = strtof(v, NULL);
 		} else if (!strcmp(a, "--seed")) {
 			g.seed = strtoull(v, NULL, 0);
+		} else if (!strcmp(a, "--grammar")) {
+			g.grammar = v;
+		} else if (!strcmp(a, "--finish-max")) {
+			g.finish_max = (uint32_t)atoi(v);
 		} else {
 			die("unknown generate option %s", a);
 		}

@@ -6,7 +6,9 @@
 # ping, chat from a pipe, SIGINT, clear errors and exit statuses, and the
 # daemon's death under a waiting client; seeds the daemon draws, the
 # sampled token's log-probability, generate --chat, NUL bytes refused,
-# and a chat that outgrows a small KV pool.  With SmolLM2-135M-Instruct in
+# and a chat that outgrows a small KV pool; a grammar that allows no token
+# (generate, --json and pagodad's one-shot: the text it had, a message,
+# exit 1; the daemon's log).  With SmolLM2-135M-Instruct in
 # $PAGODA_MODEL_DIR, also an instruct model with and without --chat.
 # Skips (77) while pagodad cannot serve (no --foreground).
 set -u
@@ -261,6 +263,27 @@ if [ -r "$smol" ]; then
 else
 	echo "SKIP (in part): no $smol: an instruct model with and without --chat"
 fi
+
+# a grammar that allows no token: the text it had, a message that says so,
+# exit 1; the daemon logs it with the request.  Every character is a token
+# of the byte-level vocabulary, so: parses that double with every "a"
+# (after eleven any token would pass the limit of parses), and the empty
+# grammar under --ignore-eos (only end-of-generation would fit)
+printf 'root ::= "x" e\ne ::= "a" e "b" | "a" e "c"\n' >"$tmp/stuck.gbnf"
+printf 'root ::= ""\n' >"$tmp/empty.gbnf"
+$c generate --temperature 0 --grammar "$tmp/stuck.gbnf" hello >"$tmp/o" 2>"$tmp/e"; rc=$?
+check "grammar without a token: exit 1 (got $rc)" test $rc -eq 1
+check "grammar without a token: the text it had" test "$(cat "$tmp/o")" = xaaaaaaaaaaa
+check "grammar without a token: says so" grep -q "the grammar allowed no token after [0-9]* tokens: no token of the model's vocabulary continues the text.*see pagoda-grammar(7)" "$tmp/e"
+$c --json generate --temperature 0 --grammar "$tmp/stuck.gbnf" hello >"$tmp/j" 2>/dev/null; rc=$?
+check "grammar without a token, --json: exit 1 and finish grammar" sh -c "test $rc -eq 1 && tail -n 1 '$tmp/j' | grep -q '\"finish\":\"grammar\",\"text\":\"xaaaaaaaaaaa\"'"
+$c generate --ignore-eos --grammar "$tmp/empty.gbnf" hello >"$tmp/o" 2>"$tmp/e"; rc=$?
+check "the empty grammar under --ignore-eos: exit 1, no text (got $rc)" sh -c "test $rc -eq 1 && ! test -s '$tmp/o'"
+check "the empty grammar under --ignore-eos: after 0 tokens" grep -q "allowed no token after 0 tokens" "$tmp/e"
+check "the daemon logs it with the request" grep -q "request [0-9]*, sample 0: its grammar allowed no token after [0-9]* generated tokens (finish grammar)" "$tmp/daemon.log"
+$pagodad $m --prompt hello --temperature 0 --grammar "$tmp/stuck.gbnf" -q >"$tmp/o" 2>"$tmp/e"; rc=$?
+check "pagodad --prompt --grammar without a token: exit 1, the text it had" sh -c "test $rc -eq 1 && test \"\$(cat '$tmp/o')\" = xaaaaaaaaaaa"
+check "pagodad --prompt --grammar without a token: says so" grep -q "pagodad: the grammar allowed no token after [0-9]* generated tokens" "$tmp/e"
 
 # errors: what went wrong, and the documented exit status
 $c generate --temperature 500 hello >/dev/null 2>"$tmp/e"; rc=$?

@@ -6,7 +6,8 @@
 # evict (pages reported and gone from the figures), drain (new requests
 # refused with the daemon's PG_EBUSY message while a running one finishes
 # all its tokens; drain --wait), resume, clients and disconnect, loglevel,
-# stats reset, health's exit statuses, top --once, a daemon that died or
+# stats reset, the grammar figures (samples under a grammar, and those it
+# left without a token), health's exit statuses, top --once, a daemon that died or
 # stopped; a client that named itself with terminal escapes shown escaped
 # by clients, stats, top, metrics and --json, never raw; and, when run as
 # root, a user outside the admin group refused with a message naming the
@@ -276,6 +277,26 @@ check "reset: histograms empty" test "$(num "$tmp/s5" time_to_first_token count)
 $pagoda -s "$sock" generate --ignore-eos --max-tokens 5 "after the reset" >/dev/null
 $c stats --json -i 0 >"$tmp/s6"
 check "counting again after the reset" test "$(num "$tmp/s6" tokens generated)" = 5
+
+# structured output: the samples run under a grammar, and those it left
+# without a token (parses that double with every "a": after eleven no
+# token may follow); such a sample ends its request as done, not failed
+printf 'root ::= "x" e\ne ::= "a" e "b" | "a" e "c"\n' >"$tmp/stuck.gbnf"
+printf 'root ::= "yes"\n' >"$tmp/yes.gbnf"
+$pagoda -s "$sock" generate --temperature 0 --grammar "$tmp/stuck.gbnf" hi >/dev/null 2>&1
+check "a grammar that allows no token: exit 1" test $? -eq 1
+$pagoda -s "$sock" generate --n 2 --grammar "$tmp/yes.gbnf" hi >/dev/null
+check "a grammar that ends: exit 0" test $? -eq 0
+$c stats --json -i 0 >"$tmp/s7"
+check "grammar: 3 samples under one" test "$(num "$tmp/s7" grammar samples)" = 3
+check "grammar: 1 failure" test "$(num "$tmp/s7" grammar failures)" = 1
+check "grammar: the requests done, none failed" \
+	test "$(num "$tmp/s7" requests done)/$(num "$tmp/s7" requests failed)" = 3/0
+$c stats -i 0 >"$tmp/t7"
+check "stats: the grammar figures" grep -q "^grammars  *3 samples constrained, 1 ended with no token allowed" "$tmp/t7"
+$c metrics >"$tmp/m7"
+check "metrics: pagoda_grammar_samples_total 3" grep -qx "pagoda_grammar_samples_total 3" "$tmp/m7"
+check "metrics: pagoda_grammar_failures_total 1" grep -qx "pagoda_grammar_failures_total 1" "$tmp/m7"
 
 # ---- a client's name is shown escaped, never as itself ----
 # no_ctl FILE: FILE holds no control byte but newlines (no ESC, no BEL)

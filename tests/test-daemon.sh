@@ -2,7 +2,8 @@
 # test-daemon.sh - pagodad serving clients end to end on a generated tiny
 # model, through tests/daemon_client (a raw client over shm/, not
 # libpagoda): model info, generation equal to the one-shot mode, tokenize
-# and detokenize, chat, stop strings, n > 1, ping round trips, 32 clients
+# and detokenize, chat, stop strings, n > 1, a grammar that allows no
+# token (finish grammar, or error for a client before it), ping round trips, 32 clients
 # at once checked against each request alone, a hostile client beside a
 # victim, pings beside a prompt of 1 MiB being tokenized (with a cancel and
 # a client's death meanwhile), a short prompt beside 24 clients flooding
@@ -92,6 +93,18 @@ n_special=$(sed -n 's/^prompt tokens //p' "$tmp/inj2")
 check "chat content is text: <|im_start|> in a message is not a control token ($n_text vs $n_special tokens)" \
 	test "${n_text:-0}" -gt "${n_special:-0}" -a "${n_special:-0}" -gt 0
 check "stop strings" $client "$S" stopcheck
+# a grammar that allows no token (its parses double with every "a"):
+# finish grammar for a client that reads it, error for one before it
+# (finish_max 0), which would take the new code for a broken DONE
+stuck='root ::= "x" e
+e ::= "a" e "b" | "a" e "c"'
+$client "$S" generate --prompt hi --grammar "$stuck" --finish-max 4 --text >"$tmp/gs"
+check "a grammar without a token: finish grammar, the text it had" \
+	sh -c "grep -q '^finish 0: grammar$' '$tmp/gs' && grep -q '^text 0: xaaaaaaaaaaa$' '$tmp/gs'"
+$client "$S" generate --prompt hi --grammar "$stuck" >"$tmp/gs0"
+check "... and error for a client before that finish (finish_max 0)" grep -q '^finish 0: error$' "$tmp/gs0"
+$client "$S" generate --prompt hi --grammar "$stuck" --finish-max 3 >"$tmp/gs3"
+check "... and for one that reads up to error (finish_max 3)" grep -q '^finish 0: error$' "$tmp/gs3"
 
 # tokenize and detokenize agree with the one-shot tokenizer
 $client "$S" tokenize "hello world <|im_start|>" --bos --special >"$tmp/t1"

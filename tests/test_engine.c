@@ -14,6 +14,9 @@
  *  - fairness: one request of client B is not starved by 20 of client A;
  *    within a client, priority goes first;
  *  - a stop token ends generation before it;
+ *  - a grammar that allows no token ends its samples with finish
+ *    "grammar" (drawn lazily, and masked first), counted, its text the
+ *    prefix it had, while a request beside it in the batch is unchanged;
  *  - steps bounded by cost (under a known, injected cost): the step cost
  *    model recovers a linear cost; next to decoding streams a long
  *    prompt is spread over chunks that keep each step under twice the
@@ -34,6 +37,7 @@
 #include "daemon/engine/forward.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/stepcost.h"
+#include "daemon/engine/tokenizer.h"
 #include "tests/check.h"
 #include "tests/gen/ggufgen.h"
 
@@ -623,6 +627,102 @@ out:
 	pg_forward_destroy(fw);
 }
 
+/* The text of sample s of r, as the tokenizer spells its tokens. */
+static void result_text(const struct pg_model *m, const struct result *r, int s,
+			char *out, size_t cap)
+{
+	size_t len = 0;
+
+	for (int i = 0; i < r->n_toks[s]; i++) {
+		int n = pg_token_to_piece(m->tok, r->toks[s][i], 0, out + len,
+					  cap - 1 - len);
+
+		if (n > 0 && (size_t)n <= cap - 1 - len)
+			len += (size_t)n;
+	}
+	out[len] = 0;
+}
+
+/* One grammar-stuck request: its samples' finish, and the text each had. */
+static void check_stuck(const struct pg_model *m, const struct result *r, int n,
+			const char *want, const char *what)
+{
+	char text[MAX_GEN * 16];
+
+	for (int s = 0; s < n; s++) {
+		result_text(m, r, s, text, sizeof(text));
+		CHECK(r->done[s] && r->finish[s] == PG_ENGINE_FINISH_GRAMMAR &&
+		      r->fig[s].n_gen == r->n_toks[s] && !strcmp(text, want),
+		      "%s: sample %d finished %s after \"%s\", want grammar after \"%s\"",
+		      what, s, pg_engine_finish_name(r->finish[s]), text, want);
+	}
+}
+
+/*
+ * Grammars that allow no token.  Every character is a token of the tiny
+ * model's byte-level vocabulary, so the two ways left: an ambiguous
+ * grammar whose parses double with every "a" (after eleven, any token
+ * would pass PG_GRAMMAR_MAX_STACKS), drawn lazily (greedy, n = 2) and
+ * masked first (top-k); and the empty grammar under ignore_eos (only
+ * end-of-generation would fit).  An unconstrained request runs in the
+ * same batches and gives what it gives alone.
+ */
+static void test_grammar_stuck(const struct pg_model *m)
+{
+	static const char ambiguous[] = "root ::= \"x\" e\ne ::= \"a\" e \"b\" | \"a\" e \"c\"\n";
+	static const char empty[] = "root ::= \"\"\n";
+	static struct result alone;
+	static struct results rs;
+	struct pg_forward *fw = make_fw(m, 256, 4);
+	struct pg_engine *e = fw ? make_engine(m, fw, 64, 8, 0, &rs) : NULL;
+	struct pg_request r[4];
+	struct pg_engine_stats st;
+	int32_t p[12];
+	uint64_t id;
+
+	CHECK(e, "grammar stuck: set-up");
+	if (!e)
+		goto out;
+	make_prompt(p, 12, 77);
+	for (int i = 0; i < 4; i++)
+		r[i] = request(p, 12, 32);
+	r[0].grammar = ambiguous;
+	r[0].grammar_len = strlen(ambiguous);
+	r[0].n = 2;
+	r[1] = r[0];
+	r[1].n = 1;
+	r[1].sampling.temperature = 1.0f;
+	r[1].sampling.top_k = 5;
+	r[1].sampling.seed = 3;
+	r[2].grammar = empty;
+	r[2].grammar_len = strlen(empty);
+	r[2].ignore_eos = 1;
+	r[3].ignore_eos = 1;
+	run_alone(m, fw, &r[3], &alone);
+	for (int i = 0; i < 4; i++)
+		CHECK(pg_engine_submit(e, &r[i], &id) == 0, "grammar stuck: submit %d: %s",
+		      i, pg_engine_last_error(e));
+	run_idle(e);
+	check_stuck(m, &rs.r[0], 2, "xaaaaaaaaaaa", "grammar stuck (lazy)");
+	check_stuck(m, &rs.r[1], 1, "xaaaaaaaaaaa", "grammar stuck (masked)");
+	check_stuck(m, &rs.r[2], 1, "", "grammar stuck (empty, ignore_eos)");
+	CHECK(rs.r[3].done[0] && rs.r[3].finish[0] == alone.finish[0] &&
+	      same_tokens(&rs.r[3], &alone, 0),
+	      "grammar stuck: the unconstrained request beside them changed (%s, %d tokens; alone %d)",
+	      pg_engine_finish_name(rs.r[3].finish[0]), rs.r[3].n_toks[0], alone.n_toks[0]);
+	CHECK(rs.bad == 0, "grammar stuck: %d stray events", rs.bad);
+	pg_engine_stats(e, &st);
+	CHECK(st.grammar_samples == 4 && st.grammar_failures == 4 && st.n_failed == 0 &&
+	      st.n_done == 4,
+	      "grammar stuck: %llu samples under a grammar, %llu failures, %llu requests failed, %llu done; want 4, 4, 0, 4",
+	      (unsigned long long)st.grammar_samples, (unsigned long long)st.grammar_failures,
+	      (unsigned long long)st.n_failed, (unsigned long long)st.n_done);
+	check_pool_back(e, "grammar stuck");
+	pg_engine_destroy(e);
+out:
+	pg_forward_destroy(fw);
+}
+
 /*
  * Under a plan: a device that fails mid-batch fails that batch's requests
  * with an error; the engine goes on and later requests are right.
@@ -904,6 +1004,7 @@ int main(void)
 	test_fairness(m);
 	test_priority(m);
 	test_stop_ids(m);
+	test_grammar_stuck(m);
 	test_cost_model(m);
 	test_bounded_steps(m);
 	pg_model_free(m);

@@ -339,6 +339,10 @@ static int on_generate(struct fake *f, const struct pg_sqe *e,
 		   !memcmp(prompt, "close", 5)) {
 		error_reply(f, 0, PG_ESHUTDOWN, 0, "pagodad is stopping (SIGTERM)");
 		goodbye(f, PG_ESHUTDOWN, "pagodad is stopping (SIGTERM)");
+	} else if (w.prompt_kind == PG_PROMPT_TEXT && w.prompt_bytes == 7 &&
+		   !memcmp(prompt, "grammar", 7)) {	/* as finish_max allows */
+		answer_samples(f, e->req_id, w.n, 0, w.finish_max >= PG_FINISH_WIRE_GRAMMAR ?
+			       PG_FINISH_WIRE_GRAMMAR : PG_FINISH_WIRE_ERROR, w.seed);
 	} else if (w.prompt_kind == PG_PROMPT_TEXT && w.prompt_bytes == 3 &&
 		   !memcmp(prompt, "die", 3)) {
 		return -1;
@@ -631,6 +635,8 @@ static void test_strerror(void)
 	CHECK(!strcmp(pagoda_strerror(PAGODA_ESHUTDOWN), "the daemon stopped or restarted"));
 	CHECK(!strcmp(pagoda_finish_name(PAGODA_FINISH_LENGTH), "length"));
 	CHECK(!strcmp(pagoda_finish_name(PAGODA_FINISH_CANCELLED), "cancelled"));
+	CHECK(!strcmp(pagoda_finish_name(PAGODA_FINISH_GRAMMAR), "grammar"));
+	CHECK(!strcmp(pagoda_finish_name((enum pagoda_finish)99), "unknown"));
 }
 
 static void test_missing_socket(void)
@@ -696,6 +702,7 @@ static uint32_t expected_text_payload(uint8_t *buf)
 		.top_k = 7, .top_p = 0.9f, .min_p = 0.01f, .repeat_penalty = 1.1f,
 		.repeat_last_n = 32, .presence_penalty = 0.2f,
 		.frequency_penalty = 0.3f, .seed = 1234, .n_logprobs = 2,
+		.finish_max = PG_FINISH_WIRE_GRAMMAR,
 	};
 
 	memcpy(buf, &w, sizeof(w));
@@ -879,6 +886,42 @@ static void test_generate(pagoda_t *p)
 	CHECK(c.n_samples == 1 && c.samples && !c.samples[0].token_logprobs &&
 	      !c.samples[0].logprobs);
 	pagoda_completion_free(&c);
+}
+
+/*
+ * A grammar that allowed no token: the library says it reads that finish
+ * (finish_max), and gives it back as PAGODA_FINISH_GRAMMAR, both in a
+ * completion and as a DONE event.
+ */
+static void test_finish_grammar(pagoda_t *p, struct fake *f)
+{
+	struct pagoda_request req;
+	struct pagoda_completion c;
+	struct pagoda_event ev;
+	struct pg_gen_wire w;
+	uint64_t id;
+	int done = 0;
+
+	pagoda_request_init(&req);
+	req.prompt = "grammar";
+	req.n = 2;
+	CHECK_RC(pagoda_generate(p, &req, &c), 0);
+	pthread_mutex_lock(&f->mu);
+	memcpy(&w, f->gen, sizeof(w));
+	pthread_mutex_unlock(&f->mu);
+	CHECK(w.finish_max == PG_FINISH_WIRE_GRAMMAR);
+	CHECK(c.n_samples == 2 && c.samples &&
+	      c.samples[0].finish == PAGODA_FINISH_GRAMMAR &&
+	      c.samples[1].finish == PAGODA_FINISH_GRAMMAR && c.samples[1].n_ids == 3);
+	pagoda_completion_free(&c);
+	req.n = 1;
+	CHECK_RC(pagoda_submit(p, &req, &id), 0);
+	while (!done && pagoda_next_event(p, &ev, 2000) > 0)
+		if (ev.type == PAGODA_EVENT_DONE) {
+			CHECK(ev.id == id && ev.finish == PAGODA_FINISH_GRAMMAR && ev.last);
+			done = 1;
+		}
+	CHECK(done);
 }
 
 /*
@@ -1344,6 +1387,7 @@ static void test_serve(void)
 	test_encoding(p, f);
 	test_generate(p);
 	test_seed(p, f);
+	test_finish_grammar(p, f);
 	test_bad_requests(p);
 	test_stream(p);
 	test_threads(p);

@@ -297,7 +297,12 @@ struct pg_gen_wire {
 	uint32_t grammar_kind;	/* enum pg_grammar_kind, with PG_GEN_GRAMMAR;
 				   else 0 */
 	uint32_t grammar_bytes;	/* with PG_GEN_GRAMMAR, 1 .. 1 MiB; else 0 */
-	uint32_t reserved[3];	/* zero */
+	/* the highest enum pg_finish_wire the client reads; the daemon sends
+	   a finish above it as PG_FINISH_WIRE_ERROR.  0 (clients before
+	   PG_FINISH_WIRE_GRAMMAR, which left it zero, and which an older
+	   daemon ignores) means PG_FINISH_WIRE_ERROR */
+	uint32_t finish_max;
+	uint32_t reserved[2];	/* zero */
 };
 static_assert(sizeof(struct pg_gen_wire) == 96, "pg_gen_wire");
 
@@ -332,7 +337,13 @@ enum pg_finish_wire {
 	PG_FINISH_WIRE_STOP = 0,	/* end-of-generation or stop string */
 	PG_FINISH_WIRE_LENGTH = 1,	/* max_tokens */
 	PG_FINISH_WIRE_CANCELLED = 2,
-	PG_FINISH_WIRE_ERROR = 3,
+	PG_FINISH_WIRE_ERROR = 3,	/* the forward pass failed, or memory
+					   ran out */
+	PG_FINISH_WIRE_GRAMMAR = 4,	/* the grammar allowed no token: no
+					   token of the vocabulary continues
+					   the text; sent only to a client
+					   whose GENERATE's finish_max says
+					   it reads it (else ERROR) */
 };
 
 #define PG_CQE_IDS 4		/* token ids one TOKENS entry carries */

@@ -44,6 +44,13 @@
  * needs floating point to be exact.  Strings are as their source gave
  * them (a client's command name is its own choice): show them through
  * common/escape.h.
+ *
+ * Growing: a new counter or gauge takes its room from a struct's
+ * reserved words, which every writer leaves zero, and keeps the version:
+ * a reader older than the field never looks at it, and a newer reader
+ * of an older daemon reads 0 there (say so beside the field).  Moving,
+ * resizing or redefining a field changes PG_STATS_VERSION, which readers
+ * require to be theirs.
  */
 #ifndef PAGODA_WIRE_STATS_LAYOUT_H
 #define PAGODA_WIRE_STATS_LAYOUT_H
@@ -91,7 +98,7 @@ struct pg_stats_counters {
 	uint64_t seqs_running;		/* gauge: sequences holding KV pages */
 	uint64_t seqs_waiting;		/* gauge: sequences queued */
 	uint64_t requests_submitted;	/* accepted into the engine */
-	uint64_t requests_done;		/* finished: stop or length */
+	uint64_t requests_done;		/* finished: stop, length or grammar */
 	uint64_t requests_failed;	/* finished with an engine error */
 	uint64_t requests_cancelled;
 	uint64_t requests_refused;	/* PG_EBUSY while draining */
@@ -121,7 +128,12 @@ struct pg_stats_counters {
 	/* clients */
 	uint64_t clients_connected;	/* gauge */
 	uint64_t admin_commands;	/* admin commands answered */
-	uint64_t reserved[34];
+	/* structured output (0 from a daemon before them) */
+	uint64_t grammar_samples;	/* samples submitted under a grammar
+					   or JSON Schema */
+	uint64_t grammar_failures;	/* of those, ended because the grammar
+					   allowed no token (finish grammar) */
+	uint64_t reserved[32];
 };
 static_assert(sizeof(struct pg_stats_counters) == 512, "pg_stats_counters");
 

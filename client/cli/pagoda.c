@@ -403,6 +403,26 @@ static void on_logprobs(struct run *r, const struct pagoda_event *ev)
 		     t->len - r->tok_at[ev->sample]);
 }
 
+/*
+ * say_grammar - a sample that its grammar left without a token: what
+ * happened and where to read why, on a line of its own (after the text of
+ * a single sample on a terminal).
+ */
+static void say_grammar(struct run *r, const struct pagoda_event *ev)
+{
+	char which[32] = "";
+
+	if (r->n == 1 && !r->cli->json && !r->at_line_start && isatty(STDOUT_FILENO)) {
+		putchar('\n');
+		fflush(stdout);
+		r->at_line_start = 1;
+	}
+	if (r->n > 1)
+		snprintf(which, sizeof(which), "sample %u: ", ev->sample);
+	fprintf(stderr, "pagoda: %sthe grammar allowed no token after %u tokens: no token of the model's vocabulary continues the text (within the matcher's limits on parses and nesting); see pagoda-grammar(7)\n",
+		which, ev->figures.n_gen);
+}
+
 static void on_done(struct run *r, const struct pagoda_event *ev)
 {
 	const struct cli_buf *t = ev->sample < (unsigned)r->n ? &r->text[ev->sample] : NULL;
@@ -411,7 +431,9 @@ static void on_done(struct run *r, const struct pagoda_event *ev)
 		cli_json_event(ev, t);
 	if (r->cli->verbose)
 		cli_figures(ev, r->hint);
-	if (ev->finish == PAGODA_FINISH_ERROR)
+	if (ev->finish == PAGODA_FINISH_GRAMMAR)
+		say_grammar(r, ev);
+	if (ev->finish == PAGODA_FINISH_ERROR || ev->finish == PAGODA_FINISH_GRAMMAR)
 		r->status = CLI_FAIL;
 	r->over = ev->last;
 }

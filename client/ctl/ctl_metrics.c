@@ -79,6 +79,12 @@ static void requests(FILE *f, const struct pg_stats_counters *c)
 	metric(f, "pagoda_preemptions_total", "counter", "Sequences preempted for want of KV pages.", (double)c->preemptions);
 }
 
+static void grammar(FILE *f, const struct pg_stats_counters *c)
+{
+	metric(f, "pagoda_grammar_samples_total", "counter", "Samples submitted under a grammar or JSON Schema.", (double)c->grammar_samples);
+	metric(f, "pagoda_grammar_failures_total", "counter", "Samples ended because their grammar allowed no token (finish reason grammar).", (double)c->grammar_failures);
+}
+
 static void kv(FILE *f, const struct pg_stats_counters *c)
 {
 	metric(f, "pagoda_kv_pool_pages", "gauge", "Pages in the KV pool.", (double)c->kv_pages);
@@ -213,6 +219,7 @@ int ctl_metrics_write(FILE *f, const struct ctl_snap *s)
 	metric(f, "pagoda_uptime_seconds", "gauge", "Seconds since pagodad started.",
 	       (double)(s->read_unix_ns - s->h->start_unix_ns) * 1e-9);
 	requests(f, &s->h->c);
+	grammar(f, &s->h->c);
 	kv(f, &s->h->c);
 	devices(f, s);
 	for (int i = 0; i < PG_STATS_N_HIST; i++)

@@ -539,6 +539,8 @@ static void print_counts(FILE *f, const struct ctl_snap *s, const struct ctl_rat
 	fprintf(f, "engine         %llu steps, %llu failed; %llu preemptions\n",
 		(unsigned long long)c->steps, (unsigned long long)c->step_errors,
 		(unsigned long long)c->preemptions);
+	fprintf(f, "grammars       %llu samples constrained, %llu ended with no token allowed (finish grammar)\n",
+		(unsigned long long)c->grammar_samples, (unsigned long long)c->grammar_failures);
 }
 
 static void print_devices(FILE *f, const struct ctl_snap *s)
@@ -665,6 +667,9 @@ static void json_counts(FILE *f, const struct pg_stats_counters *c)
 	JU("steps", c->steps); fputc(',', f);
 	JU("step_errors", c->step_errors); fputc(',', f);
 	JU("preemptions", c->preemptions);
+	fprintf(f, "},\"grammar\":{");
+	JU("samples", c->grammar_samples); fputc(',', f);
+	JU("failures", c->grammar_failures);
 	fprintf(f, "},");
 	JU("clients_connected", c->clients_connected); fputc(',', f);
 	JU("admin_commands", c->admin_commands);

@@ -10,6 +10,10 @@
 
 #include "client/lib/internal.h"
 
+static_assert((int)PAGODA_FINISH_ERROR == (int)PG_FINISH_WIRE_ERROR &&
+	      (int)PAGODA_FINISH_GRAMMAR == (int)PG_FINISH_WIRE_GRAMMAR,
+	      "pagoda_finish mirrors pg_finish_wire");
+
 const char *pagoda_finish_name(enum pagoda_finish f)
 {
 	switch (f) {
@@ -17,8 +21,14 @@ const char *pagoda_finish_name(enum pagoda_finish f)
 	case PAGODA_FINISH_LENGTH: return "length";
 	case PAGODA_FINISH_CANCELLED: return "cancelled";
 	case PAGODA_FINISH_ERROR: return "error";
+	case PAGODA_FINISH_GRAMMAR: return "grammar";
 	}
 	return "unknown";
+}
+
+int pgc_finish_ok(int32_t wire)
+{
+	return wire >= 0 && wire <= PGC_FINISH_MAX;
 }
 
 int pgc_error_code(int32_t wire)
@@ -92,8 +102,7 @@ static int to_event(struct pagoda *p, struct pagoda_event *ev)
 	}
 	case PG_CQE_DONE:
 		ev->type = PAGODA_EVENT_DONE;
-		if (c->code < 0 || c->code > PG_FINISH_WIRE_ERROR ||
-		    pgc_figures(rx, &ev->figures))
+		if (!pgc_finish_ok(c->code) || pgc_figures(rx, &ev->figures))
 			return pgc_fail(p, PAGODA_EPROTO, "pagodad sent a malformed DONE");
 		ev->finish = (enum pagoda_finish)c->code;
 		ev->last = (c->flags & PG_CQE_F_LAST) != 0;

@@ -174,6 +174,16 @@ void pgc_rx_free(struct pgc_rx *rx);
  */
 int pgc_error_code(int32_t wire);
 
+/*
+ * The highest finish code this library reads, as it tells the daemon in
+ * each GENERATE (pg_gen_wire.finish_max); the wire's codes are
+ * enum pagoda_finish's values.
+ */
+#define PGC_FINISH_MAX PG_FINISH_WIRE_GRAMMAR
+
+/* pgc_finish_ok - whether a DONE's code is one this library reads. */
+int pgc_finish_ok(int32_t wire);
+
 /* pgc_figures - a DONE payload's figures; 0 or -1 when malformed. */
 int pgc_figures(const struct pgc_rx *rx, struct pagoda_figures *fig);
 

@@ -208,6 +208,7 @@ static void pgc_gen_encode(const struct pagoda_request *req, uint8_t *buf)
 		.frequency_penalty = req->frequency_penalty,
 		.seed = random ? 0 : req->seed,
 		.n_logprobs = (uint32_t)req->n_logprobs,
+		.finish_max = PGC_FINISH_MAX,
 	};
 	uint8_t *prompt = buf + sizeof(w), *dst = encode_prompt(req, prompt);
 
@@ -405,8 +406,7 @@ static int gather_one(struct pagoda *p, struct pagoda_completion *out,
 			return pgc_fail(p, PAGODA_EPROTO, "pagodad sent a malformed LOGPROBS");
 		return add_logprobs(s, g, rx) ? PAGODA_ENOMEM : 0;
 	case PG_CQE_DONE:
-		if (c->code < 0 || c->code > PG_FINISH_WIRE_ERROR ||
-		    pgc_figures(rx, &s->figures))
+		if (!pgc_finish_ok(c->code) || pgc_figures(rx, &s->figures))
 			return pgc_fail(p, PAGODA_EPROTO, "pagodad sent a malformed DONE");
 		s->finish = (enum pagoda_finish)c->code;
 		g->done = 1;

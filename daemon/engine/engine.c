@@ -144,6 +144,7 @@ const char *pg_engine_finish_name(enum pg_engine_finish f)
 	case PG_ENGINE_FINISH_LENGTH: return "length";
 	case PG_ENGINE_FINISH_CANCELLED: return "cancelled";
 	case PG_ENGINE_FINISH_ERROR: return "error";
+	case PG_ENGINE_FINISH_GRAMMAR: return "grammar";
 	}
 	return "unknown";
 }
@@ -477,6 +478,8 @@ int pg_engine_submit(struct pg_engine *e, const struct pg_request *q,
 	r->next = e->reqs;
 	e->reqs = r;
 	e->st.prompt_tokens += (uint64_t)q->n_prompt;
+	if (r->grammar)
+		e->st.grammar_samples += (uint64_t)r->n;
 	*id = r->id;
 	return 0;
 }
@@ -541,6 +544,7 @@ static void finish(struct pg_engine *e, struct seq *s, enum pg_engine_finish f,
 		r->failed = 1;
 	if (s->fig.n_gen > 1)
 		s->fig.itl_s = (s->t_last - s->t_first) / (s->fig.n_gen - 1);
+	/* stop, length and grammar: the text so far is the sample's, whole */
 	if (!stopped_by_string && f != PG_ENGINE_FINISH_CANCELLED &&
 	    f != PG_ENGINE_FINISH_ERROR) {
 		ev.text = buf;
@@ -638,10 +642,19 @@ static void record_token(struct pg_engine *e, struct seq *s, int32_t id)
 	e->st.generated_tokens++;
 }
 
+/* End s because its grammar allowed no token. */
+static void finish_grammar(struct pg_engine *e, struct seq *s)
+{
+	e->st.grammar_failures++;
+	finish(e, s, PG_ENGINE_FINISH_GRAMMAR, 0);
+}
+
 /*
  * draw_constrained - s's next token under its grammar into *id; 0, or -1
- * after ending s (no token is allowed: the grammar cannot go on with this
- * vocabulary, or memory ran out).
+ * after ending s: with PG_ENGINE_FINISH_GRAMMAR when no token is allowed
+ * (the lazy draw's refused token and the masked draw both end there, in
+ * pg_constrain_draw's mask), with PG_ENGINE_FINISH_ERROR when memory ran
+ * out.
  */
 static int draw_constrained(struct pg_engine *e, struct seq *s, const float *row,
 			    float *lp, struct pg_logprob *top, int32_t *id)
@@ -652,11 +665,30 @@ static int draw_constrained(struct pg_engine *e, struct seq *s, const float *row
 	case PG_CONSTRAIN_TOKEN:
 		return 0;
 	case PG_CONSTRAIN_STUCK:
+		finish_grammar(e, s);
+		return -1;
 	case PG_CONSTRAIN_NOMEM:
 		break;
 	}
-	e->st.grammar_failures++;
 	finish(e, s, PG_ENGINE_FINISH_ERROR, 0);
+	return -1;
+}
+
+/*
+ * accept_constrained - advance s's grammar past the token drawn; 0, or -1
+ * after ending s.  The draw gave an allowed token, so only memory can fail
+ * here; any other refusal would be the grammar's, and ends s as one.
+ */
+static int accept_constrained(struct pg_engine *e, struct seq *s, int32_t id)
+{
+	int rc = pg_grammar_accept(s->gs, pg_constrain_vocab(e->con), id);
+
+	if (!rc)
+		return 0;
+	if (rc == -ENOMEM)
+		finish(e, s, PG_ENGINE_FINISH_ERROR, 0);
+	else
+		finish_grammar(e, s);
 	return -1;
 }
 
@@ -689,11 +721,8 @@ static void sample_one(struct pg_engine *e, struct seq *s, const float *row)
 		finish(e, s, PG_ENGINE_FINISH_STOP, 0);
 		return;
 	}
-	if (s->gs && pg_grammar_accept(s->gs, pg_constrain_vocab(e->con), id)) {
-		e->st.grammar_failures++;
-		finish(e, s, PG_ENGINE_FINISH_ERROR, 0);
+	if (s->gs && accept_constrained(e, s, id))
 		return;
-	}
 	record_token(e, s, id);
 	if (emit_token(e, s, id, lp, n_top ? top : NULL, n_top))
 		finish(e, s, PG_ENGINE_FINISH_STOP, 1);

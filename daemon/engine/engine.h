@@ -43,10 +43,17 @@ enum pg_engine_finish {
 					   stop string */
 	PG_ENGINE_FINISH_LENGTH,	/* max_tokens reached */
 	PG_ENGINE_FINISH_CANCELLED,	/* pg_engine_cancel */
-	PG_ENGINE_FINISH_ERROR,		/* the forward pass failed */
+	PG_ENGINE_FINISH_ERROR,		/* the forward pass failed, or memory
+					   ran out */
+	PG_ENGINE_FINISH_GRAMMAR,	/* the grammar allowed no token: no
+					   token of the vocabulary continues
+					   the text (within the matcher's
+					   limits); the text so far follows
+					   the grammar */
 };
 
-/* pg_engine_finish_name - "stop", "length", "cancelled", "error". */
+/* pg_engine_finish_name - "stop", "length", "cancelled", "error",
+   "grammar". */
 const char *pg_engine_finish_name(enum pg_engine_finish f);
 
 /* Figures of one sample of a request (times in seconds). */
@@ -150,8 +157,10 @@ struct pg_request {
 	/* a grammar (pagoda-grammar(7)) the samples must follow: grammar_len
 	   bytes of GBNF text, compiled at submission (or found compiled
 	   already); NULL: unconstrained.  An end-of-generation token then
-	   comes only where the grammar is complete (never with ignore_eos); a sample whose grammar allows no token ends with
-	   PG_ENGINE_FINISH_ERROR */
+	   comes only where the grammar is complete (never with ignore_eos);
+	   a sample whose grammar allows no token ends with
+	   PG_ENGINE_FINISH_GRAMMAR, its text held back given as for
+	   PG_ENGINE_FINISH_STOP */
 	const char *grammar;
 	size_t grammar_len;
 	double arrived;		/* CLOCK_MONOTONIC seconds when the request
@@ -221,7 +230,8 @@ int pg_engine_evict(struct pg_engine *e, const struct pg_kvc_evict *ev);
 struct pg_engine_stats {
 	int n_running;		/* sequences holding pages */
 	int n_waiting;		/* sequences queued (new or preempted) */
-	uint64_t n_done;	/* requests finished (stop or length) */
+	uint64_t n_done;	/* requests finished (stop, length or
+				   grammar) */
 	uint64_t n_failed;	/* requests finished with an error */
 	uint64_t n_cancelled;
 	uint64_t prompt_tokens;	/* of submitted requests */
@@ -235,8 +245,9 @@ struct pg_engine_stats {
 					   compiled already) */
 	uint64_t grammar_draws;	/* tokens drawn under a grammar */
 	uint64_t grammar_masked;/* of which needed the allowed-token mask */
-	uint64_t grammar_failures;	/* samples ended: the grammar allowed
-					   no token, or could not go on */
+	uint64_t grammar_samples;	/* samples submitted under a grammar */
+	uint64_t grammar_failures;	/* samples ended with
+					   PG_ENGINE_FINISH_GRAMMAR */
 	struct pg_kvc_stats kv;	/* pages free/used/cached, prefix counters */
 };
 

@@ -17,6 +17,7 @@ const char *pg_finish_name(enum pg_finish f)
 	case PG_FINISH_LENGTH: return "length";
 	case PG_FINISH_STOP: return "stop";
 	case PG_FINISH_CANCELLED: return "cancelled";
+	case PG_FINISH_GRAMMAR: return "grammar";
 	}
 	return "unknown";
 }
@@ -144,6 +145,26 @@ static int finish_text(struct gen *g, int stopped)
 	return 0;
 }
 
+/* draw - the next token into *id: 0, 1 when the grammar allows none, or
+   -ENOMEM. */
+static int draw(struct gen *g, const struct pg_gen_params *p, int32_t *id)
+{
+	if (!g->gs) {
+		*id = pg_sampler_sample(g->sampler, g->logits, NULL, NULL);
+		return 0;
+	}
+	switch (pg_constrain_draw(g->con, g->gs, g->sampler, g->lazy, p->ignore_eos,
+				  g->logits, g->scratch, NULL, NULL, id)) {
+	case PG_CONSTRAIN_TOKEN:
+		return 0;
+	case PG_CONSTRAIN_STUCK:
+		return 1;
+	case PG_CONSTRAIN_NOMEM:
+		break;
+	}
+	return -ENOMEM;
+}
+
 static int decode_loop(struct gen *g, const struct pg_gen_params *p,
 		       int32_t *out_ids, struct pg_gen_stats *st)
 {
@@ -154,19 +175,22 @@ static int decode_loop(struct gen *g, const struct pg_gen_params *p,
 	while (st->n_gen < p->max_tokens) {
 		int32_t id;
 
-		if (g->gs) {
-			if (pg_constrain_draw(g->con, g->gs, g->sampler, g->lazy, p->ignore_eos, g->logits,
-					      g->scratch, NULL, NULL, &id))
-				return -EDOM;
-		} else {
-			id = pg_sampler_sample(g->sampler, g->logits, NULL, NULL);
+		if ((rc = draw(g, p, &id)) < 0)
+			return rc;
+		if (rc) {
+			st->finish = PG_FINISH_GRAMMAR;
+			break;
 		}
 		if (!p->ignore_eos && pg_tokenizer_is_eog(g->m->tok, id)) {
 			st->finish = PG_FINISH_STOP;
 			break;
 		}
-		if (g->gs && pg_grammar_accept(g->gs, pg_constrain_vocab(g->con), id))
-			return -EDOM;
+		if (g->gs && (rc = pg_grammar_accept(g->gs, pg_constrain_vocab(g->con), id))) {
+			if (rc == -ENOMEM)
+				return rc;
+			st->finish = PG_FINISH_GRAMMAR;	/* as the engine's */
+			break;
+		}
 		pg_sampler_accept(g->sampler, id);
 		if (out_ids)
 			out_ids[st->n_gen] = id;
@@ -216,9 +240,6 @@ static void report_error(int rc, struct pg_forward *fw,
 	else if (rc == -EINVAL)
 		snprintf(err, err_len, "a token id is out of range (the vocabulary has %d tokens)",
 			 m->hp.n_vocab);
-	else if (rc == -EDOM)
-		snprintf(err, err_len, "the grammar allows no token after %d generated tokens (it cannot go on with this model's vocabulary, or needs more parses than pagoda keeps)",
-			 st->n_gen);
 	else if (rc < 0)
 		snprintf(err, err_len, "generation failed: %s", strerror(-rc));
 }

@@ -33,6 +33,8 @@ enum pg_finish {
 	PG_FINISH_LENGTH = 0,	/* max_tokens reached */
 	PG_FINISH_STOP,		/* end-of-generation token or stop string */
 	PG_FINISH_CANCELLED,	/* the emit callback asked to stop */
+	PG_FINISH_GRAMMAR,	/* the grammar allowed no token (as
+				   PG_ENGINE_FINISH_GRAMMAR) */
 };
 
 struct pg_gen_stats {
@@ -73,9 +75,10 @@ struct pg_kvc *pg_kvc_for_forward(const struct pg_forward *fw,
  * pg_generate - run prompt (n_prompt >= 1 ids) and generate.  Generated ids
  * go to out_ids (max_tokens of room) when it is not NULL.  Uses a fresh
  * sequence of kvc, whose cached prefix is reused, and frees it before
- * returning (its full pages stay cached).  Returns 0, or -errno with a
- * message in err (-ENOSPC: the context does not fit in the KV pages;
- * -EINVAL: bad parameters or ids; -ENOMEM).
+ * returning (its full pages stay cached).  Returns 0 (a grammar that
+ * allowed no token included: stats->finish says PG_FINISH_GRAMMAR), or
+ * -errno with a message in err (-ENOSPC: the context does not fit in the
+ * KV pages; -EINVAL: bad parameters or ids; -ENOMEM).
  */
 int pg_generate(struct pg_forward *fw, struct pg_kvc *kvc,
 		const struct pg_model *m,
@@ -84,7 +87,7 @@ int pg_generate(struct pg_forward *fw, struct pg_kvc *kvc,
 		int32_t *out_ids, struct pg_gen_stats *stats, char *err,
 		size_t err_len);
 
-/* pg_finish_name - "length", "stop", "cancelled". */
+/* pg_finish_name - "length", "stop", "cancelled", "grammar". */
 const char *pg_finish_name(enum pg_finish f);
 
 #endif

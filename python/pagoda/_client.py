@@ -94,7 +94,9 @@ class Sample:
     """One sample of a completion (struct pagoda_sample).
 
     ``text`` is the generated text (a stop string cut), ``ids`` the tokens,
-    ``finish`` one of "stop", "length", "cancelled", "error".  With
+    ``finish`` one of "stop", "length", "cancelled", "error", "grammar"
+    (the grammar or JSON Schema allowed no token: the text follows it
+    but may be incomplete; pagoda-grammar(7)).  With
     ``n_logprobs``, ``logprobs[i]`` is token i's top (id, log-probability)
     pairs, best first, and ``token_logprobs[i]`` its own; else both are
     None.
@@ -564,8 +566,9 @@ class Client:
 
         ``prompt`` is text (special tokens recognised, the model's BOS
         added) or a sequence of token ids taken as they are.  Keyword
-        parameters: see :class:`Client`.  A cancelled or failed sample
-        says so in its ``finish``; a refused request raises
+        parameters: see :class:`Client`.  A cancelled or failed sample,
+        or one its grammar left without a token, says so in its
+        ``finish``; a refused request raises
         :class:`Error`.
         """
         return self._completion(_Built(self._lib, prompt, None, params))

@@ -1,8 +1,9 @@
 """Structured output against a real pagodad: the default model sampled at
 temperature 1 under each of the twenty schemas of tests/data/schemas,
 twenty samples each; every output must parse and validate (Python's
-jsonschema package, Draft 2020-12).  Also a GBNF grammar, and the errors
-of schemas and grammars pagoda cannot honour."""
+jsonschema package, Draft 2020-12).  Also a GBNF grammar, one that allows
+no token (finish "grammar"), and the errors of schemas and grammars pagoda
+cannot honour."""
 import glob
 import json
 import os
@@ -50,6 +51,18 @@ def test_grammar_and_its_end(client):
                             seed=seed, max_tokens=50)
         assert r.text in ("The answer is yes.", "The answer is no.")
         assert r.finish == "stop"
+
+
+def test_grammar_that_allows_no_token(client):
+    # every character is a token of the model's byte-level vocabulary, but
+    # these parses double with every "a": after eleven no token may follow
+    g = 'root ::= "x" e\ne ::= "a" e "b" | "a" e "c"'
+    r = client.generate("hi", grammar=g, temperature=0, max_tokens=50)
+    assert r.finish == "grammar", r.finish
+    assert r.text == "x" + "a" * 11, r.text
+    done = [ev for ev in client.events(client.submit("hi", grammar=g, temperature=0))
+            if ev.type == "done"]
+    assert [ev.finish for ev in done] == ["grammar"]
 
 
 @pytest.mark.parametrize("kw,words", [
