@@ -1019,8 +1019,20 @@ static void on_event(struct job *j, const struct pagoda_event *ev)
 			snprintf(j->errmsg, sizeof j->errmsg, "the daemon's forward pass failed "
 				 "(pagodad's log says why)");
 		}
-		if (j->stream)
+		if (ev->finish == PAGODA_FINISH_GRAMMAR && !j->error) {
+			/* the request's grammar, not the server: a 400 */
+			j->error = PAGODA_EINVAL;
+			snprintf(j->errmsg, sizeof j->errmsg, "sample %u: the grammar allowed no "
+				 "token after %u generated tokens: no token of the model's "
+				 "vocabulary continues it (see pagoda-grammar(7))", ev->sample,
+				 ev->figures.n_gen);
+			if (j->stream) {
+				flush(j, ev->sample, 0);
+				stream_error(j);
+			}
+		} else if (j->stream) {
 			flush(j, ev->sample, 1);
+		}
 		if (ev->last) {
 			j->over = 1;
 			if (j->stream && j->include_usage) {

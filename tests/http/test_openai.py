@@ -375,6 +375,22 @@ def test_structured_output_errors(client, model):
         assert words in str(e.value), (kw, str(e.value))
 
 
+def test_grammar_without_a_token(client, model):
+    """A grammar no token can continue (only end-of-generation fits, and
+    ignore_eos forbids it): a 400 that says so, streamed as an error."""
+    kw = dict(model=model, messages=MSG, max_tokens=8,
+              extra_body={"grammar": 'root ::= ""', "ignore_eos": True})
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**kw)
+    assert "grammar allowed no token" in str(e.value)
+    status, _, body = raw("POST", "/v1/chat/completions", json.dumps(
+        {"messages": MSG, "max_tokens": 8, "grammar": 'root ::= ""',
+         "ignore_eos": True, "stream": True}),
+        {"Content-Type": "application/json"})
+    assert status in (200, 400), status
+    assert b"grammar allowed no token" in body and b"[DONE]" not in body
+
+
 def test_daemon_error_passed_through(client, model):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=MSG, max_tokens=4,
