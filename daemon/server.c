@@ -449,6 +449,27 @@ static int hello_ok(int fd, const struct ucred *cr, const struct pg_hello *h)
 
 static void close_dead(struct pgd *d);
 
+/*
+ * reap_hung_up - every slot is taken: a client that closed its socket a
+ * moment ago may not have been seen yet (its hang-up poll completes in a
+ * later loop iteration), so ask each socket now, and let those that are
+ * gone make room rather than refuse a client that connects right after
+ * another left.
+ */
+static void reap_hung_up(struct pgd *d)
+{
+	for (int i = 0; i < d->n_live; i++) {
+		struct pgd_client *c = d->live[i];
+		struct pollfd pf = { .fd = c->sock, .events = POLLRDHUP };
+
+		if (c->dead || poll(&pf, 1, 0) != 1 ||
+		    !(pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			continue;
+		c->hung_up = 1;
+		pgd_mark_dead(d, c, PG_OK, "hung up");
+	}
+}
+
 /* Admit (or refuse) the peer cr on fd that sent hello h (access checked). */
 static void handshake(struct pgd *d, int fd, const struct ucred *cr,
 		      const struct pg_hello *h)
@@ -461,6 +482,8 @@ static void handshake(struct pgd *d, int fd, const struct ucred *cr,
 	if (!hello_ok(fd, cr, h))
 		return;
 	slot = free_slot(d);
+	if (slot < 0)
+		reap_hung_up(d);
 	if (slot < 0 && d->n_dead) {	/* a client that just left makes room */
 		close_dead(d);
 		slot = free_slot(d);
