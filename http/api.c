@@ -375,8 +375,12 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 			if (!strcmp(key, "role") || !strcmp(key, "content") || json_is_null(val))
 				continue;
 			/* ids pair calls with results; the templates show neither */
-			if (!strcmp(key, "tool_calls") || !strcmp(key, "tool_call_id") ||
-			    (!strcmp(key, "name") && json_is_string(val)))
+			if (!strcmp(key, "tool_calls") || !strcmp(key, "tool_call_id"))
+				continue;
+			/* a tool result's function name (older clients send it) */
+			if (!strcmp(key, "name") && json_is_string(val) &&
+			    json_is_string(json_object_get(m, "role")) &&
+			    !strcmp(json_string_value(json_object_get(m, "role")), "tool"))
 				continue;
 			snprintf(param, sizeof param, "messages[%zu].%s", i, key);
 			e->code = "unsupported_parameter";

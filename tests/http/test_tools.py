@@ -230,6 +230,8 @@ def test_tool_errors(client, model):
                                                            "arguments": "{oops"}}]}])
     refused("messages[0].tool_calls", "only an assistant", messages=[
         {"role": "user", "content": "x", "tool_calls": []}])
+    refused("messages[0].name", "not supported", messages=[
+        {"role": "user", "content": "x", "name": "bob"}])
     refused("functions", "not supported", functions=[WEATHER["function"]])
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=model, prompt="x", extra_body={"tools": TOOLS})
