@@ -247,8 +247,26 @@ static void chatml_turn(struct sbuf *b, const char *role, const char *content)
 	sb_puts(b, "<|im_end|>\n");
 }
 
+/*
+ * Tool message i of n as Qwen2.5's and Qwen3's templates write it: a run
+ * of tool results is one user turn, each result in <tool_response>.
+ */
+static void qwen_tool(struct sbuf *b, const struct pg_chat_msg *m, int n,
+		      int i)
+{
+	if (i == 0 || strcmp(m[i - 1].role, "tool"))
+		sb_puts(b, "<|im_start|>user");
+	sb_puts(b, "\n<tool_response>\n");
+	sb_content(b, m[i].content);
+	sb_puts(b, "\n</tool_response>");
+	if (i == n - 1 || strcmp(m[i + 1].role, "tool"))
+		sb_puts(b, "<|im_end|>\n");
+}
+
+/* ChatML; qwen: tool results as Qwen2.5 writes them (qwen_tool), else a
+   "tool" turn as generic ChatML templates (SmolLM2's) do. */
 static int render_chatml(struct sbuf *b, const struct pg_chat_msg *m, int n,
-			 int add_assistant, const char *dflt)
+			 int add_assistant, const char *dflt, int qwen)
 {
 	static const char *const roles[] = { "system", "user", "assistant",
 					     "tool", NULL };
@@ -257,8 +275,12 @@ static int render_chatml(struct sbuf *b, const struct pg_chat_msg *m, int n,
 		return -EINVAL;
 	if (dflt && (n == 0 || strcmp(m[0].role, "system")))
 		chatml_turn(b, "system", dflt);
-	for (int i = 0; i < n; i++)
-		chatml_turn(b, m[i].role, m[i].content);
+	for (int i = 0; i < n; i++) {
+		if (qwen && !strcmp(m[i].role, "tool"))
+			qwen_tool(b, m, n, i);
+		else
+			chatml_turn(b, m[i].role, m[i].content);
+	}
 	if (add_assistant)
 		sb_puts(b, "<|im_start|>assistant\n");
 	return 0;
@@ -507,44 +529,6 @@ static void qwen3_assistant(struct sbuf *b, const char *content, int late,
 }
 
 /*
- * Tool message i of n as Qwen2.5's and Qwen3's templates write it: a run
- * of tool results is one user turn, each result in <tool_response>.
- */
-static void qwen_tool(struct sbuf *b, const struct pg_chat_msg *m, int n,
-		      int i)
-{
-	if (i == 0 || strcmp(m[i - 1].role, "tool"))
-		sb_puts(b, "<|im_start|>user");
-	sb_puts(b, "\n<tool_response>\n");
-	sb_content(b, m[i].content);
-	sb_puts(b, "\n</tool_response>");
-	if (i == n - 1 || strcmp(m[i + 1].role, "tool"))
-		sb_puts(b, "<|im_end|>\n");
-}
-
-/* Qwen2.5: ChatML but for tool results (qwen_tool). */
-static int render_qwen2(struct sbuf *b, const struct pg_chat_msg *m, int n,
-			int add_assistant, const char *dflt)
-{
-	static const char *const roles[] = { "system", "user", "assistant",
-					     "tool", NULL };
-
-	if (check_roles(m, n, roles))
-		return -EINVAL;
-	if (dflt && (n == 0 || strcmp(m[0].role, "system")))
-		chatml_turn(b, "system", dflt);
-	for (int i = 0; i < n; i++) {
-		if (!strcmp(m[i].role, "tool"))
-			qwen_tool(b, m, n, i);
-		else
-			chatml_turn(b, m[i].role, m[i].content);
-	}
-	if (add_assistant)
-		sb_puts(b, "<|im_start|>assistant\n");
-	return 0;
-}
-
-/*
  * Qwen3: ChatML, with the assistant's reasoning handled as qwen3_assistant
  * says and tool results as qwen_tool writes them.
  * The generation prompt is "<|im_start|>assistant\n" alone: the template's
@@ -644,7 +628,7 @@ static int render(struct sbuf *b, enum pg_chat_format fmt,
 	sb_puts(b, "");
 	switch (fmt) {
 	case PG_CHAT_CHATML:
-		rc = render_chatml(b, msgs, n, add_assistant, default_system);
+		rc = render_chatml(b, msgs, n, add_assistant, default_system, 0);
 		break;
 	case PG_CHAT_LLAMA3:
 		rc = render_llama3(b, msgs, n, add_assistant, default_system);
@@ -662,7 +646,7 @@ static int render(struct sbuf *b, enum pg_chat_format fmt,
 		rc = render_qwen3(b, msgs, n, add_assistant, default_system);
 		break;
 	case PG_CHAT_QWEN2:
-		rc = render_qwen2(b, msgs, n, add_assistant, default_system);
+		rc = render_chatml(b, msgs, n, add_assistant, default_system, 1);
 		break;
 	default:
 		rc = -EINVAL;
