@@ -3009,6 +3009,28 @@ static int tr_format(struct ctx *c, json_t *f, const char *path, struct sb *b)
 		    "time, date-time, uuid, email, ipv4, uri)", name);
 }
 
+/*
+ * format_length - the lengths in characters of what a format's grammar
+ * accepts, for the formats whose lengths are few (date 10, time 9 to 24,
+ * date-time 20 to 35, uuid 36, ipv4 7 to 15); 0 for the others (email,
+ * uri), whose length bounds would need the grammar itself cut.
+ */
+static int format_length(const char *name, long *min, long *max)
+{
+	static const struct { const char *name; long min, max; } lens[] = {
+		{ "date", 10, 10 }, { "time", 9, 24 }, { "date-time", 20, 35 },
+		{ "uuid", 36, 36 }, { "ipv4", 7, 15 },
+	};
+
+	for (size_t i = 0; name && i < sizeof(lens) / sizeof(lens[0]); i++)
+		if (!strcmp(lens[i].name, name)) {
+			*min = lens[i].min;
+			*max = lens[i].max;
+			return 1;
+		}
+	return 0;
+}
+
 /* string: minLength, maxLength, pattern, format */
 static int tr_string(struct ctx *c, const struct conj *cj, struct sb *b)
 {
@@ -3046,13 +3068,33 @@ static int tr_string(struct ctx *c, const struct conj *cj, struct sb *b)
 	if (pat && fmt)
 		return fail(c, cj->path[fmt_at], "format", "'format' together with 'pattern' "
 			    "is not supported");
-	if ((pat || fmt) && len_at >= 0)
-		return fail(c, cj->path[len_at], json_object_get(cj->s[len_at], "minLength") ?
-			    "minLength" : "maxLength", "'minLength' or 'maxLength' together "
-			    "with '%s' is not supported", pat ? "pattern" : "format");
 	if (max >= 0 && min > max)
 		return never(c, cj->path[len_at], "minLength", "'minLength' %ld is above "
 			     "'maxLength' %ld", min, max);
+	if (fmt && len_at >= 0) {
+		long fmin, fmax;
+		const char *kw = json_object_get(cj->s[len_at], "minLength") ? "minLength"
+									     : "maxLength";
+
+		if (!format_length(json_string_value(fmt), &fmin, &fmax))
+			return fail(c, cj->path[len_at], kw, "'minLength' or 'maxLength' "
+				    "together with format \"%.40s\" (of unbounded or varied "
+				    "length) is not supported", json_string_value(fmt));
+		if ((max >= 0 && max < fmin) || min > fmax)
+			return never(c, cj->path[len_at], kw, "the lengths allowed (%ld to %ld) "
+				     "miss format \"%s\"'s (%ld to %ld characters)", min, max,
+				     json_string_value(fmt), fmin, fmax);
+		if (min > fmin || (max >= 0 && max < fmax))
+			return fail(c, cj->path[len_at], kw, "'minLength' %ld / 'maxLength' "
+				    "%ld cut into format \"%s\"'s lengths (%ld to %ld "
+				    "characters): not supported", min, max,
+				    json_string_value(fmt), fmin, fmax);
+		len_at = -1;	/* the format's own lengths are within the bounds */
+	}
+	if (pat && len_at >= 0)
+		return fail(c, cj->path[len_at], json_object_get(cj->s[len_at], "minLength") ?
+			    "minLength" : "maxLength", "'minLength' or 'maxLength' together "
+			    "with 'pattern' is not supported");
 	if (pat)
 		return tr_pattern(c, pat, cj->path[pat_at], b);
 	if (fmt)
