@@ -156,8 +156,6 @@ static enum MHD_Result send_pagoda_error(struct MHD_Connection *c, int code,
 
 /* ---- a request and its answer ---- */
 
-#define fail api_fail
-
 /* One sample's answer as it grows. */
 struct sample {
 	struct buf text;	/* whole text; a stream: what is not sent yet */
@@ -271,7 +269,7 @@ static int get_num(json_t *o, const char *k, float *out, struct perr *e)
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_number(v))
-		return fail(e, k, "'%s' must be a number", k);
+		return api_fail(e, k, "'%s' must be a number", k);
 	*out = (float)json_number_value(v);
 	return 0;
 }
@@ -284,9 +282,9 @@ static int get_int(json_t *o, const char *k, long long lo, long long hi,
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_integer(v))
-		return fail(e, k, "'%s' must be an integer", k);
+		return api_fail(e, k, "'%s' must be an integer", k);
 	if (json_integer_value(v) < lo || json_integer_value(v) > hi)
-		return fail(e, k, "'%s' must be from %lld to %lld", k, lo, hi);
+		return api_fail(e, k, "'%s' must be from %lld to %lld", k, lo, hi);
 	*out = json_integer_value(v);
 	return 1;
 }
@@ -298,7 +296,7 @@ static int get_bool(json_t *o, const char *k, int *out, struct perr *e)
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_boolean(v))
-		return fail(e, k, "'%s' must be true or false", k);
+		return api_fail(e, k, "'%s' must be true or false", k);
 	*out = json_is_true(v);
 	return 0;
 }
@@ -315,11 +313,11 @@ static int content(json_t *v, size_t i, char **out, struct perr *e)
 	snprintf(param, sizeof param, "messages[%zu].content", i);
 	if (json_is_string(v)) {
 		if (!(*out = strndup(json_string_value(v), json_string_length(v))))
-			return fail(e, param, "out of memory");
+			return api_fail(e, param, "out of memory");
 		return 0;
 	}
 	if (!json_is_array(v))
-		return fail(e, param, "'%s' must be a string or an array of text parts", param);
+		return api_fail(e, param, "'%s' must be a string or an array of text parts", param);
 	json_array_foreach(v, k, part) {
 		json_t *type = json_object_get(part, "type");
 		json_t *text = json_object_get(part, "text");
@@ -330,7 +328,7 @@ static int content(json_t *v, size_t i, char **out, struct perr *e)
 		if (strcmp(json_string_value(type), "text")) {
 			free(b.s);
 			e->code = "unsupported_parameter";
-			return fail(e, param, "'%s' is a part of type '%s': pagoda takes text "
+			return api_fail(e, param, "'%s' is a part of type '%s': pagoda takes text "
 				    "parts only", param, json_string_value(type));
 		}
 		if (!json_is_string(text) || json_object_size(part) != 2)
@@ -338,14 +336,14 @@ static int content(json_t *v, size_t i, char **out, struct perr *e)
 		if ((k && buf_add(&b, "\n", 1) < 0) ||
 		    buf_add(&b, json_string_value(text), json_string_length(text)) < 0) {
 			free(b.s);
-			return fail(e, param, "out of memory");
+			return api_fail(e, param, "out of memory");
 		}
 	}
 	*out = b.s ? b.s : strdup("");
-	return *out ? 0 : fail(e, param, "out of memory");
+	return *out ? 0 : api_fail(e, param, "out of memory");
 bad:
 	free(b.s);
-	return fail(e, param, "'%s' must be {\"type\": \"text\", \"text\": STRING}", param);
+	return api_fail(e, param, "'%s' must be {\"type\": \"text\", \"text\": STRING}", param);
 }
 
 static int parse_messages(struct job *j, json_t *v, struct perr *e)
@@ -354,7 +352,7 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 	json_t *m;
 
 	if (!json_is_array(v) || !json_array_size(v))
-		return fail(e, "messages", "'messages' must be a non-empty array of "
+		return api_fail(e, "messages", "'messages' must be a non-empty array of "
 			    "{\"role\", \"content\"} objects");
 	j->n_msgs = json_array_size(v);
 	/* one more: the system message that describes tools */
@@ -362,7 +360,7 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 	j->texts = calloc(j->n_msgs + 1, sizeof *j->texts);
 	j->calls = calloc(j->n_msgs, sizeof *j->calls);
 	if (!j->msgs || !j->texts || !j->calls)
-		return fail(e, "messages", "out of memory");
+		return api_fail(e, "messages", "out of memory");
 	json_array_foreach(v, i, m) {
 		const char *key, *role;
 		json_t *val;
@@ -370,7 +368,7 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 
 		snprintf(param, sizeof param, "messages[%zu]", i);
 		if (!json_is_object(m))
-			return fail(e, param, "'%s' must be an object", param);
+			return api_fail(e, param, "'%s' must be an object", param);
 		json_object_foreach(m, key, val) {
 			if (!strcmp(key, "role") || !strcmp(key, "content") || json_is_null(val))
 				continue;
@@ -384,12 +382,12 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 				continue;
 			snprintf(param, sizeof param, "messages[%zu].%s", i, key);
 			e->code = "unsupported_parameter";
-			return fail(e, param, "'%s' is not supported by pagoda (a message has "
+			return api_fail(e, param, "'%s' is not supported by pagoda (a message has "
 				    "a role, a content, and tool_calls or a tool_call_id)", param);
 		}
 		snprintf(param, sizeof param, "messages[%zu].role", i);
 		if (!json_is_string(json_object_get(m, "role")))
-			return fail(e, param, "'%s' must be a string", param);
+			return api_fail(e, param, "'%s' must be a string", param);
 		role = json_string_value(json_object_get(m, "role"));
 		if (!strcmp(role, "system") || !strcmp(role, "developer"))
 			j->msgs[i].role = PAGODA_ROLE_SYSTEM;
@@ -401,17 +399,17 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 			j->msgs[i].role = PAGODA_ROLE_TOOL;
 		else {
 			e->code = "unsupported_parameter";
-			return fail(e, param, "role '%s' is not supported: pagoda takes system, "
+			return api_fail(e, param, "role '%s' is not supported: pagoda takes system, "
 				    "user, assistant and tool messages", role);
 		}
 		val = json_object_get(m, "tool_calls");
 		if (val && !json_is_null(val)) {
 			snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
 			if (j->msgs[i].role != PAGODA_ROLE_ASSISTANT)
-				return fail(e, param, "'%s': only an assistant message calls "
+				return api_fail(e, param, "'%s': only an assistant message calls "
 					    "tools", param);
 			if (!json_is_array(val) || !json_array_size(val))
-				return fail(e, param, "'%s' must be a non-empty array of calls",
+				return api_fail(e, param, "'%s' must be a non-empty array of calls",
 					    param);
 			j->calls[i] = val;	/* rendered once the format is known */
 			j->has_calls = 1;
@@ -420,13 +418,13 @@ static int parse_messages(struct job *j, json_t *v, struct perr *e)
 		if ((!val || json_is_null(val)) && j->calls[i]) {
 			j->texts[i] = strdup("");
 			if (!j->texts[i])
-				return fail(e, param, "out of memory");
+				return api_fail(e, param, "out of memory");
 			j->msgs[i].content = j->texts[i];
 			continue;
 		}
 		if (!val || json_is_null(val)) {
 			snprintf(param, sizeof param, "messages[%zu].content", i);
-			return fail(e, param, "'%s' is missing", param);
+			return api_fail(e, param, "'%s' is missing", param);
 		}
 		if (content(val, i, &j->texts[i], e) < 0)
 			return -1;
@@ -443,25 +441,25 @@ static int parse_prompt(struct job *j, json_t *v, struct perr *e)
 	json_t *t;
 
 	if (!v || json_is_null(v))
-		return fail(e, "prompt", "'prompt' is missing");
+		return api_fail(e, "prompt", "'prompt' is missing");
 	if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)))
 		v = json_array_get(v, 0);
 	if (json_is_string(v)) {
 		j->rq.prompt = json_string_value(v);
 		if (strlen(j->rq.prompt) != json_string_length(v))
-			return fail(e, "prompt", "'prompt' holds a NUL character");
+			return api_fail(e, "prompt", "'prompt' holds a NUL character");
 		return 0;
 	}
 	if (!json_is_array(v) || !json_array_size(v))
-		return fail(e, "prompt", "'prompt' must be a string or an array of token ids");
+		return api_fail(e, "prompt", "'prompt' must be a string or an array of token ids");
 	j->tokens = calloc(json_array_size(v), sizeof *j->tokens);
 	if (!j->tokens)
-		return fail(e, "prompt", "out of memory");
+		return api_fail(e, "prompt", "out of memory");
 	json_array_foreach(v, i, t) {
 		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
 		    json_integer_value(t) > INT32_MAX) {
 			e->code = "unsupported_parameter";
-			return fail(e, "prompt", "'prompt' must be one string or one array of "
+			return api_fail(e, "prompt", "'prompt' must be one string or one array of "
 				    "token ids: pagoda takes one prompt per request");
 		}
 		j->tokens[i] = (int32_t)json_integer_value(t);
@@ -481,21 +479,21 @@ static int parse_stop(struct job *j, json_t *v, struct perr *e)
 	if (json_is_string(v)) {
 		j->stops = calloc(1, sizeof *j->stops);
 		if (!j->stops)
-			return fail(e, "stop", "out of memory");
+			return api_fail(e, "stop", "out of memory");
 		j->stops[0] = json_string_value(v);
 		j->rq.n_stop = 1;
 	} else if (json_is_array(v)) {
 		j->stops = calloc(json_array_size(v) + 1, sizeof *j->stops);
 		if (!j->stops)
-			return fail(e, "stop", "out of memory");
+			return api_fail(e, "stop", "out of memory");
 		json_array_foreach(v, i, s) {
 			if (!json_is_string(s))
-				return fail(e, "stop", "'stop' must be a string or an array of strings");
+				return api_fail(e, "stop", "'stop' must be a string or an array of strings");
 			j->stops[i] = json_string_value(s);
 		}
 		j->rq.n_stop = json_array_size(v);
 	} else {
-		return fail(e, "stop", "'stop' must be a string or an array of strings");
+		return api_fail(e, "stop", "'stop' must be a string or an array of strings");
 	}
 	j->rq.stop = j->stops;
 	return 0;
@@ -517,32 +515,32 @@ static int parse_format(struct job *j, json_t *o, struct perr *e)
 
 	if (g && !json_is_null(g)) {
 		if (!json_is_string(g) || !json_string_length(g))
-			return fail(e, "grammar", "'grammar' must be a non-empty string of GBNF (pagoda-grammar(7))");
+			return api_fail(e, "grammar", "'grammar' must be a non-empty string of GBNF (pagoda-grammar(7))");
 		j->rq.grammar = json_string_value(g);
 	}
 	if (!rf || json_is_null(rf))
 		return 0;
 	t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
 	if (!json_is_string(t))
-		return fail(e, "response_format", "'response_format' must be an object with a \"type\": \"text\", \"json_object\" or \"json_schema\"");
+		return api_fail(e, "response_format", "'response_format' must be an object with a \"type\": \"text\", \"json_object\" or \"json_schema\"");
 	type = json_string_value(t);
 	if (!strcmp(type, "text"))
 		return 0;
 	if (j->rq.grammar)
-		return fail(e, "response_format", "give 'grammar' or a JSON 'response_format', not both");
+		return api_fail(e, "response_format", "give 'grammar' or a JSON 'response_format', not both");
 	if (!strcmp(type, "json_object")) {
 		j->rq.json_schema = "{\"type\": \"object\"}";
 		return 0;
 	}
 	if (strcmp(type, "json_schema"))
-		return fail(e, "response_format", "response_format type '%s' is not \"text\", \"json_object\" or \"json_schema\"", type);
+		return api_fail(e, "response_format", "response_format type '%s' is not \"text\", \"json_object\" or \"json_schema\"", type);
 	js = json_object_get(rf, "json_schema");
 	schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
 	if (!json_is_object(js) || !(json_is_object(schema) || json_is_boolean(schema)))
-		return fail(e, "response_format", "response_format json_schema needs \"json_schema\": {\"name\": ..., \"schema\": {...}}");
+		return api_fail(e, "response_format", "response_format json_schema needs \"json_schema\": {\"name\": ..., \"schema\": {...}}");
 	j->schema = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
 	if (!j->schema)
-		return fail(e, "response_format", "out of memory");
+		return api_fail(e, "response_format", "out of memory");
 	j->rq.json_schema = j->schema;
 	return 0;
 }
@@ -560,13 +558,13 @@ static int text_grammar(struct job *j, struct perr *e)
 
 	if (j->tools.choice == TC_AUTO && j->rq.grammar) {
 		if (!(j->text_gbnf = strdup(j->rq.grammar)))
-			return fail(e, "grammar", "out of memory");
+			return api_fail(e, "grammar", "out of memory");
 	} else if (j->tools.choice == TC_AUTO && j->rq.json_schema) {
 		rc = pg_schema_to_gbnf(j->rq.json_schema, strlen(j->rq.json_schema),
 				       &j->text_gbnf, err, sizeof err);
 		if (rc < 0) {
 			e->code = "unsupported_parameter";
-			return fail(e, "response_format", "response_format's schema: %s "
+			return api_fail(e, "response_format", "response_format's schema: %s "
 				    "(pagoda-json-schema(7))", rc == -EINVAL ? err : "out of memory");
 		}
 	}
@@ -586,12 +584,12 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 	j->root = o = json_loadb(body, len, 0, &jerr);
 	if (!o) {
 		e->code = "invalid_json";
-		return fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)",
+		return api_fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)",
 			    jerr.text, jerr.line, jerr.column);
 	}
 	if (!json_is_object(o)) {
 		e->code = "invalid_json";
-		return fail(e, NULL, "the body must be a JSON object");
+		return api_fail(e, NULL, "the body must be a JSON object");
 	}
 	json_object_foreach(o, key, v) {
 		if (json_is_null(v) || in(common_keys, key) ||
@@ -601,17 +599,17 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 			continue;
 		e->code = "unsupported_parameter";
 		if (!j->chat && in(chat_keys, key))
-			return fail(e, key, "'%s' is a parameter of /v1/chat/completions, not "
+			return api_fail(e, key, "'%s' is a parameter of /v1/chat/completions, not "
 				    "of /v1/completions", key);
 		if (in(unsupported, key))
-			return fail(e, key, "'%s' is not supported by pagoda-http", key);
-		return fail(e, key, "unknown parameter '%s'", key);
+			return api_fail(e, key, "'%s' is not supported by pagoda-http", key);
+		return api_fail(e, key, "unknown parameter '%s'", key);
 	}
 
 	pagoda_request_init(&j->rq);
 	j->rq.max_tokens = 0;	/* OpenAI's: as many as the daemon allows */
 	if ((v = json_object_get(o, "model")) && !json_is_null(v) && !json_is_string(v))
-		return fail(e, "model", "'model' must be a string");
+		return api_fail(e, "model", "'model' must be a string");
 	if (j->chat) {
 		if (parse_messages(j, json_object_get(o, "messages"), e) < 0)
 			return -1;
@@ -669,7 +667,7 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 		if (get_int(o, "top_logprobs", 0, 20, &x, e) < 0)
 			return -1;
 		if (x && !j->logprobs)
-			return fail(e, "top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+			return api_fail(e, "top_logprobs", "'top_logprobs' needs \"logprobs\": true");
 		j->top_logprobs = (int)x;
 	} else if (v && !json_is_null(v)) {
 		if (get_int(o, "logprobs", 0, 20, &x, e) < 0)
@@ -688,18 +686,18 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 			return -1;
 		if (echo) {
 			e->code = "unsupported_parameter";
-			return fail(e, "echo", "'echo': true is not supported by pagoda-http");
+			return api_fail(e, "echo", "'echo': true is not supported by pagoda-http");
 		}
 		v = json_object_get(o, "suffix");
 		if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_length(v))) {
 			e->code = "unsupported_parameter";
-			return fail(e, "suffix", "'suffix' is not supported by pagoda-http");
+			return api_fail(e, "suffix", "'suffix' is not supported by pagoda-http");
 		}
 		v = json_object_get(o, "best_of");
 		if (v && !json_is_null(v) &&
 		    !(json_is_integer(v) && json_integer_value(v) == j->n)) {
 			e->code = "unsupported_parameter";
-			return fail(e, "best_of", "'best_of' other than n is not supported by "
+			return api_fail(e, "best_of", "'best_of' other than n is not supported by "
 				    "pagoda-http");
 		}
 	}
@@ -709,13 +707,13 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 		json_t *u;
 
 		if (!j->stream)
-			return fail(e, "stream_options", "'stream_options' needs \"stream\": true");
+			return api_fail(e, "stream_options", "'stream_options' needs \"stream\": true");
 		if (!json_is_object(v))
-			return fail(e, "stream_options", "'stream_options' must be an object");
+			return api_fail(e, "stream_options", "'stream_options' must be an object");
 		json_object_foreach(v, key, u) {
 			if (strcmp(key, "include_usage")) {
 				e->code = "unsupported_parameter";
-				return fail(e, "stream_options", "'stream_options.%s' is not "
+				return api_fail(e, "stream_options", "'stream_options.%s' is not "
 					    "supported by pagoda-http", key);
 			}
 		}
@@ -724,14 +722,12 @@ static int parse(struct job *j, const char *body, size_t len, struct perr *e)
 	}
 	j->s = calloc((size_t)j->n, sizeof *j->s);
 	if (!j->s)
-		return fail(e, NULL, "out of memory");
-	for (int i = 0; i < j->n; i++)
-		tparse_init(&j->s[i].tp, &j->tools);
+		return api_fail(e, NULL, "out of memory");
 	for (int i = 0; i < j->n; i++)
 		if (!(j->s[i].lp = j->chat ? json_array() :
 		      json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs",
 				"top_logprobs", "text_offset")))
-			return fail(e, NULL, "out of memory");
+			return api_fail(e, NULL, "out of memory");
 	return 0;
 }
 
@@ -875,7 +871,7 @@ static json_t *timings(const struct sample *s)
 
 /* call_delta - a stream chunk's delta of call k: its id and name the
    first time, then what is new of its arguments */
-static json_t *call_delta(struct job *j, struct tcall *c, size_t k, int last)
+static json_t *call_delta(struct tcall *c, size_t k, int last)
 {
 	size_t n;
 	json_t *d;
@@ -894,7 +890,6 @@ static json_t *call_delta(struct job *j, struct tcall *c, size_t k, int last)
 			      jtext(c->args.s + c->args_sent, n));
 		c->args_sent += n;
 	}
-	(void)j;
 	return d;
 }
 
@@ -907,7 +902,7 @@ static void flush_calls(struct job *j, unsigned i, int last)
 		struct tcall *c = &s->tp.calls[k];
 		json_t *d, *o;
 
-		while ((d = call_delta(j, c, k, last))) {
+		while ((d = call_delta(c, k, last))) {
 			o = chunk_head(j);
 			json_object_set_new(o, "choices", json_pack(
 				"[{s:I, s:{s:[o]}, s:n, s:n}]", "index", (json_int_t)i, "delta",
@@ -1163,7 +1158,7 @@ static int prepare_tools(struct job *j, struct perr *e)
 	if (!j->tools.n)
 		return 0;
 	if (!(desc = tools_prompt(&j->tools)))
-		return fail(e, "tools", "out of memory");
+		return api_fail(e, "tools", "out of memory");
 	if (j->msgs[0].role == PAGODA_ROLE_SYSTEM) {
 		size_t a = strlen(j->msgs[0].content), b = strlen(desc);
 
@@ -1181,10 +1176,12 @@ static int prepare_tools(struct job *j, struct perr *e)
 		j->rq.n_messages = j->n_msgs + 1;
 	}
 	if (!j->tool_sys)
-		return fail(e, "tools", "out of memory");
+		return api_fail(e, "tools", "out of memory");
 	j->msgs[0].content = j->tool_sys;
 	if (!(j->tool_gbnf = tools_grammar(&j->tools, j->text_gbnf, e)))
 		return -1;
+	for (int i = 0; i < j->n; i++)
+		tparse_init(&j->s[i].tp, &j->tools);
 	j->rq.grammar = j->tool_gbnf;
 	return 0;
 }

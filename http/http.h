@@ -205,6 +205,8 @@ struct tcall {
  */
 struct tparse {
 	const struct tools *t;
+	char opener[96];	/* the format's open + call_open */
+	char next[96];		/* its sep + call_open */
 	int state;
 	struct buf pend;	/* bytes matched against a literal so far */
 	int depth, in_str, esc;	/* inside arguments */

@@ -327,8 +327,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 
 /* One HTTP request: its body, gathered as it comes. */
 struct req {
-	char *body;
-	size_t len, cap;
+	struct buf body;
 	size_t discarded;	/* bytes past max_body, read and dropped */
 	int too_big;
 	int headers_too_big;
@@ -372,8 +371,8 @@ static enum MHD_Result generation(struct MHD_Connection *c, struct req *r,
 				     NULL, "rate_limit_exceeded");
 	}
 	/* the endpoint hands in_flight back (a stream when it ends) */
-	ret = chat ? api_chat(c, r->body ? r->body : "", r->len)
-		   : api_completions(c, r->body ? r->body : "", r->len);
+	ret = chat ? api_chat(c, r->body.s ? r->body.s : "", r->body.len)
+		   : api_completions(c, r->body.s ? r->body.s : "", r->body.len);
 	return ret;
 }
 
@@ -404,27 +403,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
 		size_t n = *upload_size;
 
 		*upload_size = 0;
-		if (r->too_big || r->len + n > gw.max_body) {
+		if (r->too_big || r->body.len + n > gw.max_body) {
 			r->too_big = 1;
 			r->discarded += n;
 			/* read and drop a body up to 64 times the limit, so
 			   that the client sees the 413; beyond, hang up */
 			return r->discarded / 64 > gw.max_body ? MHD_NO : MHD_YES;
 		}
-		if (r->len + n + 1 > r->cap) {
-			size_t cap = r->cap ? r->cap : 4096;
-			char *b;
-
-			while (cap < r->len + n + 1)
-				cap *= 2;
-			if (!(b = realloc(r->body, cap)))
-				return MHD_NO;
-			r->body = b;
-			r->cap = cap;
-		}
-		memcpy(r->body + r->len, upload, n);
-		r->len += n;
-		r->body[r->len] = 0;
+		if (buf_add(&r->body, upload, n) < 0)
+			return MHD_NO;
 		return MHD_YES;
 	}
 
@@ -485,7 +472,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	struct req *r = *con_cls;
 
 	if (r) {
-		free(r->body);
+		free(r->body.s);
 		free(r);
 		*con_cls = NULL;
 	}

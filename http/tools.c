@@ -28,17 +28,35 @@
 
 /* A dialect's text around calls: open, then calls (call_open NAME mid
    ARGUMENTS call_close) separated by sep (NULL: one call only), then
-   close. */
+   close; and how the system message presents the tools (head, one
+   tool's JSON a line, tail). */
 struct dialect {
 	const char *open, *call_open, *mid, *call_close, *sep, *close;
+	const char *head, *tail;
 };
 
 static const struct dialect dialects[] = {
 	[TD_JSON] = { "{\"tool_calls\": [", "{\"name\": \"", "\", \"arguments\": ", "}",
-		      ", ", "]}" },
+		      ", ", "]}",
+		      "You can call these functions, given as JSON with a JSON Schema of "
+		      "their arguments:\n",
+		      "\n\nTo call functions, answer with only a JSON object {\"tool_calls\": "
+		      "[{\"name\": <function name>, \"arguments\": <arguments object>}, ...]}; "
+		      "otherwise answer in text. A function's result comes back within "
+		      "<tool_response></tool_response> tags." },
 	[TD_HERMES] = { "", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ",
-			"}\n</tool_call>", "\n", "" },
-	[TD_LLAMA3] = { "", "{\"name\": \"", "\", \"parameters\": ", "}", NULL, "" },
+			"}\n</tool_call>", "\n", "",
+			"# Tools\n\nYou may call functions to help with the user's request. "
+			"Their signatures are given within <tools></tools> XML tags:\n<tools>",
+			"\n</tools>\n\nTo call a function, write a JSON object with its name and "
+			"arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+			"{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+			"</tool_call>" },
+	[TD_LLAMA3] = { "", "{\"name\": \"", "\", \"parameters\": ", "}", NULL, "",
+			"You have these functions available:\n",
+			"\n\nTo call one, answer with only a JSON object of the form {\"name\": "
+			"function name, \"parameters\": dictionary of argument name and its "
+			"value}. Do not use variables." },
 };
 
 enum tool_dialect tools_dialect(const char *name)
@@ -270,41 +288,13 @@ static int tool_json(struct buf *b, const struct tool *tl)
 
 char *tools_prompt(const struct tools *t)
 {
+	const struct dialect *dl = &dialects[t->d];
 	struct buf b = { 0 };
-	int bad = 0;
+	int bad = buf_str(&b, dl->head);
 
-	switch (t->d) {
-	case TD_HERMES:
-		bad |= buf_str(&b, "# Tools\n\nYou may call functions to help with the user's "
-			       "request. Their signatures are given within <tools></tools> XML "
-			       "tags:\n<tools>");
-		for (size_t i = 0; i < t->n; i++)
-			bad |= buf_str(&b, "\n") | tool_json(&b, &t->t[i]);
-		bad |= buf_str(&b, "\n</tools>\n\nTo call a function, write a JSON object "
-			       "with its name and arguments within <tool_call></tool_call> XML "
-			       "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-			       "<args-json-object>}\n</tool_call>");
-		break;
-	case TD_LLAMA3:
-		bad |= buf_str(&b, "You have these functions available:\n");
-		for (size_t i = 0; i < t->n; i++)
-			bad |= buf_str(&b, "\n") | tool_json(&b, &t->t[i]);
-		bad |= buf_str(&b, "\n\nTo call one, answer with only a JSON object of the form "
-			       "{\"name\": function name, \"parameters\": dictionary of argument "
-			       "name and its value}. Do not use variables.");
-		break;
-	default:
-		bad |= buf_str(&b, "You can call these functions, given as JSON with a JSON "
-			       "Schema of their arguments:\n");
-		for (size_t i = 0; i < t->n; i++)
-			bad |= buf_str(&b, "\n") | tool_json(&b, &t->t[i]);
-		bad |= buf_str(&b, "\n\nTo call functions, answer with only a JSON object "
-			       "{\"tool_calls\": [{\"name\": <function name>, \"arguments\": "
-			       "<arguments object>}, ...]}; otherwise answer in text. A "
-			       "function's result comes back within <tool_response>"
-			       "</tool_response> tags.");
-		break;
-	}
+	for (size_t i = 0; i < t->n; i++)
+		bad |= buf_str(&b, "\n") | tool_json(&b, &t->t[i]);
+	bad |= buf_str(&b, dl->tail);
 	if (t->choice == TC_REQUIRED)
 		bad |= buf_str(&b, "\nCall at least one function now.");
 	else if (t->choice == TC_NAMED)
@@ -444,14 +434,13 @@ char *gbnf_prefixed(const char *g, const char *prefix)
 static int call_rule(struct buf *b, const struct dialect *dl, const struct tools *t,
 		     size_t i)
 {
-	char open[160], head[64];
+	char open[160], head[32], args[32];
 
 	snprintf(open, sizeof open, "%s%s%s", dl->call_open, t->t[i].name, dl->mid);
 	snprintf(head, sizeof head, "tc-call-%zu ::= ", i);
-	return buf_str(b, head) | lit(b, open) | buf_str(b, " t") |
-	       buf_add(b, head + 8, strspn(head + 8, "0123456789")) |
-	       buf_str(b, "-root ") | lit(b, dl->call_close) | buf_str(b, "\n") |
-	       buf_str(b, t->t[i].gbnf);
+	snprintf(args, sizeof args, " t%zu-root ", i);
+	return buf_str(b, head) | lit(b, open) | buf_str(b, args) | lit(b, dl->call_close) |
+	       buf_str(b, "\n") | buf_str(b, t->t[i].gbnf);
 }
 
 /*
@@ -549,9 +538,13 @@ enum {
 
 void tparse_init(struct tparse *p, const struct tools *t)
 {
+	const struct dialect *dl = &dialects[t->d];
+
 	memset(p, 0, sizeof *p);
 	p->t = t;
 	p->state = ST_OPEN;
+	snprintf(p->opener, sizeof p->opener, "%s%s", dl->open, dl->call_open);
+	snprintf(p->next, sizeof p->next, "%s%s", dl->sep ? dl->sep : "", dl->call_open);
 }
 
 void tparse_free(struct tparse *p)
@@ -608,11 +601,8 @@ static int match(const struct tparse *p, const char *l, char c)
 int tparse_feed(struct tparse *p, const char *s, size_t n, struct buf *content)
 {
 	const struct dialect *dl = &dialects[p->t->d];
-	char opener[96], next[96];
 	int bad = 0;
 
-	snprintf(opener, sizeof opener, "%s%s", dl->open, dl->call_open);
-	snprintf(next, sizeof next, "%s%s", dl->sep ? dl->sep : "", dl->call_open);
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
 		struct tcall *call = p->n_calls ? &p->calls[p->n_calls - 1] : NULL;
@@ -622,7 +612,7 @@ int tparse_feed(struct tparse *p, const char *s, size_t n, struct buf *content)
 		case ST_TEXT:
 			return bad | buf_add(content, s + i, n - i);
 		case ST_OPEN:
-			m = match(p, opener, c);
+			m = match(p, p->opener, c);
 			if (m < 0) {
 				/* auto: text, which may begin like a call's opening */
 				bad |= broken(p, s + i, n - i, content);
@@ -689,7 +679,7 @@ int tparse_feed(struct tparse *p, const char *s, size_t n, struct buf *content)
 			}
 			break;
 		case ST_NEXT: {
-			int a = dl->sep ? match(p, next, c) : -1;
+			int a = dl->sep ? match(p, p->next, c) : -1;
 			int z = match(p, dl->close, c);
 
 			if (a < 0 && z < 0)
