@@ -1,8 +1,10 @@
 /*
  * http/http.h - pagoda-http, the OpenAI-compatible HTTP gateway: what its
- * two files share.  server.c holds main(), the options, libmicrohttpd, API
+ * files share.  server.c holds main(), the options, libmicrohttpd, API
  * keys, limits, the pool of daemon connections and the metrics; api.c the
- * endpoints (JSON in, libpagoda requests, JSON and server-sent events out).
+ * endpoints (JSON in, libpagoda requests, JSON and server-sent events out);
+ * tools.c tool calls (the tools' prompt and grammar, reading calls back);
+ * buf.c the growing string and the 400 they share.
  *
  * Threads.  libmicrohttpd runs with MHD_USE_INTERNAL_POLLING_THREAD |
  * MHD_USE_THREAD_PER_CONNECTION: every HTTP connection has a thread of its
