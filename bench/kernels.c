@@ -9,9 +9,9 @@
  * 49152x576 output matrix, one token (n = 1), on 1 and 2 threads at the
  * best ISA level.  "cold" rotates through copies spanning 256 MiB so
  * that weights come from memory, as in a forward pass; "hot" reuses one
- * copy.  The same decode rows for Q4_K, Q5_0 (also repacked, as
- * pagodad runs it) and Q6_K matrices of that shape (the types of a Q4_K_M
- * file).
+ * copy.  The same decode rows for Q4_K, Q5_0 and Q6_K matrices of that
+ * shape (the types of a Q4_K_M file), each also packed where pagodad
+ * packs it (Q5_0 with AVX2; Q4_K and Q6_K on the avx512vnni table).
  *
  * Batched: the int8 peak first, a micro-kernel of independent
  * vpmaddubsw + vpmaddwd + vpaddd chains (32 multiply-adds of unsigned by
@@ -30,7 +30,8 @@
  *
  * Results are validated against the scalar backend before timing.
  * Not part of make check.  Last line: q4_1_gbps, q4_1_packed_gbps,
- * q8_0_gbps, q4_k_gbps, q5_0_gbps, q5_0_packed_gbps, q6_k_gbps (2
+ * q8_0_gbps, q4_k_gbps, q4_k_packed_gbps, q5_0_gbps, q5_0_packed_gbps,
+ * q6_k_gbps, q6_k_packed_gbps (0 where not packed) (2
  * threads, cold), read_gbps (2 threads), int8_peak_gmacs (2 threads),
  * TYPE_n16_frac and TYPE_n64_frac for each batched type (the smallest
  * fraction over its shapes) and gemm_peak_frac, the smallest of the Q4
@@ -537,8 +538,9 @@ int main(void)
 {
 	struct pg_backend *ref = pg_cpu_backend_create(1, PG_ISA_SCALAR);
 	struct pg_backend *best = pg_cpu_backend_create(1, PG_ISA_TOP);
-	static struct mat_set q41, q80, q41p, q4k, q50, q50p, q6k;
-	double r1, r2, g41, g80, g41p = 0, g4k, g50, g50p = 0, g6k;
+	static struct mat_set q41, q80, q41p, q4k, q4kp, q50, q50p, q6k, q6kp;
+	double r1, r2, g41, g80, g41p = 0, g4k, g4kp = 0, g50, g50p = 0, g6k;
+	double g6kp = 0;
 	int packed;
 	double frac[N_BATCH_TYPES + 1][2], target = 1e9;
 
@@ -564,6 +566,10 @@ int main(void)
 	g80 = bench_one("Q8_0 49152x576", &q80, ref);
 	make_set(&q4k, PG_Q4_K, 576, 1536);
 	g4k = bench_one("Q4_K 576x1536", &q4k, ref);
+	if (make_packed(&q4kp, &q4k, best)) {
+		g4kp = bench_one("Q4_K 576x1536 packed", &q4kp, ref);
+		free(q4kp.data);
+	}
 	free(q4k.data), free(q4k.x);
 	make_set(&q50, PG_Q5_0, 576, 1536);
 	g50 = bench_one("Q5_0 576x1536", &q50, ref);
@@ -574,14 +580,19 @@ int main(void)
 	free(q50.data), free(q50.x);
 	make_set(&q6k, PG_Q6_K, 576, 1536);
 	g6k = bench_one("Q6_K 576x1536", &q6k, ref);
+	if (make_packed(&q6kp, &q6k, best)) {
+		g6kp = bench_one("Q6_K 576x1536 packed", &q6kp, ref);
+		free(q6kp.data);
+	}
 	free(q6k.data), free(q6k.x);
 	batched(ref, frac);
 	printf("ratio to read bandwidth (2t, cold): Q4_1 %.2f (packed %.2f), Q8_0 %.2f\n",
 	       g41 / r2, g41p / r2, g80 / r2);
-	printf("ratio to read bandwidth (2t, cold): Q4_K %.2f, Q5_0 %.2f (packed %.2f), Q6_K %.2f\n",
-	       g4k / r2, g50 / r2, g50p / r2, g6k / r2);
-	printf("bench/kernels: q4_1_gbps=%.2f q4_1_packed_gbps=%.2f q8_0_gbps=%.2f q4_k_gbps=%.2f q5_0_gbps=%.2f q5_0_packed_gbps=%.2f q6_k_gbps=%.2f read_gbps=%.2f int8_peak_gmacs=%.1f",
-	       g41, g41p, g80, g4k, g50, g50p, g6k, r2, frac[N_BATCH_TYPES][0]);
+	printf("ratio to read bandwidth (2t, cold): Q4_K %.2f (packed %.2f), Q5_0 %.2f (packed %.2f), Q6_K %.2f (packed %.2f)\n",
+	       g4k / r2, g4kp / r2, g50 / r2, g50p / r2, g6k / r2, g6kp / r2);
+	printf("bench/kernels: q4_1_gbps=%.2f q4_1_packed_gbps=%.2f q8_0_gbps=%.2f q4_k_gbps=%.2f q4_k_packed_gbps=%.2f q5_0_gbps=%.2f q5_0_packed_gbps=%.2f q6_k_gbps=%.2f q6_k_packed_gbps=%.2f read_gbps=%.2f int8_peak_gmacs=%.1f",
+	       g41, g41p, g80, g4k, g4kp, g50, g50p, g6k, g6kp, r2,
+	       frac[N_BATCH_TYPES][0]);
 	for (int k = 0; k < N_BATCH_TYPES; k++)
 		for (int j = 0; j < 2; j++) {
 			printf(" %s_n%d_frac=%.3f", batch_types[k].key,

@@ -1825,26 +1825,34 @@ static void check_matmul_tokens(void)
 }
 
 /*
- * Repacked Q4_0, Q4_1 and Q5_0 matrices (pg_cpu_q4x8_pack): on every backend that takes
- * them, matmul and matmul_parts (parts apart and summed) give the very
- * bits of the same matrix in rows, for every n from 1 to 37 (the packed
- * loops expand blocks as they go under 4 tokens, into work areas from
- * 4); the backends that do not (scalar, llama.cpp numerics), and shapes
- * they do not take (rows not a multiple of 8, Q8_0), say 0 bytes.
+ * Repacked Q4_0, Q4_1 and Q5_0 matrices (pg_cpu_q4x8_pack), and the
+ * K-quants packed in groups of 16 rows (Q4_K, Q5_K, Q6_K; the avx512vnni
+ * table's): on every backend that takes them, matmul and matmul_parts
+ * (parts apart and summed) give the very bits of the same matrix in
+ * rows, for every n from 1 to 37 (the packed loops expand blocks as they
+ * go under 4 tokens, into work areas from 4; the K-quants' take 8 tokens
+ * a pass and the rest apart); the backends that do not (scalar, llama.cpp
+ * numerics, the K-quants below avx512vnni), and shapes they do not take
+ * (rows not a multiple of 8, of 16 for the K-quants), say 0 bytes.
  */
 static void check_q4x8(void)
 {
-	static const int64_t shapes[][2] = { { 16, 32 }, { 40, 544 }, { 24, 1536 } };
-	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1, PG_Q5_0 };
+	static const int64_t q4_shapes[][2] = { { 16, 32 }, { 40, 544 }, { 24, 1536 } };
+	static const int64_t k_shapes[][2] = { { 16, 768 }, { 48, 768 }, { 32, 1536 } };
+	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1, PG_Q5_0,
+					       PG_Q4_K, PG_Q5_K, PG_Q6_K };
 	enum { N = 37, NP = 3 };
 	int tested = 0;
 
 	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
-		for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+		for (size_t sh = 0; sh < 3; sh++) {
 			enum pg_dtype t = types[ti];
-			int64_t rows = shapes[sh][0], cols = shapes[sh][1];
-			int64_t cuts[NP + 1] = { 0, cols / 32 / 3 * 32,
-						 cols / 32 * 2 / 3 * 32, cols };
+			int kq = PG_KX16_BYTES(t) != 0;
+			int64_t rows = kq ? k_shapes[sh][0] : q4_shapes[sh][0];
+			int64_t cols = kq ? k_shapes[sh][1] : q4_shapes[sh][1];
+			int64_t bs = pg_dtype_block_size(t);	/* cuts at blocks */
+			int64_t cuts[NP + 1] = { 0, cols / bs / 3 * bs,
+						 cols / bs * 2 / 3 * bs, cols };
 			size_t ny = (size_t)N * (size_t)rows;
 			float *wf, *x = xmalloc((size_t)N * (size_t)cols * 4);
 			float *want = xmalloc(NP * ny * 4), *got = xmalloc(NP * ny * 4);
@@ -1854,11 +1862,12 @@ static void check_q4x8(void)
 			m = make_matrix(t, rows, cols, &wf);
 			odd = m;
 			fill(x, (size_t)N * (size_t)cols);
-			odd.n_rows = rows - 1;
+			odd.n_rows = rows - (kq ? 8 : 1);
 			for (int i = 0; i < n_bes; i++) {
 				struct pg_backend *be = bes[i];
 				size_t bytes = pg_cpu_q4x8_bytes(be, &m);
 				struct pg_matrix pk = m;
+				enum pg_cpu_isa isa = pg_cpu_backend_isa(be);
 				void *buf;
 
 				CHECK(!pg_cpu_q4x8_bytes(be, &odd),
@@ -1869,12 +1878,15 @@ static void check_q4x8(void)
 				      "q4x8: %s packs in llama.cpp numerics",
 				      be_name(be));
 				pg_cpu_backend_llama_numerics(be, 0);
-				CHECK(!bytes == (pg_cpu_backend_isa(be) == PG_ISA_SCALAR),
-				      "q4x8: %s %s packing", be_name(be),
-				      bytes ? "offers" : "refuses");
+				CHECK((bytes == 0) == (kq ? isa != PG_ISA_AVX512VNNI :
+						       isa == PG_ISA_SCALAR),
+				      "q4x8: %s %s packing %s", be_name(be),
+				      bytes ? "offers" : "refuses", pg_dtype_name(t));
 				if (!bytes)
 					continue;
-				CHECK(bytes == pg_dtype_row_bytes(t, (uint64_t)cols) *
+				CHECK(bytes == (kq ? PG_KX16_BYTES(t) / 16 *
+						(size_t)(cols / PG_QK_K) :
+						pg_dtype_row_bytes(t, (uint64_t)cols)) *
 				      (size_t)rows, "q4x8: %zu bytes", bytes);
 				buf = aligned_alloc(32, (bytes + 31) / 32 * 32);
 				if (!buf) {
@@ -1910,7 +1922,7 @@ static void check_q4x8(void)
 			}
 			free(wf), free((void *)m.data), free(x), free(want), free(got);
 		}
-	printf("q4x8: Q4_0/Q4_1/Q5_0 repacked, %d backend x shape cases, n = 1..37: "
+	printf("q4x8: Q4_0/Q4_1/Q5_0 repacked, Q4_K/Q5_K/Q6_K packed, %d backend x shape cases, n = 1..37: "
 	       "matmul and matmul_parts bit for bit the rows'\n", tested);
 }
 
@@ -1951,7 +1963,11 @@ static void check_matmul_batch(void)
 
 				pg_cpu_backend_llama_numerics(be, llama);
 				if (packed) {
-					size_t bytes = pg_cpu_q4x8_bytes(be, &m);
+					size_t bytes;
+
+					if (PG_KX16_BYTES(t))	/* groups of 16 */
+						m.n_rows = ROWS / 16 * 16;
+					bytes = pg_cpu_q4x8_bytes(be, &m);
 
 					if (!bytes) {
 						pg_cpu_backend_llama_numerics(be, 0);
@@ -1965,20 +1981,20 @@ static void check_matmul_batch(void)
 				}
 				for (int j = 0; j < N; j++)
 					be->ops->matmul(be, &m, x + (size_t)j * COLS, 1,
-							NULL, alone + (size_t)j * ROWS);
+							NULL, alone + (size_t)j * (size_t)m.n_rows);
 				for (int n = 1; n <= N; n = n < 19 ? n + 1 : N) {
-					for (size_t o = 0; o < (size_t)n * ROWS; o++)
+					for (size_t o = 0; o < (size_t)n * (size_t)m.n_rows; o++)
 						y[o] = NAN;
 					be->ops->matmul(be, &m, x, n, NULL, y);
 					for (int j = 0; j < n; j++)
-						CHECK(!memcmp(y + (size_t)j * ROWS,
-							      alone + (size_t)j * ROWS,
-							      ROWS * 4),
+						CHECK(!memcmp(y + (size_t)j * (size_t)m.n_rows,
+							      alone + (size_t)j * (size_t)m.n_rows,
+							      (size_t)m.n_rows * 4),
 						      "matmul %s%s%s %dx%d n=%d on %s: "
 						      "token %d not its one-token result",
 						      pg_dtype_name(t), llama ? " (llama.cpp "
 						      "numerics)" : "", packed ? " packed" : "",
-						      ROWS, COLS, n, be_name(be), j);
+						      (int)m.n_rows, COLS, n, be_name(be), j);
 					if (n == N)
 						break;
 				}

@@ -100,6 +100,12 @@ typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
 #define PG_GEMM16_WORK (2 * PG_GEMM8_WORK)
 #define PG_GEMM16_KWORK (2 * PG_GEMM8_KWORK)
 
+/* The bytes of one packed 16-row super-block of type t (kq_vnni.c), 0
+ * for a type never packed so: Q4_K 16 x 148, Q5_K 16 x 180, Q6_K 16 x
+ * 212 (the file's: 144, 176, 210 a row). */
+#define PG_KX16_BYTES(t) ((t) == PG_Q4_K ? 2368 : (t) == PG_Q5_K ? 2880 : \
+			  (t) == PG_Q6_K ? 3392 : 0)
+
 /* Quantise n floats (a multiple of 32) to the activation type at dst. */
 typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
 
@@ -165,6 +171,15 @@ struct pg_cpu_kernels {
 	pg_gemm8_fn gemm16_q2_k, gemm16_q3_k, gemm16_q4_k, gemm16_q5_k,
 		    gemm16_q6_k;
 	pg_gemm8_fn gemm16_q8_0;	/* on gemm8_q8_0's token layout */
+	/* optional: Q4_K, Q5_K, Q6_K packed at load time in groups of 16
+	 * rows (pg_cpu_q4x8_pack, PG_KX16_BYTES a super-block of the group):
+	 * kx16_pack packs one group (16 rows of n columns at w, w_stride
+	 * apart) at dst; the loops take it for every token count, w at the
+	 * group, xp the tokens' Q8_K rows, w_stride and work unused; the
+	 * bits of gemm16's */
+	void (*kx16_pack)(enum pg_dtype t, const void *w, size_t w_stride,
+			  int64_t n, void *dst);
+	pg_gemm8_fn gemm16_kx16_q4_k, gemm16_kx16_q5_k, gemm16_kx16_q6_k;
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1, Q5_1 */
 	pg_quant_fn quant_q8_k;		/* activations for the K-quants */
@@ -492,6 +507,11 @@ PG_GEMM16_DECL(q4_k);
 PG_GEMM16_DECL(q5_k);
 PG_GEMM16_DECL(q6_k);
 PG_GEMM16_DECL(q8_0);
+PG_GEMM16_DECL(kx16_q4_k);
+PG_GEMM16_DECL(kx16_q5_k);
+PG_GEMM16_DECL(kx16_q6_k);
+void pg_kx16_pack_vnni(enum pg_dtype t, const void *w, size_t w_stride,
+		       int64_t n, void *dst);
 
 float pg_dot_q4_1_llama_avx2(int64_t n, const void *w, const void *x);
 void pg_dot4_q4_1_llama_avx2(int64_t n, const void *w, size_t w_stride,

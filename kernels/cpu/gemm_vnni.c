@@ -311,6 +311,10 @@ static void vnni_make(void)
 	vnni.gemm16_q5_k = pg_gemm16_q5_k_vnni;
 	vnni.gemm16_q6_k = pg_gemm16_q6_k_vnni;
 	vnni.gemm16_q8_0 = pg_gemm16_q8_0_vnni;
+	vnni.kx16_pack = pg_kx16_pack_vnni;
+	vnni.gemm16_kx16_q4_k = pg_gemm16_kx16_q4_k_vnni;
+	vnni.gemm16_kx16_q5_k = pg_gemm16_kx16_q5_k_vnni;
+	vnni.gemm16_kx16_q6_k = pg_gemm16_kx16_q6_k_vnni;
 }
 
 const struct pg_cpu_kernels *pg_cpu_kernels_avx512vnni(void)

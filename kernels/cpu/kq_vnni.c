@@ -26,6 +26,7 @@
  * reached only through the avx512vnni table.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/vnni16.h"
@@ -583,3 +584,437 @@ KQ_GEMM16(q6_k, struct kq16_q6_k, sweep16_q6_k)
 KQ_GEMM16(q5_k, struct kq16_q4_k, sweep16_q4_k)
 KQ_GEMM16(q3_k, struct kq16_q6_k, sweep16_q3_k)
 KQ_GEMM16(q2_k, struct kq16_q4_k, sweep16_q2_k)
+
+/* ---- K-quants packed once, at load time (pg_cpu_q4x8_pack) ----
+ *
+ * Repacking a group of rows for every call costs a quarter of a 16-token
+ * matmul (Q4_K 27%, Q6_K 29%), and a decode cannot take the repacked
+ * form (twice the file's bytes, where a decode is bound by the bytes it
+ * reads).  So the avx512vnni table also offers the K-quants packed once,
+ * in groups of 16 rows, at about the file's size: per super-block the
+ * 16 rows' chunks as above, two to a byte (low nibble: chunk 2k, high:
+ * 2k + 1), the high bits in planes of their own, the scales as bytes in
+ * row order and the F16 d side by side.  A sweep unpacks a vector with
+ * two or three logic operations, once for all its tokens; the integers
+ * and the order of the floats are those of the loops above, so the bits
+ * are too, for every token count (the decode included).
+ */
+
+/* Q4_K, Q5_K: the scales first, then the sub-blocks, each read from
+ * one stream. */
+struct kx16_head {
+	uint8_t sc[8][16];	/* sc[j][r]: row r's sub-block j scale */
+	uint8_t mn[8][16];	/* and its min */
+	uint16_t d[16], dmin[16];	/* row r's, F16 */
+};
+
+/* Q4_K: 148 bytes a row and super-block (the file: 144); sub-block j's
+ * q[j][k], lane r: row r's chunk 8j + 2k (low nibbles), 8j + 2k + 1
+ * (high). */
+struct kx16_q4_k {
+	struct kx16_head h;
+	uint8_t q[8][4][64];
+};
+
+/* Q5_K: 180 bytes a row (the file: 176); sub-block j's chunks as Q4_K's,
+ * then its fifth bits: bit i of lane r's bytes of hb, that of chunk
+ * 8j + i of row r. */
+struct kx16_q5_k {
+	struct kx16_head h;
+	struct {
+		uint8_t q[4][64];
+		uint8_t hb[64];
+	} s[8];
+};
+
+/* Q6_K: 212 bytes a row (the file: 210); sub-block j (chunks 4j ..
+ * 4j + 3): the low nibbles as Q4_K's, then the high 2 bits of chunk
+ * 4j + i at bits 2i, 2i + 1 of lane r's bytes of qh. */
+struct kx16_q6_k {
+	int8_t sc[16][16];	/* sc[j][r]: row r's sub-block j scale */
+	uint16_t d[16];
+	uint8_t pad[32];	/* to a whole number of cache lines */
+	struct {
+		uint8_t ql[2][64];
+		uint8_t qh[64];
+	} s[16];
+};
+
+_Static_assert(sizeof(struct kx16_q4_k) == PG_KX16_BYTES(PG_Q4_K) &&
+	       sizeof(struct kx16_q5_k) == PG_KX16_BYTES(PG_Q5_K) &&
+	       sizeof(struct kx16_q6_k) == PG_KX16_BYTES(PG_Q6_K),
+	       "PG_KX16_BYTES is the packed super-blocks' size");
+
+/* Sub-block j's vector k of a packed Q4_K (q5: Q5_K) super-block at b,
+ * and (Q5_K) its fifth bits. */
+static inline const uint8_t *kx16_q(const void *b, int q5, int j, int k)
+{
+	const struct kx16_q5_k *b5 = b;
+	const struct kx16_q4_k *b4 = b;
+
+	return q5 ? b5->s[j].q[k] : b4->q[j][k];
+}
+
+/* Two chunks' bytes (values < 16 each) as one vector of nibbles. */
+static inline __m512i nibbles(__m512i lo, __m512i hi)
+{
+	return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+}
+
+/* Row r's 32-bit lane of the int32 vector v as a byte, r < 16. */
+static inline void bytes16(__m512i v, void *o)
+{
+	_mm_storeu_si128(o, _mm512_cvtepi32_epi8(v));
+}
+
+static void kx16_pack_q45_k(const uint8_t *w, size_t ws, int64_t nb,
+			    int q5, uint8_t *dst)
+{
+	struct kq16_q4_k t;
+	size_t bs = q5 ? sizeof(struct pg_block_q5_k) :
+		    sizeof(struct pg_block_q4_k);
+
+	for (int64_t i = 0; i < nb; i++) {
+		uint8_t *ob = dst + (size_t)i * (q5 ? sizeof(struct kx16_q5_k) :
+						sizeof(struct kx16_q4_k));
+		struct kx16_head *o = (void *)ob;
+
+		if (q5)
+			repack16_q5_k(w, ws, i, &t);
+		else
+			repack16_q4_k(w, ws, i, &t);
+		for (int k = 0; k < 32; k++)
+			_mm512_storeu_si512((void *)kx16_q(ob, q5, k / 4, k % 4), nibbles(
+				_mm512_and_si512(t.q[2 * k], _mm512_set1_epi8(15)),
+				_mm512_and_si512(t.q[2 * k + 1], _mm512_set1_epi8(15))));
+		for (int j = 0; j < 8; j++) {
+			bytes16(t.sc[j], o->sc[j]);
+			/* mn[j]: the min in both int16 halves */
+			bytes16(_mm512_and_si512(t.mn[j], _mm512_set1_epi32(0xffff)),
+				o->mn[j]);
+		}
+		for (int r = 0; r < 16; r++) {
+			const uint8_t *a = w + (size_t)r * ws + (size_t)i * bs +
+					   (q5 ? offsetof(struct pg_block_q5_k, d) :
+					    offsetof(struct pg_block_q4_k, d));
+
+			o->d[r] = load16(a);
+			o->dmin[r] = load16(a + 2);
+		}
+		if (!q5)
+			continue;
+		for (int j = 0; j < 8; j++) {	/* chunks 8j .. 8j + 7 */
+			__m512i h = _mm512_setzero_si512();
+
+			for (int c = 0; c < 8; c++)
+				h = _mm512_or_si512(h, _mm512_slli_epi16(
+					_mm512_and_si512(_mm512_srli_epi16(t.q[8 * j + c], 4),
+							 _mm512_set1_epi8(1)), c));
+			_mm512_storeu_si512(((struct kx16_q5_k *)ob)->s[j].hb, h);
+		}
+	}
+}
+
+static void kx16_pack_q6_k(const uint8_t *w, size_t ws, int64_t nb,
+			   uint8_t *dst)
+{
+	struct kq16_q6_k t;
+
+	for (int64_t i = 0; i < nb; i++) {
+		struct kx16_q6_k *o = (void *)(dst + (size_t)i * sizeof(*o));
+
+		repack16_q6_k(w, ws, i, &t);
+		for (int k = 0; k < 32; k++)
+			_mm512_storeu_si512(o->s[k / 2].ql[k % 2], nibbles(
+				_mm512_and_si512(t.q[2 * k], _mm512_set1_epi8(15)),
+				_mm512_and_si512(t.q[2 * k + 1], _mm512_set1_epi8(15))));
+		for (int j = 0; j < 16; j++) {
+			__m512i h = _mm512_setzero_si512();
+
+			for (int c = 0; c < 4; c++)
+				h = _mm512_or_si512(h, _mm512_slli_epi16(
+					_mm512_and_si512(_mm512_srli_epi16(t.q[4 * j + c], 4),
+							 _mm512_set1_epi8(3)), 2 * c));
+			_mm512_storeu_si512(o->s[j].qh, h);
+			bytes16(t.sc[j], o->sc[j]);
+		}
+		memset(o->pad, 0, sizeof(o->pad));
+		for (int r = 0; r < 16; r++)
+			o->d[r] = load16(w + (size_t)r * ws + (size_t)i *
+					 sizeof(struct pg_block_q6_k) +
+					 offsetof(struct pg_block_q6_k, d));
+	}
+}
+
+void pg_kx16_pack_vnni(enum pg_dtype t, const void *w, size_t ws,
+		       int64_t n, void *dst)
+{
+	switch (t) {
+	case PG_Q4_K: kx16_pack_q45_k(w, ws, n / PG_QK_K, 0, dst); break;
+	case PG_Q5_K: kx16_pack_q45_k(w, ws, n / PG_QK_K, 1, dst); break;
+	case PG_Q6_K: kx16_pack_q6_k(w, ws, n / PG_QK_K, dst); break;
+	default: break;
+	}
+}
+
+/* Chunk pair k of a packed vector v: the low nibbles, the high ones. */
+static inline __m512i nib_lo(__m512i v)
+{
+	return _mm512_and_si512(v, _mm512_set1_epi8(15));
+}
+
+static inline __m512i nib_hi(__m512i v)
+{
+	return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15));
+}
+
+/* Bits of each byte of h moved from bit `from` up or down to bit `to`,
+ * `mask` (at `to`) kept, or'ed into q. */
+static inline __m512i put_bits(__m512i q, __m512i h, int from, int to,
+			       int mask)
+{
+	__m512i s = to >= from ? _mm512_slli_epi16(h, to - from) :
+		    _mm512_srli_epi16(h, from - to);
+
+	return _mm512_ternarylogic_epi32(q, s, _mm512_set1_epi8((char)mask),
+					 0xf8);	/* q | (s & mask) */
+}
+
+/* The sum of one token over two chunks' vectors q0, q1 (chunks c, c + 1),
+ * into a and a1 (or twice into one chain). */
+#define DP2(a, a1, q0, q1, xq, c)					\
+	do {								\
+		(a) = _mm512_dpbusd_epi32((a), (q0), bc4((xq) + 4 * (c)));\
+		(a1) = _mm512_dpbusd_epi32((a1), (q1), bc4((xq) + 4 * (c) + 4));\
+	} while (0)
+
+/*
+ * nt (<= GK) Q4_K (Q5_K: q5) tokens at x, xs bytes apart, against the
+ * packed super-blocks at w (bsz bytes each): tokens_mins' sums and floats.
+ */
+static inline __attribute__((always_inline)) void
+ptokens_mins(const uint8_t *w, size_t bsz, int q5, int64_t nb,
+	     const uint8_t *x, size_t xs, int nt, float *out, size_t os,
+	     const struct pg_cuts *cuts)
+{
+	__m512 run[GK];
+	int64_t i = 0;
+
+#pragma GCC unroll 8
+	for (int t = 0; t < GK; t++)
+		run[t] = _mm512_setzero_ps();
+
+	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+		int64_t end = cuts ? cuts->end[p] / (PG_QK_K / PG_QK) : nb;
+		__m512 acc[GK], ms[GK];
+
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			acc[t] = ms[t] = _mm512_setzero_ps();
+		for (; i < end; i++) {
+			const uint8_t *b = w + (size_t)i * bsz;
+			const struct kx16_head *hd = (const void *)b;
+			const struct pg_block_q8_k *xb[GK];
+			__m512i s[GK], m[GK];
+
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				xb[t] = (const struct pg_block_q8_k *)
+					(x + (size_t)t * xs) + i;
+				s[t] = _mm512_setzero_si512();
+			}
+#pragma GCC unroll 1
+			for (int j = 0; j < 8; j++) {	/* sub-blocks of 32 */
+				__m512i a[GK];
+				__m512i h = q5 ? _mm512_loadu_si512(
+					((const struct kx16_q5_k *)b)->s[j].hb) :
+					    _mm512_setzero_si512();
+
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++)
+					a[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+				for (int k = 0; k < 4; k++) {	/* chunks 8j + 2k, + 1 */
+					__m512i v = _mm512_loadu_si512(kx16_q(b, q5, j, k));
+					__m512i q0 = nib_lo(v), q1 = nib_hi(v);
+
+					if (q5) {
+						q0 = put_bits(q0, h, 2 * k, 4, 0x10);
+						q1 = put_bits(q1, h, 2 * k + 1, 4, 0x10);
+					}
+#pragma GCC unroll 8
+					for (int t = 0; t < nt; t++)
+						DP2(a[t], a[t], q0, q1, xb[t]->qs,
+						    8 * j + 2 * k);
+				}
+				{
+					__m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+						(const __m128i *)hd->sc[j]));
+
+#pragma GCC unroll 8
+					for (int t = 0; t < nt; t++)
+						s[t] = _mm512_add_epi32(s[t],
+							_mm512_mullo_epi32(a[t], sc));
+				}
+			}
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++)
+				m[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++) {	/* the mins */
+				__m512i mn = dup16(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+					(const __m128i *)hd->mn[j])));
+
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++)
+					m[t] = _mm512_add_epi32(m[t], _mm512_madd_epi16(
+						mn, bc4(&xb[t]->bsums[2 * j])));
+			}
+			{
+				__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(
+					(const __m256i *)hd->d));
+				__m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(
+					(const __m256i *)hd->dmin));
+
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++) {
+					__m512 dx = _mm512_set1_ps(xb[t]->d);
+
+					acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx),
+						_mm512_cvtepi32_ps(s[t]), acc[t]);
+					ms[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, dx),
+						_mm512_cvtepi32_ps(m[t]), ms[t]);
+				}
+			}
+		}
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			acc[t] = _mm512_sub_ps(acc[t], ms[t]);
+		part_end16(cuts, p, out, os, nt, acc, run);
+	}
+	sums_out16(cuts, out, os, nt, run);
+}
+
+/* nt (<= GK) Q6_K tokens against the packed super-blocks at w:
+ * tokens_off's sums and floats. */
+static inline __attribute__((always_inline)) void
+ptokens_q6_k(const uint8_t *w, int64_t nb, const uint8_t *x, size_t xs,
+	     int nt, float *out, size_t os, const struct pg_cuts *cuts)
+{
+	__m512 run[GK];
+	int64_t i = 0;
+
+#pragma GCC unroll 8
+	for (int t = 0; t < GK; t++)
+		run[t] = _mm512_setzero_ps();
+
+	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
+		int64_t end = cuts ? cuts->end[p] / (PG_QK_K / PG_QK) : nb;
+		__m512 acc[GK];
+
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+			acc[t] = _mm512_setzero_ps();
+		for (; i < end; i++) {
+			const struct kx16_q6_k *b = (const void *)(w + (size_t)i * sizeof(*b));
+			const struct pg_block_q8_k *xb[GK];
+			__m512i s[GK], o[GK];
+
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				xb[t] = (const struct pg_block_q8_k *)
+					(x + (size_t)t * xs) + i;
+				s[t] = _mm512_setzero_si512();
+			}
+#pragma GCC unroll 1
+			for (int j = 0; j < 16; j++) {	/* sub-blocks of 16 */
+				__m512i a[GK];
+				__m512i h = _mm512_loadu_si512(b->s[j].qh);
+				__m512i l0 = _mm512_loadu_si512(b->s[j].ql[0]);
+				__m512i l1 = _mm512_loadu_si512(b->s[j].ql[1]);
+				__m512i q0 = put_bits(nib_lo(l0), h, 0, 4, 0x30);
+				__m512i q1 = put_bits(nib_hi(l0), h, 2, 4, 0x30);
+				__m512i q2 = put_bits(nib_lo(l1), h, 4, 4, 0x30);
+				__m512i q3 = put_bits(nib_hi(l1), h, 6, 4, 0x30);
+
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++) {
+					a[t] = _mm512_setzero_si512();
+					DP2(a[t], a[t], q0, q1, xb[t]->qs, 4 * j);
+					DP2(a[t], a[t], q2, q3, xb[t]->qs, 4 * j + 2);
+				}
+				{
+					__m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(
+						(const __m128i *)b->sc[j]));
+
+#pragma GCC unroll 8
+					for (int t = 0; t < nt; t++)
+						s[t] = _mm512_add_epi32(s[t],
+							_mm512_mullo_epi32(a[t], sc));
+				}
+			}
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++)
+				o[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++) {	/* the -32s: scales 2j, 2j + 1 */
+				__m512i off = _mm512_or_si512(
+					_mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+						(const __m128i *)b->sc[2 * j])),
+						_mm512_set1_epi32(0xffff)),
+					_mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+						(const __m128i *)b->sc[2 * j + 1])), 16));
+
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++)
+					o[t] = _mm512_add_epi32(o[t], _mm512_madd_epi16(
+						off, bc4(&xb[t]->bsums[2 * j])));
+			}
+			{
+				__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(
+					(const __m256i *)b->d));
+
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++) {
+					s[t] = _mm512_sub_epi32(s[t], _mm512_slli_epi32(o[t], 5));
+					acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d,
+							_mm512_set1_ps(xb[t]->d)),
+						_mm512_cvtepi32_ps(s[t]), acc[t]);
+				}
+			}
+		}
+		part_end16(cuts, p, out, os, nt, acc, run);
+	}
+	sums_out16(cuts, out, os, nt, run);
+}
+
+#define PTOKENS(NAME, CALL)						\
+static inline __attribute__((always_inline)) void			\
+NAME(const uint8_t *w, int64_t nb, const uint8_t *x, size_t xs, int nt,\
+     float *out, size_t os, const struct pg_cuts *cuts)			\
+{									\
+	CALL;								\
+}
+
+PTOKENS(ptokens_q4_k, ptokens_mins(w, sizeof(struct kx16_q4_k), 0, nb, x,
+				   xs, nt, out, os, cuts))
+PTOKENS(ptokens_q5_k, ptokens_mins(w, sizeof(struct kx16_q5_k), 1, nb, x,
+				   xs, nt, out, os, cuts))
+
+SWEEP16(psweep_q4_k, ptokens_q4_k, uint8_t)
+SWEEP16(psweep_q5_k, ptokens_q5_k, uint8_t)
+SWEEP16(psweep_q6_k, ptokens_q6_k, uint8_t)
+
+#define KX16_GEMM(name)							\
+void pg_gemm16_kx16_##name##_vnni(int64_t n, const void *w, size_t ws,	\
+				  const void *xq, int n_tok, float *out,\
+				  size_t os, void *work,		\
+				  const struct pg_cuts *cuts)		\
+{									\
+	(void)ws, (void)work;						\
+	psweep_##name(w, n / PG_QK_K, xq, n_tok, out, os, cuts);	\
+}
+
+KX16_GEMM(q4_k)
+KX16_GEMM(q5_k)
+KX16_GEMM(q6_k)

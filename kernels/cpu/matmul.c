@@ -75,6 +75,8 @@ struct mm_ctx {
 	pg_gemm8_fn gemm8;	/* or NULL; used for n >= PG_MM_GEMM_MIN (the
 				 * K-quants' take xq itself, not xp) */
 	pg_gemm8_fn packed;	/* PG_LAYOUT_Q4X8: the loop for every n */
+	int packed_rows;	/* its group: 8 rows (Q4_0, Q4_1, Q5_0) or 16
+				 * (the K-quants: no work, xp their Q8_K rows) */
 	pg_gemm8_fn gemm16;	/* or NULL: gemm8's for 16 rows at once */
 	pg_gemm8_fn packed16;	/* or NULL: packed's for 2 groups, n >=
 				 * PG_MM_GEMM_MIN with work areas */
@@ -188,16 +190,17 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 	int64_t nr = c->w->n_rows, r = r0;
 	int t = 0;
 
-	if (c->packed) {	/* whole groups: n_rows % 8 == 0 */
+	if (c->packed) {	/* whole groups: n_rows % packed_rows == 0 */
 		if (c->packed16 && c->n >= PG_MM_GEMM_MIN && c->work_bytes)
 			for (; r + 16 <= r1; r += 16)
 				c->packed16(c->w->n_cols, (const uint8_t *)c->w->data +
 					    (size_t)r * c->w->row_bytes, 0, c->xp,
 					    c->n, c->y + r, (size_t)nr, work,
 					    c->cuts);
-		for (; r < r1; r += 8)
+		for (; r < r1; r += c->packed_rows)
 			c->packed(c->w->n_cols, (const uint8_t *)c->w->data +
-				  (size_t)r * c->w->row_bytes, 0, c->xp, c->n,
+				  (size_t)r * c->w->row_bytes, 0,
+				  c->xp ? (const void *)c->xp : c->xq, c->n,
 				  c->y + r, (size_t)nr,
 				  c->n >= PG_MM_GEMM_MIN && c->work_bytes ?
 				  work : NULL, c->cuts);
@@ -361,7 +364,8 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 		int wide = c->gemm16 || c->packed16;
 
 		/* Q8_0: work for its 16-row loop only (gemm8 reads the rows) */
-		c->work_bytes = c->q8 ? (c->gemm16 ? (size_t)(nc / PG_QK) *
+		c->work_bytes = c->packed_rows == 16 ? 0 :
+				c->q8 ? (c->gemm16 ? (size_t)(nc / PG_QK) *
 						   PG_GEMM16_WORK : 0) :
 				c->vt == PG_Q8_K ?
 				(size_t)(nc / PG_QK_K) * (wide ? PG_GEMM16_KWORK :
@@ -441,6 +445,9 @@ static pg_gemm8_fn q4x8_loop(const struct pg_cpu_kernels *k, enum pg_dtype t)
 	case PG_Q4_0: return k->gemm8_q4x8_q4_0;
 	case PG_Q4_1: return k->gemm8_q4x8_q4_1;
 	case PG_Q5_0: return k->gemm8_q4x8_q5_0;
+	case PG_Q4_K: return k->gemm16_kx16_q4_k;
+	case PG_Q5_K: return k->gemm16_kx16_q5_k;
+	case PG_Q6_K: return k->gemm16_kx16_q6_k;
 	default: return NULL;
 	}
 }
@@ -525,6 +532,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	}
 	if (w->layout == PG_LAYOUT_Q4X8) {	/* pg_cpu_q4x8_pack made it */
 		c.packed = q4x8_loop(cpu->k, w->type);
+		c.packed_rows = PG_KX16_BYTES(w->type) ? 16 : 8;
 		c.packed16 = cpu->llama ? NULL : q4x16_loop(cpu->k, w->type);
 		if (!c.packed) {	/* packed for another backend: cpu.h */
 			size_t ny = (size_t)n * (size_t)w->n_rows *
@@ -558,16 +566,25 @@ void pg_cpu_matmul_parts(struct pg_backend *be, const struct pg_matrix *w,
 
 /* ---- repacked Q4 matrices (cpu.h) ---- */
 
+/* A row's bytes packed: those of its rows, or for the K-quants (groups
+ * of 16 rows) PG_KX16_BYTES / 16 a super-block. */
+static size_t packed_row_bytes(const struct pg_matrix *m)
+{
+	size_t kb = PG_KX16_BYTES(m->type);
+
+	return kb ? kb / 16 * (size_t)(m->n_cols / PG_QK_K) :
+	       pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
+}
+
 size_t pg_cpu_q4x8_bytes(struct pg_backend *be, const struct pg_matrix *m)
 {
 	struct pg_cpu_backend *cpu = pg_cpu(be);
 	pg_gemm8_fn f = q4x8_loop(cpu->k, m->type);
 
 	if (!f || cpu->llama || m->layout != PG_LAYOUT_ROWS ||
-	    m->n_rows % 8 || m->n_rows <= 0)
+	    m->n_rows % (PG_KX16_BYTES(m->type) ? 16 : 8) || m->n_rows <= 0)
 		return 0;
-	return pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols) *
-	       (size_t)m->n_rows;
+	return packed_row_bytes(m) * (size_t)m->n_rows;
 }
 
 /*
@@ -620,12 +637,22 @@ static void q4x8_block(enum pg_dtype t, const uint8_t *const rows[8],
 
 void pg_cpu_q4x8_pack(struct pg_backend *be, struct pg_matrix *m, void *dst)
 {
-	size_t rb = pg_dtype_row_bytes(m->type, (uint64_t)m->n_cols);
+	size_t rb = packed_row_bytes(m);
 	size_t bb = pg_dtype_row_bytes(m->type, PG_QK);
 	int64_t nb = m->n_cols / PG_QK;
 	uint8_t *o = dst;
 
-	(void)be;
+	if (PG_KX16_BYTES(m->type)) {	/* the table's, 16 rows a group */
+		for (int64_t g = 0; g < m->n_rows / 16; g++)
+			pg_cpu(be)->k->kx16_pack(m->type, (const uint8_t *)m->data +
+						 (size_t)(16 * g) * m->row_bytes,
+						 m->row_bytes, m->n_cols,
+						 o + (size_t)(16 * g) * rb);
+		m->data = dst;
+		m->row_bytes = rb;
+		m->layout = PG_LAYOUT_Q4X8;
+		return;
+	}
 	for (int64_t g = 0; g < m->n_rows / 8; g++)
 		for (int64_t i = 0; i < nb; i++, o += 8 * bb) {
 			const uint8_t *rows[8];
