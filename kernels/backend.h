@@ -340,7 +340,8 @@ struct pg_backend_ops {
 	/*
 	 * pack_bytes, pack - optional: matrices this backend runs faster in a
 	 * layout of its own (PG_LAYOUT_PACKED; the CPU: Q4_0, Q4_1, Q5_0 in
-	 * groups of 8 rows).  pack_bytes: the bytes m takes so, or 0 when it is
+	 * groups of 8 rows, and on AVX-512 VNNI Q4_K, Q5_K, Q6_K in groups
+	 * of 16).  pack_bytes: the bytes m takes so, or 0 when it is
 	 * not to be repacked.  pack: m repacked into dst (pack_bytes bytes,
 	 * 32-byte aligned, not overlapping m), m then describing dst; its
 	 * products give the same bits as before.  Only this backend may then

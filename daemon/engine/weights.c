@@ -2,7 +2,7 @@
  * weights.c - where a device's weights live: its slices of the model's
  * matrices (views into the file's mapping: rows for Q, K, V, gate, up and
  * the vocabulary, columns for Wo and Wdown), copied onto its NUMA node
- * when it is bound to one, repacked for the CPU backend's 8-row loops or
+ * when it is bound to one, repacked for the CPU backend's packed loops or
  * copied onto huge pages (fw_pack_weights), or uploaded into the memory of a
  * backend that has its own (a GPU).  forward.c's setup_device calls these
  * once per device; nothing here runs a batch.
@@ -166,8 +166,9 @@ int fw_localize_weights(struct device *d, int node)
 
 /*
  * The bytes matrix m takes in fw_pack_weights' allocation: repacked for the
- * backend's 8-row loops where it takes them, else (a device bound to no
- * node; fw_localize_weights copied them for the others) copied as rows.
+ * backend's packed loops (groups of 8 or 16 rows) where it takes them,
+ * else (a device bound to no node; fw_localize_weights copied them for
+ * the others) copied as rows.
  */
 static size_t placed_bytes(struct device *d, const struct pg_matrix *m,
 			   int node, int *packed)
@@ -182,7 +183,7 @@ static size_t placed_bytes(struct device *d, const struct pg_matrix *m,
 
 /*
  * A CPU device's matrices in one allocation, made once: those its backend
- * takes repacked for its 8-row loops (its pack op: the same bits,
+ * takes repacked for its packed loops (its pack op: the same bits,
  * faster) repacked, and on a device bound to no node (node < 0) the others
  * copied as rows, so that a decode's sweep over every weight reads huge
  * pages (MADV_HUGEPAGE) rather than the file's 4 KiB ones: Gemma 3 270M,
@@ -225,7 +226,7 @@ int fw_pack_weights(struct device *d, int node, char *err,
 			madvise(p, bytes, MADV_HUGEPAGE);
 	}
 	if (!p) {
-		snprintf(err, err_len, "device %s: cannot allocate %.1f MiB for its weights, repacked for the CPU's 8-row loops or copied onto huge pages (they then replace the model file's pages): free that much memory%s",
+		snprintf(err, err_len, "device %s: cannot allocate %.1f MiB for its weights, repacked for the CPU's packed loops or copied onto huge pages (they then replace the model file's pages): free that much memory%s",
 			 d->info ? d->info->name : "cpu:0",
 			 (double)bytes / (1 << 20),
 			 node >= 0 ? " on the device's NUMA node" : "");

@@ -103,21 +103,26 @@ int pg_cpu_backend_pin(struct pg_backend *be, const int *cpus, int n_cpus);
 
 /*
  * pg_cpu_q4x8_bytes - the bytes matrix m takes repacked for this
- * backend's 8-row Q4 loops (as many as in rows: the same bytes, another
- * order), or 0 when it is not to be repacked: not Q4_0/Q4_1 in rows, a
- * row count that is not a multiple of 8, a table without the loops (no
- * AVX2), or llama.cpp numerics on (their Q4_1 order runs on rows).
+ * backend's 8-row Q4 loops (Q4_0, Q4_1, Q5_0: as many as in rows, the
+ * same bytes in another order) or, on the avx512vnni table, packed for
+ * its 16-row K-quant loops (Q4_K, Q5_K, Q6_K: 148, 180, 212 bytes a row
+ * and super-block, against the file's 144, 176, 210); or 0 when it is
+ * not to be repacked: another type or not in rows, a row count that is
+ * not a multiple of the group (8; 16 for the K-quants), a table without
+ * the loops (no AVX2; for the K-quants, no AVX-512 VNNI), or llama.cpp
+ * numerics on (their Q4_1 order runs on rows).
  *
  * pg_cpu_q4x8_pack - repack m into dst (pg_cpu_q4x8_bytes(be, m) bytes,
  * 32-byte aligned, not overlapping m) and make m describe dst: layout
- * PG_LAYOUT_Q4X8, the same type, shape and row_bytes (the packed row
- * size).  The backend's matmul and matmul_parts give the same bits with
+ * PG_LAYOUT_Q4X8, the same type and shape, row_bytes the packed row
+ * size (pg_cpu_q4x8_bytes / n_rows).  The backend's matmul and matmul_parts give the same bits with
  * it as without, faster (no expanding of nibbles a call, 8 rows' block
  * sums side by side).  Only backends that offered bytes for it take it:
  * any other CPU backend's matmul fills its outputs with NaN.  In dst, group g (rows 8g .. 8g + 7) starts at
  * 8 g row_bytes and holds its blocks in order, each: 4 x 32 bytes of
  * nibbles (gemm_avx2.c says which weight goes where), then the 8 rows'
- * d as F16, then (Q4_1) their m as F16.
+ * d as F16, then (Q4_1) their m as F16.  The K-quants' groups are of 16
+ * rows (group g at 16 g row_bytes), their layout kq_vnni.c's.
  */
 #define PG_LAYOUT_Q4X8 PG_LAYOUT_PACKED	/* the CPU's packed layout */
 size_t pg_cpu_q4x8_bytes(struct pg_backend *be, const struct pg_matrix *m);

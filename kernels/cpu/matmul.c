@@ -20,9 +20,10 @@
  * holds no intrinsics.
  *
  * Matrices the backend repacked (PG_LAYOUT_Q4X8, pg_cpu_q4x8_pack below)
- * take the packed gemm8 loops for every token count, 8 rows at a time:
- * their blocks need no expanding of nibbles per call, and 8 rows' sums
- * come out side by side.  Same numbers as the rows' loops, bit for bit.
+ * take the packed gemm8 loops for every token count, 8 rows at a time
+ * (the K-quants packed on the avx512vnni table: 16): their blocks need no
+ * expanding of nibbles per call, and the group's sums come out side by
+ * side.  Same numbers as the rows' loops, bit for bit.
  *
  * matmul_parts runs the same loops over whole rows but closes a part at
  * each cut of the input columns (struct pg_cuts), one output per part:
@@ -464,6 +465,12 @@ static pg_gemm8_fn q4x16_loop(const struct pg_cpu_kernels *k,
 	}
 }
 
+/* The rows of a packed group of type t: 16 for the K-quants, else 8. */
+static int packed_group_rows(enum pg_dtype t)
+{
+	return PG_KX16_BYTES(t) ? 16 : 8;
+}
+
 /* y = W x (+ bias) in n_parts runs of columns (see mm_ctx). */
 static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	       const float *x, int n, const float *bias, int n_parts,
@@ -532,7 +539,7 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 	}
 	if (w->layout == PG_LAYOUT_Q4X8) {	/* pg_cpu_q4x8_pack made it */
 		c.packed = q4x8_loop(cpu->k, w->type);
-		c.packed_rows = PG_KX16_BYTES(w->type) ? 16 : 8;
+		c.packed_rows = packed_group_rows(w->type);
 		c.packed16 = cpu->llama ? NULL : q4x16_loop(cpu->k, w->type);
 		if (!c.packed) {	/* packed for another backend: cpu.h */
 			size_t ny = (size_t)n * (size_t)w->n_rows *
@@ -582,7 +589,7 @@ size_t pg_cpu_q4x8_bytes(struct pg_backend *be, const struct pg_matrix *m)
 	pg_gemm8_fn f = q4x8_loop(cpu->k, m->type);
 
 	if (!f || cpu->llama || m->layout != PG_LAYOUT_ROWS ||
-	    m->n_rows % (PG_KX16_BYTES(m->type) ? 16 : 8) || m->n_rows <= 0)
+	    m->n_rows % packed_group_rows(m->type) || m->n_rows <= 0)
 		return 0;
 	return packed_row_bytes(m) * (size_t)m->n_rows;
 }
@@ -642,7 +649,7 @@ void pg_cpu_q4x8_pack(struct pg_backend *be, struct pg_matrix *m, void *dst)
 	int64_t nb = m->n_cols / PG_QK;
 	uint8_t *o = dst;
 
-	if (PG_KX16_BYTES(m->type)) {	/* the table's, 16 rows a group */
+	if (packed_group_rows(m->type) == 16) {	/* the table's packer */
 		for (int64_t g = 0; g < m->n_rows / 16; g++)
 			pg_cpu(be)->k->kx16_pack(m->type, (const uint8_t *)m->data +
 						 (size_t)(16 * g) * m->row_bytes,
