@@ -301,9 +301,13 @@ check "no daemon exits 3" test $rc -eq 3
 check "no daemon: says how to start it" grep -q "is pagodad running" "$tmp/e"
 
 # SIGINT cancels the request: exit 130
-$c generate --max-tokens 4000 --ignore-eos hello >/dev/null 2>&1 &
+$c generate --max-tokens 4000 --ignore-eos hello >"$tmp/o" 2>/dev/null &
 gpid=$!
-sleep 0.2
+for i in $(seq 1 600); do	# until it streams, so that the request is running
+	[ -s "$tmp/o" ] && break
+	kill -0 $gpid 2>/dev/null || break
+	sleep 0.05
+done
 kill -INT $gpid 2>/dev/null
 wait $gpid; rc=$?
 check "SIGINT cancels (exit 130; got $rc)" test $rc -eq 130
@@ -311,16 +315,23 @@ check "SIGINT cancels (exit 130; got $rc)" test $rc -eq 130
 # the daemon dies under a waiting client: exit 4, and the message says so
 $c generate --max-tokens 4000 --ignore-eos hello >"$tmp/o" 2>"$tmp/e" &
 gpid=$!
-for i in $(seq 1 100); do	# until it streams (a loaded machine may be slow)
+for i in $(seq 1 600); do	# until it streams (a loaded machine may be slow)
 	[ -s "$tmp/o" ] && break
+	kill -0 $gpid 2>/dev/null || break
 	sleep 0.1
 done
+streamed=$([ -s "$tmp/o" ] && echo yes || echo no)
 kill -9 "$dpid"
 wait "$dpid" 2>/dev/null
 dpid=
 wait $gpid; rc=$?
+check "the daemon's death: the client streamed before it (streamed: $streamed)" test "$streamed" = yes
 check "the daemon's death: exit 4 (got $rc)" test $rc -eq 4
 check "the daemon's death: says to reconnect" grep -q "stopped or restarted" "$tmp/e"
+if [ $rc -ne 4 ] || [ "$streamed" != yes ]; then
+	echo "the client's stderr:"; cat "$tmp/e"
+	echo "the daemon's log (last lines):"; tail -n 20 "$tmp/daemon.log"
+fi
 
 # a user the access rules refuse is refused at accept, before its hello:
 # the library still reads the refusal and shows the daemon's reason
