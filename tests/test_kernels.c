@@ -1837,15 +1837,18 @@ static void check_matmul_tokens(void)
  */
 static void check_q4x8(void)
 {
-	static const int64_t q4_shapes[][2] = { { 16, 32 }, { 40, 544 }, { 24, 1536 } };
-	static const int64_t k_shapes[][2] = { { 16, 768 }, { 48, 768 }, { 32, 1536 } };
+	/* 80 rows: the 32-row loop twice, then 16 rows; 40: 32, then 8 */
+	static const int64_t q4_shapes[][2] = { { 16, 32 }, { 40, 544 }, { 24, 1536 },
+						{ 80, 544 } };
+	static const int64_t k_shapes[][2] = { { 16, 768 }, { 48, 768 }, { 32, 1536 },
+					       { 64, 768 } };
 	static const enum pg_dtype types[] = { PG_Q4_0, PG_Q4_1, PG_Q5_0,
 					       PG_Q4_K, PG_Q5_K, PG_Q6_K };
 	enum { N = 37, NP = 3 };
 	int tested = 0;
 
 	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
-		for (size_t sh = 0; sh < 3; sh++) {
+		for (size_t sh = 0; sh < sizeof(q4_shapes) / sizeof(q4_shapes[0]); sh++) {
 			enum pg_dtype t = types[ti];
 			int kq = PG_KX16_BYTES(t) != 0;
 			int64_t rows = kq ? k_shapes[sh][0] : q4_shapes[sh][0];

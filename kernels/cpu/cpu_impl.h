@@ -99,6 +99,9 @@ typedef void (*pg_gemm8_fn)(int64_t n, const void *w, size_t w_stride,
  */
 #define PG_GEMM16_WORK (2 * PG_GEMM8_WORK)
 #define PG_GEMM16_KWORK (2 * PG_GEMM8_KWORK)
+/* And for 32 rows (the avx512vnni table's packed Q4 loops, cpu_impl.h
+ * gemm32_q4x8_*): four groups of 8 expanded side by side. */
+#define PG_GEMM32_WORK (2 * PG_GEMM16_WORK)
 
 /* The bytes of one packed 16-row super-block of type t (kq_vnni.c), 0
  * for a type never packed so: Q4_K 16 x 148, Q5_K 16 x 180, Q6_K 16 x
@@ -168,6 +171,9 @@ struct pg_cpu_kernels {
 	 * gemm8's token counts on where a matmul has 16 rows to give it */
 	pg_gemm8_fn gemm16_q4_0, gemm16_q4_1, gemm16_q5_0;
 	pg_gemm8_fn gemm16_q4x8_q4_0, gemm16_q4x8_q4_1, gemm16_q4x8_q5_0;
+	/* optional: 32 rows (four consecutive packed groups) x many tokens,
+	 * work PG_GEMM32_WORK a block; the bits of gemm16's */
+	pg_gemm8_fn gemm32_q4x8_q4_0, gemm32_q4x8_q4_1, gemm32_q4x8_q5_0;
 	pg_gemm8_fn gemm16_q2_k, gemm16_q3_k, gemm16_q4_k, gemm16_q5_k,
 		    gemm16_q6_k;
 	pg_gemm8_fn gemm16_q8_0;	/* on gemm8_q8_0's token layout */
@@ -510,6 +516,15 @@ PG_GEMM16_DECL(q8_0);
 PG_GEMM16_DECL(kx16_q4_k);
 PG_GEMM16_DECL(kx16_q5_k);
 PG_GEMM16_DECL(kx16_q6_k);
+/* The 32-row packed Q4 loops (gemm_vnni.c): cpu_impl.h gemm32_q4x8_*. */
+#define PG_GEMM32_DECL(name)						\
+void pg_gemm32_##name##_vnni(int64_t n, const void *w, size_t w_stride,	\
+			     const void *xp, int n_tok, float *out,	\
+			     size_t out_stride, void *work,		\
+			     const struct pg_cuts *cuts)
+PG_GEMM32_DECL(q4x8_q4_0);
+PG_GEMM32_DECL(q4x8_q4_1);
+PG_GEMM32_DECL(q4x8_q5_0);
 void pg_kx16_pack_vnni(enum pg_dtype t, const void *w, size_t w_stride,
 		       int64_t n, void *dst);
 

@@ -240,6 +240,193 @@ gemm16_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
 	sweep16(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
 }
 
+/* ---- 32 rows a pass ----
+ *
+ * Where a machine runs vpdpbusd at two a cycle (Intel's two 512-bit
+ * ports), the 16-row sweep above is bound by its loads: each vpdpbusd
+ * takes a broadcast of its own, and one load a vpdpbusd halves the rate
+ * (measured: 12 independent chains run at the peak with one load for
+ * two, at 0.6 of it with one for one).  Two 16-row blocks a pass share
+ * each token's broadcast, so a pass of GW tokens loads 2 weight vectors
+ * and GW broadcasts for 2 GW vpdpbusd; each (group, token) sum is one
+ * chain (the 2 GW chains cover the latency), and the floats go as in
+ * part16, lane by lane, so the bits are the 16-row loop's.  The joined
+ * blocks of rows 0-15 and 16-31 lie side by side in work
+ * (PG_GEMM32_WORK a block).
+ */
+#ifndef GW
+#define GW 6	/* tokens a pass (24 sums and accumulators in registers) */
+#endif
+
+/*
+ * Blocks i0 .. i1 - 1 of buf (2 joined blocks each) against nt (<= GW)
+ * tokens at xb, xs bytes apart; v[g][t]: token t's 16 values of group g.
+ */
+static inline __attribute__((always_inline)) void
+part32(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
+       int64_t i1, const uint8_t *xb, size_t xs, int nt, __m512 v[2][GW])
+{
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
+	const uint8_t *xm = xb;
+	__m512 acc[2][GW], ms[2][GW];
+
+#pragma GCC unroll 8
+	for (int t = 0; t < nt; t++)
+		acc[0][t] = acc[1][t] = ms[0][t] = ms[1][t] = _mm512_setzero_ps();
+	for (int64_t i = i0; i < i1; i++, xb += pb) {
+		const struct gemm16_block *b = &buf[2 * i];
+		__m512i s[2][GW];
+
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++) {
+			int32_t off;
+
+			__builtin_memcpy(&off, xb + (size_t)t * xs + 36, 4);
+			s[0][t] = k == G_Q4_0 ? _mm512_set1_epi32(off) :
+				  k == G_Q5_0 ? _mm512_set1_epi32(2 * off) :
+				  _mm512_setzero_si512();
+			s[1][t] = s[0][t];
+		}
+#pragma GCC unroll 8
+		for (int c = 0; c < 8; c++) {
+			__m512i w0 = _mm512_load_si512(c < 4 ? &b[0].wa[c] :
+						       &b[0].wb[c - 4]);
+			__m512i w1 = _mm512_load_si512(c < 4 ? &b[1].wa[c] :
+						       &b[1].wb[c - 4]);
+			/* wa[c]: bytes 8c..8c+3 of a token's block; wb: +4 */
+			size_t xo = c < 4 ? 8 * (size_t)c : 8 * (size_t)(c - 4) + 4;
+
+#pragma GCC unroll 8
+			for (int t = 0; t < nt; t++) {
+				__m512i x = bcast4x16(xb + (size_t)t * xs + xo);
+
+				s[0][t] = _mm512_dpbusd_epi32(s[0][t], w0, x);
+				s[1][t] = _mm512_dpbusd_epi32(s[1][t], w1, x);
+			}
+		}
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++) {
+			const float *xf = (const float *)(xb + (size_t)t * xs + 32);
+			__m512 dx = _mm512_set1_ps(xf[0]);
+
+#pragma GCC unroll 2
+			for (int g = 0; g < 2; g++)
+				acc[g][t] = _mm512_fmadd_ps(
+					_mm512_mul_ps(b[g].d, dx),
+					_mm512_cvtepi32_ps(s[g][t]), acc[g][t]);
+		}
+	}
+	/* Q4_1's mins: their own chain, as in part16 */
+	for (int64_t i = i0; k == G_Q4_1 && i < i1; i++, xm += pb) {
+		const struct gemm16_block *b = &buf[2 * i];
+
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++) {
+			__m512 sx = _mm512_set1_ps(
+				((const float *)(xm + (size_t)t * xs + 32))[1]);
+
+			ms[0][t] = _mm512_fmadd_ps(b[0].m, sx, ms[0][t]);
+			ms[1][t] = _mm512_fmadd_ps(b[1].m, sx, ms[1][t]);
+		}
+	}
+#pragma GCC unroll 8
+	for (int t = 0; t < nt; t++)
+#pragma GCC unroll 2
+		for (int g = 0; g < 2; g++)
+			v[g][t] = k == G_Q4_1 ? _mm512_add_ps(acc[g][t], ms[g][t]) :
+				  acc[g][t];
+}
+
+/* nt tokens from token t0 against buf, cut by cut (sweep16_tok's). */
+static inline __attribute__((always_inline)) void
+sweep32_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
+	    const void *xp, int t0, int nt, float *out, size_t os,
+	    const struct pg_cuts *cuts)
+{
+	int np = cuts ? cuts->n : 1;
+	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
+	size_t xs = (size_t)nb * pb;
+	const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xs;
+	__m512 run[2][GW], v[2][GW];
+	int64_t i = 0;
+
+#pragma GCC unroll 8
+	for (int t = 0; t < GW; t++)
+		run[0][t] = run[1][t] = _mm512_setzero_ps();
+	for (int p = 0; p < np; p++) {
+		int64_t end = cuts ? cuts->end[p] : nb;
+
+		part32(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v);
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+#pragma GCC unroll 2
+			for (int g = 0; g < 2; g++) {
+				size_t off = (size_t)(t0 + t) * os + 16 * (size_t)g;
+
+				if (!pg_cuts_summed(cuts))
+					_mm512_storeu_ps(pg_cuts_out(cuts, p, out) +
+							 off, v[g][t]);
+				else	/* the earlier cuts, then this */
+					run[g][t] = p ? _mm512_add_ps(run[g][t],
+								      v[g][t]) :
+						  v[g][t];
+			}
+		i = end;
+	}
+	if (pg_cuts_summed(cuts))
+#pragma GCC unroll 8
+		for (int t = 0; t < nt; t++)
+#pragma GCC unroll 2
+			for (int g = 0; g < 2; g++)
+				_mm512_storeu_ps(out + (size_t)(t0 + t) * os +
+						 16 * (size_t)g, run[g][t]);
+}
+
+/* Every token against buf, GW a pass, the rest with a constant count. */
+static inline __attribute__((always_inline)) void
+sweep32(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
+	const void *xp, int n_tok, float *out, size_t os,
+	const struct pg_cuts *cuts)
+{
+	int t = 0;
+
+	for (; t + GW <= n_tok; t += GW)
+		sweep32_tok(k, buf, nb, xp, t, GW, out, os, cuts);
+	switch (n_tok - t) {
+	case 5: sweep32_tok(k, buf, nb, xp, t, 5, out, os, cuts); break;
+	case 4: sweep32_tok(k, buf, nb, xp, t, 4, out, os, cuts); break;
+	case 3: sweep32_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
+	case 2: sweep32_tok(k, buf, nb, xp, t, 2, out, os, cuts); break;
+	case 1: sweep32_tok(k, buf, nb, xp, t, 1, out, os, cuts); break;
+	default: break;
+	}
+}
+
+/* Four consecutive packed groups (32 rows) at w, expanded into work once
+ * (rows 0-15 and 16-31 of a block side by side) and swept. */
+static inline __attribute__((always_inline)) void
+gemm32_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
+	      int n_tok, float *out, size_t os, void *work,
+	      const struct pg_cuts *cuts)
+{
+	struct gemm16_block *buf = work;
+	size_t gb = (size_t)(n / PG_QK) * packed_bytes(k);	/* a group */
+	const uint8_t *pk = w;
+
+	for (int64_t i = 0; i < n / PG_QK; i++)
+#pragma GCC unroll 2
+		for (int g = 0; g < 2; g++) {
+			const uint8_t *p = pk + 2 * (size_t)g * gb +
+					   (size_t)i * packed_bytes(k);
+			struct gemm_block a, b;
+
+			expand(k, p, &a);
+			expand(k, p + gb, &b);
+			join(&a, &b, &buf[2 * i + g]);
+		}
+	sweep32(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
+}
+
 /*
  * The entry points.  Without work (matmul gives one wherever these run)
  * each falls back on the 8-row AVX2 loop twice, which says what that
@@ -281,12 +468,35 @@ void pg_gemm16_q4x8_##name##_vnni(int64_t n, const void *w, size_t ws,	\
 	gemm16_packed(kind, n, w, xp, n_tok, out, os, work, cuts);	\
 }
 
+/* 32 rows (four packed groups); without work, the 16-row loop twice. */
+#define GEMM32_PACKED(name, kind)					\
+void pg_gemm32_q4x8_##name##_vnni(int64_t n, const void *w, size_t ws,	\
+				  const void *xp, int n_tok,		\
+				  float *out, size_t os, void *work,	\
+				  const struct pg_cuts *cuts)		\
+{									\
+	if (!work) {							\
+		const uint8_t *w16 = (const uint8_t *)w +		\
+			2 * (size_t)(n / PG_QK) * packed_bytes(kind);	\
+									\
+		pg_gemm16_q4x8_##name##_vnni(n, w, ws, xp, n_tok, out,	\
+					     os, NULL, cuts);		\
+		pg_gemm16_q4x8_##name##_vnni(n, w16, ws, xp, n_tok,	\
+					     out + 16, os, NULL, cuts);	\
+		return;							\
+	}								\
+	gemm32_packed(kind, n, w, xp, n_tok, out, os, work, cuts);	\
+}
+
 GEMM16_ROWS(q4_0, G_Q4_0)
 GEMM16_ROWS(q4_1, G_Q4_1)
 GEMM16_ROWS(q5_0, G_Q5_0)
 GEMM16_PACKED(q4_0, G_Q4_0)
 GEMM16_PACKED(q4_1, G_Q4_1)
 GEMM16_PACKED(q5_0, G_Q5_0)
+GEMM32_PACKED(q4_0, G_Q4_0)
+GEMM32_PACKED(q4_1, G_Q4_1)
+GEMM32_PACKED(q5_0, G_Q5_0)
 
 /* ---- the avx512vnni table ---- */
 
@@ -305,6 +515,9 @@ static void vnni_make(void)
 	vnni.gemm16_q4x8_q4_0 = pg_gemm16_q4x8_q4_0_vnni;
 	vnni.gemm16_q4x8_q4_1 = pg_gemm16_q4x8_q4_1_vnni;
 	vnni.gemm16_q4x8_q5_0 = pg_gemm16_q4x8_q5_0_vnni;
+	vnni.gemm32_q4x8_q4_0 = pg_gemm32_q4x8_q4_0_vnni;
+	vnni.gemm32_q4x8_q4_1 = pg_gemm32_q4x8_q4_1_vnni;
+	vnni.gemm32_q4x8_q5_0 = pg_gemm32_q4x8_q5_0_vnni;
 	vnni.gemm16_q2_k = pg_gemm16_q2_k_vnni;
 	vnni.gemm16_q3_k = pg_gemm16_q3_k_vnni;
 	vnni.gemm16_q4_k = pg_gemm16_q4_k_vnni;

@@ -81,6 +81,8 @@ struct mm_ctx {
 	pg_gemm8_fn gemm16;	/* or NULL: gemm8's for 16 rows at once */
 	pg_gemm8_fn packed16;	/* or NULL: packed's for 2 groups, n >=
 				 * PG_MM_GEMM_MIN with work areas */
+	pg_gemm8_fn packed32;	/* or NULL: the same for 4 groups */
+	int step_rows;		/* rows mm_chunk gives mm_rows at a time */
 	int q8;			/* gemm8 is Q8_0's: xp laid out by q8_prep */
 	int gemm_min;		/* tokens from which gemm8 runs */
 	enum pg_dtype vt;	/* the activations' type */
@@ -192,6 +194,12 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 	int t = 0;
 
 	if (c->packed) {	/* whole groups: n_rows % packed_rows == 0 */
+		if (c->packed32 && c->n >= PG_MM_GEMM_MIN && c->work_bytes)
+			for (; r + 32 <= r1; r += 32)
+				c->packed32(c->w->n_cols, (const uint8_t *)c->w->data +
+					    (size_t)r * c->w->row_bytes, 0, c->xp,
+					    c->n, c->y + r, (size_t)nr, work,
+					    c->cuts);
 		if (c->packed16 && c->n >= PG_MM_GEMM_MIN && c->work_bytes)
 			for (; r + 16 <= r1; r += 16)
 				c->packed16(c->w->n_cols, (const uint8_t *)c->w->data +
@@ -242,8 +250,9 @@ static void mm_chunk(struct mm_ctx *c, int64_t chunk, void *work)
 	int64_t r1 = r0 + c->chunk_rows < c->w->n_rows ?
 		     r0 + c->chunk_rows : c->w->n_rows;
 
-	for (int64_t r = r0; r < r1; r += PG_MM_ROWS)
-		mm_rows(c, r, r + PG_MM_ROWS < r1 ? r + PG_MM_ROWS : r1, work);
+	for (int64_t r = r0; r < r1; r += c->step_rows)
+		mm_rows(c, r, r + c->step_rows < r1 ? r + c->step_rows : r1,
+			work);
 }
 
 /*
@@ -294,7 +303,9 @@ static void mm_run(struct pg_cpu_backend *cpu, struct mm_ctx *c)
 	int64_t per = (nr + (int64_t)nth * PG_MM_CHUNKS - 1) /
 		      ((int64_t)nth * PG_MM_CHUNKS);
 
-	per = (per + PG_MM_ROWS - 1) / PG_MM_ROWS * PG_MM_ROWS;
+	if (!c->step_rows)
+		c->step_rows = PG_MM_ROWS;
+	per = (per + c->step_rows - 1) / c->step_rows * c->step_rows;
 	c->chunk_rows = per;
 	c->n_chunks = (nr + per - 1) / per;
 	c->n_regions = nth < PG_MM_REGIONS ? nth : PG_MM_REGIONS;
@@ -363,6 +374,8 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 		pb = c->vt == PG_Q8_K ? 0 :
 		     (size_t)(nc / PG_QK) * PG_GEMM_XP_BYTES(c->vt);
 		int wide = c->gemm16 || c->packed16;
+		size_t q4_work = c->packed32 ? PG_GEMM32_WORK :
+				 wide ? PG_GEMM16_WORK : PG_GEMM8_WORK;
 
 		/* Q8_0: work for its 16-row loop only (gemm8 reads the rows) */
 		c->work_bytes = c->packed_rows == 16 ? 0 :
@@ -371,8 +384,7 @@ static void mm_quantised(struct pg_cpu_backend *cpu, struct mm_ctx *c,
 				c->vt == PG_Q8_K ?
 				(size_t)(nc / PG_QK_K) * (wide ? PG_GEMM16_KWORK :
 							  PG_GEMM8_KWORK) :
-				(size_t)(nc / PG_QK) * (wide ? PG_GEMM16_WORK :
-							PG_GEMM8_WORK);
+				(size_t)(nc / PG_QK) * q4_work;
 		fixed = n >= c->gemm_min ?
 			64 + (size_t)cpu->n_threads * c->work_bytes : 0;
 		if (mm_scratch(cpu, (rb + pb) * (size_t)n + fixed) <
@@ -465,6 +477,18 @@ static pg_gemm8_fn q4x16_loop(const struct pg_cpu_kernels *k,
 	}
 }
 
+/* The same for four such groups at once (32 rows), or NULL. */
+static pg_gemm8_fn q4x32_loop(const struct pg_cpu_kernels *k,
+			      enum pg_dtype t)
+{
+	switch (t) {
+	case PG_Q4_0: return k->gemm32_q4x8_q4_0;
+	case PG_Q4_1: return k->gemm32_q4x8_q4_1;
+	case PG_Q5_0: return k->gemm32_q4x8_q5_0;
+	default: return NULL;
+	}
+}
+
 /* The rows of a packed group of type t: 16 for the K-quants, else 8. */
 static int packed_group_rows(enum pg_dtype t)
 {
@@ -541,6 +565,9 @@ static void mm(struct pg_backend *be, const struct pg_matrix *w,
 		c.packed = q4x8_loop(cpu->k, w->type);
 		c.packed_rows = packed_group_rows(w->type);
 		c.packed16 = cpu->llama ? NULL : q4x16_loop(cpu->k, w->type);
+		c.packed32 = cpu->llama ? NULL : q4x32_loop(cpu->k, w->type);
+		if (c.packed32 && n >= PG_MM_GEMM_MIN)	/* chunks of 32s */
+			c.step_rows = 32;
 		if (!c.packed) {	/* packed for another backend: cpu.h */
 			size_t ny = (size_t)n * (size_t)w->n_rows *
 				    (size_t)(sum ? 1 : n_parts);
