@@ -382,25 +382,33 @@ sweep32_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 						 16 * (size_t)g, run[g][t]);
 }
 
-/* Every token against buf, GW a pass, the rest with a constant count. */
+/*
+ * Every token against buf in passes of as even a size as GW allows (16
+ * tokens: 6, 5, 5, not 6, 6, 4: a pass of few tokens loads more for each
+ * vpdpbusd), each with a constant count.
+ */
 static inline __attribute__((always_inline)) void
 sweep32(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 	const void *xp, int n_tok, float *out, size_t os,
 	const struct pg_cuts *cuts)
 {
-	int t = 0;
+	int passes = (n_tok + GW - 1) / GW;
 
-	for (; t + GW <= n_tok; t += GW)
-		sweep32_tok(k, buf, nb, xp, t, GW, out, os, cuts);
-	switch (n_tok - t) {
-	case 5: sweep32_tok(k, buf, nb, xp, t, 5, out, os, cuts); break;
-	case 4: sweep32_tok(k, buf, nb, xp, t, 4, out, os, cuts); break;
-	case 3: sweep32_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
-	case 2: sweep32_tok(k, buf, nb, xp, t, 2, out, os, cuts); break;
-	case 1: sweep32_tok(k, buf, nb, xp, t, 1, out, os, cuts); break;
-	default: break;
+	for (int t = 0, p = 0; p < passes; p++) {
+		int nt = (n_tok - t + (passes - p) - 1) / (passes - p);
+
+		switch (nt) {
+		case 6: sweep32_tok(k, buf, nb, xp, t, 6, out, os, cuts); break;
+		case 5: sweep32_tok(k, buf, nb, xp, t, 5, out, os, cuts); break;
+		case 4: sweep32_tok(k, buf, nb, xp, t, 4, out, os, cuts); break;
+		case 3: sweep32_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
+		case 2: sweep32_tok(k, buf, nb, xp, t, 2, out, os, cuts); break;
+		default: sweep32_tok(k, buf, nb, xp, t, 1, out, os, cuts); break;
+		}
+		t += nt;
 	}
 }
+_Static_assert(GW == 6, "sweep32 has a case for each pass size up to GW");
 
 /* Four consecutive packed groups (32 rows) at w, expanded into work once
  * (rows 0-15 and 16-31 of a block side by side) and swept. */
