@@ -140,106 +140,6 @@ part16(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
 		v[t] = k == G_Q4_1 ? _mm512_add_ps(acc[t], ms[t]) : acc[t];
 }
 
-/* nt tokens from token t0 against buf, cut by cut (gemm8's outputs). */
-static inline __attribute__((always_inline)) void
-sweep16_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
-	    const void *xp, int t0, int nt, float *out, size_t os,
-	    const struct pg_cuts *cuts)
-{
-	int np = cuts ? cuts->n : 1;
-	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
-	size_t xs = (size_t)nb * pb;
-	const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xs;
-	__m512 run[GV], v[GV];
-	int64_t i = 0;
-
-#pragma GCC unroll 8
-	for (int t = 0; t < GV; t++)
-		run[t] = _mm512_setzero_ps();
-	for (int p = 0; p < np; p++) {
-		int64_t end = cuts ? cuts->end[p] : nb;
-
-		part16(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v);
-#pragma GCC unroll 8
-		for (int t = 0; t < nt; t++) {
-			size_t off = (size_t)(t0 + t) * os;
-
-			if (!pg_cuts_summed(cuts))
-				_mm512_storeu_ps(pg_cuts_out(cuts, p, out) + off,
-						 v[t]);
-			else	/* the earlier cuts, then this */
-				run[t] = p ? _mm512_add_ps(run[t], v[t]) : v[t];
-		}
-		i = end;
-	}
-	if (pg_cuts_summed(cuts))
-#pragma GCC unroll 8
-		for (int t = 0; t < nt; t++)
-			_mm512_storeu_ps(out + (size_t)(t0 + t) * os, run[t]);
-}
-
-/* Every token against buf, GV a pass, the rest with a constant count. */
-static inline __attribute__((always_inline)) void
-sweep16(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
-	const void *xp, int n_tok, float *out, size_t os,
-	const struct pg_cuts *cuts)
-{
-	int t = 0;
-
-	for (; t + GV <= n_tok; t += GV)
-		sweep16_tok(k, buf, nb, xp, t, GV, out, os, cuts);
-	switch (n_tok - t) {
-	case 7: sweep16_tok(k, buf, nb, xp, t, 7, out, os, cuts); break;
-	case 6: sweep16_tok(k, buf, nb, xp, t, 6, out, os, cuts); break;
-	case 5: sweep16_tok(k, buf, nb, xp, t, 5, out, os, cuts); break;
-	case 4: sweep16_tok(k, buf, nb, xp, t, 4, out, os, cuts); break;
-	case 3: sweep16_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
-	case 2: sweep16_tok(k, buf, nb, xp, t, 2, out, os, cuts); break;
-	case 1: sweep16_tok(k, buf, nb, xp, t, 1, out, os, cuts); break;
-	default: break;
-	}
-}
-
-/* 16 rows as they are (ws apart): repacked into work, then swept. */
-static inline __attribute__((always_inline)) void
-gemm16(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
-       int n_tok, float *out, size_t os, void *work,
-       const struct pg_cuts *cuts)
-{
-	struct gemm16_block *buf = work;
-	const uint8_t *w8 = (const uint8_t *)w + 8 * ws;
-
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		struct gemm_block a, b;
-
-		repack(k, w, ws, i, &a);
-		repack(k, w8, ws, i, &b);
-		join(&a, &b, &buf[i]);
-	}
-	sweep16(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
-}
-
-/* Two consecutive packed groups (pg_cpu_q4x8_pack) at w, expanded into
- * work once and swept. */
-static inline __attribute__((always_inline)) void
-gemm16_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
-	      int n_tok, float *out, size_t os, void *work,
-	      const struct pg_cuts *cuts)
-{
-	struct gemm16_block *buf = work;
-	const uint8_t *pk = w;
-	const uint8_t *pk8 = pk + (size_t)(n / PG_QK) * packed_bytes(k);
-
-	for (int64_t i = 0; i < n / PG_QK; i++) {
-		struct gemm_block a, b;
-
-		expand(k, pk + (size_t)i * packed_bytes(k), &a);
-		expand(k, pk8 + (size_t)i * packed_bytes(k), &b);
-		join(&a, &b, &buf[i]);
-	}
-	sweep16(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
-}
-
 /* ---- 32 rows a pass ----
  *
  * Where a machine runs vpdpbusd at two a cycle (Intel's two 512-bit
@@ -264,7 +164,7 @@ gemm16_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
  */
 static inline __attribute__((always_inline)) void
 part32(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
-       int64_t i1, const uint8_t *xb, size_t xs, int nt, __m512 v[2][GW])
+       int64_t i1, const uint8_t *xb, size_t xs, int nt, __m512 v[2][GV])
 {
 	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
 	const uint8_t *xm = xb;
@@ -337,30 +237,37 @@ part32(enum gemm_kind k, const struct gemm16_block *buf, int64_t i0,
 				  acc[g][t];
 }
 
-/* nt tokens from token t0 against buf, cut by cut (sweep16_tok's). */
+/*
+ * nt tokens from token t0 against buf, cut by cut (gemm8's outputs): ng
+ * = 1, the 16-row blocks (part16, nt <= GV); ng = 2, the joined pairs of
+ * the 32-row loop (part32, nt <= GW), the second group's outputs 16 on.
+ */
 static inline __attribute__((always_inline)) void
-sweep32_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
-	    const void *xp, int t0, int nt, float *out, size_t os,
-	    const struct pg_cuts *cuts)
+sweep_tok(enum gemm_kind k, int ng, const struct gemm16_block *buf,
+	  int64_t nb, const void *xp, int t0, int nt, float *out, size_t os,
+	  const struct pg_cuts *cuts)
 {
 	int np = cuts ? cuts->n : 1;
 	size_t pb = PG_GEMM_XP_BYTES(k == G_Q4_1 ? PG_Q8_1 : PG_Q8_0);
 	size_t xs = (size_t)nb * pb;
 	const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xs;
-	__m512 run[2][GW], v[2][GW];
+	__m512 run[2][GV], v[2][GV];
 	int64_t i = 0;
 
 #pragma GCC unroll 8
-	for (int t = 0; t < GW; t++)
+	for (int t = 0; t < GV; t++)
 		run[0][t] = run[1][t] = _mm512_setzero_ps();
 	for (int p = 0; p < np; p++) {
 		int64_t end = cuts ? cuts->end[p] : nb;
 
-		part32(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v);
+		if (ng == 1)
+			part16(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v[0]);
+		else
+			part32(k, buf, i, end, xt + (size_t)i * pb, xs, nt, v);
 #pragma GCC unroll 8
 		for (int t = 0; t < nt; t++)
 #pragma GCC unroll 2
-			for (int g = 0; g < 2; g++) {
+			for (int g = 0; g < ng; g++) {
 				size_t off = (size_t)(t0 + t) * os + 16 * (size_t)g;
 
 				if (!pg_cuts_summed(cuts))
@@ -377,9 +284,71 @@ sweep32_tok(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 #pragma GCC unroll 8
 		for (int t = 0; t < nt; t++)
 #pragma GCC unroll 2
-			for (int g = 0; g < 2; g++)
+			for (int g = 0; g < ng; g++)
 				_mm512_storeu_ps(out + (size_t)(t0 + t) * os +
 						 16 * (size_t)g, run[g][t]);
+}
+
+/* Every token against buf, GV a pass, the rest with a constant count. */
+static inline __attribute__((always_inline)) void
+sweep16(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
+	const void *xp, int n_tok, float *out, size_t os,
+	const struct pg_cuts *cuts)
+{
+	int t = 0;
+
+	for (; t + GV <= n_tok; t += GV)
+		sweep_tok(k, 1, buf, nb, xp, t, GV, out, os, cuts);
+	switch (n_tok - t) {
+	case 7: sweep_tok(k, 1, buf, nb, xp, t, 7, out, os, cuts); break;
+	case 6: sweep_tok(k, 1, buf, nb, xp, t, 6, out, os, cuts); break;
+	case 5: sweep_tok(k, 1, buf, nb, xp, t, 5, out, os, cuts); break;
+	case 4: sweep_tok(k, 1, buf, nb, xp, t, 4, out, os, cuts); break;
+	case 3: sweep_tok(k, 1, buf, nb, xp, t, 3, out, os, cuts); break;
+	case 2: sweep_tok(k, 1, buf, nb, xp, t, 2, out, os, cuts); break;
+	case 1: sweep_tok(k, 1, buf, nb, xp, t, 1, out, os, cuts); break;
+	default: break;
+	}
+}
+
+/* 16 rows as they are (ws apart): repacked into work, then swept. */
+static inline __attribute__((always_inline)) void
+gemm16(enum gemm_kind k, int64_t n, const void *w, size_t ws, const void *xp,
+       int n_tok, float *out, size_t os, void *work,
+       const struct pg_cuts *cuts)
+{
+	struct gemm16_block *buf = work;
+	const uint8_t *w8 = (const uint8_t *)w + 8 * ws;
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		struct gemm_block a, b;
+
+		repack(k, w, ws, i, &a);
+		repack(k, w8, ws, i, &b);
+		join(&a, &b, &buf[i]);
+	}
+	sweep16(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
+}
+
+/* Two consecutive packed groups (pg_cpu_q4x8_pack) at w, expanded into
+ * work once and swept. */
+static inline __attribute__((always_inline)) void
+gemm16_packed(enum gemm_kind k, int64_t n, const void *w, const void *xp,
+	      int n_tok, float *out, size_t os, void *work,
+	      const struct pg_cuts *cuts)
+{
+	struct gemm16_block *buf = work;
+	const uint8_t *pk = w;
+	const uint8_t *pk8 = pk + (size_t)(n / PG_QK) * packed_bytes(k);
+
+	for (int64_t i = 0; i < n / PG_QK; i++) {
+		struct gemm_block a, b;
+
+		expand(k, pk + (size_t)i * packed_bytes(k), &a);
+		expand(k, pk8 + (size_t)i * packed_bytes(k), &b);
+		join(&a, &b, &buf[i]);
+	}
+	sweep16(k, buf, n / PG_QK, xp, n_tok, out, os, cuts);
 }
 
 /*
@@ -398,17 +367,18 @@ sweep32(enum gemm_kind k, const struct gemm16_block *buf, int64_t nb,
 		int nt = (n_tok - t + (passes - p) - 1) / (passes - p);
 
 		switch (nt) {
-		case 6: sweep32_tok(k, buf, nb, xp, t, 6, out, os, cuts); break;
-		case 5: sweep32_tok(k, buf, nb, xp, t, 5, out, os, cuts); break;
-		case 4: sweep32_tok(k, buf, nb, xp, t, 4, out, os, cuts); break;
-		case 3: sweep32_tok(k, buf, nb, xp, t, 3, out, os, cuts); break;
-		case 2: sweep32_tok(k, buf, nb, xp, t, 2, out, os, cuts); break;
-		default: sweep32_tok(k, buf, nb, xp, t, 1, out, os, cuts); break;
+		case 6: sweep_tok(k, 2, buf, nb, xp, t, 6, out, os, cuts); break;
+		case 5: sweep_tok(k, 2, buf, nb, xp, t, 5, out, os, cuts); break;
+		case 4: sweep_tok(k, 2, buf, nb, xp, t, 4, out, os, cuts); break;
+		case 3: sweep_tok(k, 2, buf, nb, xp, t, 3, out, os, cuts); break;
+		case 2: sweep_tok(k, 2, buf, nb, xp, t, 2, out, os, cuts); break;
+		default: sweep_tok(k, 2, buf, nb, xp, t, 1, out, os, cuts); break;
 		}
 		t += nt;
 	}
 }
-_Static_assert(GW == 6, "sweep32 has a case for each pass size up to GW");
+_Static_assert(GW == 6 && GW <= GV,
+	       "sweep32 has a case for each pass size up to GW; sweep_tok's arrays hold GV");
 
 /* Four consecutive packed groups (32 rows) at w, expanded into work once
  * (rows 0-15 and 16-31 of a block side by side) and swept. */
