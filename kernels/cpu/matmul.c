@@ -23,7 +23,11 @@
  * take the packed gemm8 loops for every token count, 8 rows at a time
  * (the K-quants packed on the avx512vnni table: 16): their blocks need no
  * expanding of nibbles per call, and the group's sums come out side by
- * side.  Same numbers as the rows' loops, bit for bit.
+ * side; from PG_MM_GEMM_MIN tokens the avx512vnni table's packed Q4_0,
+ * Q4_1 and Q5_0 take 32 rows at a time (gemm32_q4x8_*, four groups: each
+ * token's broadcast shared by twice the rows), and chunks are then whole
+ * 32s (step_rows), the 16- and 8-row loops taking what is left.  Same
+ * numbers as the rows' loops, bit for bit.
  *
  * matmul_parts runs the same loops over whole rows but closes a part at
  * each cut of the input columns (struct pg_cuts), one output per part:
