@@ -1831,7 +1831,8 @@ static void check_matmul_tokens(void)
  * (parts apart and summed) give the very bits of the same matrix in
  * rows, for every n from 1 to 37 (the packed loops expand blocks as they
  * go under 4 tokens, into work areas from 4; the K-quants' take 8 tokens
- * a pass and the rest apart); the backends that do not (scalar, llama.cpp
+ * a pass in 16 rows, and from 4 tokens on 32 rows (two groups) up to 6
+ * tokens a pass: 48 rows are 32 + 16); the backends that do not (scalar, llama.cpp
  * numerics, the K-quants below avx512vnni), and shapes they do not take
  * (rows not a multiple of 8, of 16 for the K-quants), say 0 bytes.
  */

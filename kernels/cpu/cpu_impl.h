@@ -186,6 +186,9 @@ struct pg_cpu_kernels {
 	void (*kx16_pack)(enum pg_dtype t, const void *w, size_t w_stride,
 			  int64_t n, void *dst);
 	pg_gemm8_fn gemm16_kx16_q4_k, gemm16_kx16_q5_k, gemm16_kx16_q6_k;
+	/* optional: the same for two consecutive packed groups (32 rows),
+	 * used from 4 tokens on; the bits of the 16-row loops */
+	pg_gemm8_fn gemm32_kx16_q4_k, gemm32_kx16_q5_k, gemm32_kx16_q6_k;
 	pg_quant_fn quant_q8_0;		/* activations for Q8_0, Q4_0 */
 	pg_quant_fn quant_q8_1;		/* activations for Q4_1, Q5_1 */
 	pg_quant_fn quant_q8_k;		/* activations for the K-quants */
@@ -516,7 +519,8 @@ PG_GEMM16_DECL(q8_0);
 PG_GEMM16_DECL(kx16_q4_k);
 PG_GEMM16_DECL(kx16_q5_k);
 PG_GEMM16_DECL(kx16_q6_k);
-/* The 32-row packed Q4 loops (gemm_vnni.c): cpu_impl.h gemm32_q4x8_*. */
+/* The 32-row packed loops: Q4 (gemm_vnni.c), cpu_impl.h gemm32_q4x8_*;
+ * K-quants (kq_vnni.c), gemm32_kx16_*. */
 #define PG_GEMM32_DECL(name)						\
 void pg_gemm32_##name##_vnni(int64_t n, const void *w, size_t w_stride,	\
 			     const void *xp, int n_tok, float *out,	\
@@ -525,6 +529,9 @@ void pg_gemm32_##name##_vnni(int64_t n, const void *w, size_t w_stride,	\
 PG_GEMM32_DECL(q4x8_q4_0);
 PG_GEMM32_DECL(q4x8_q4_1);
 PG_GEMM32_DECL(q4x8_q5_0);
+PG_GEMM32_DECL(kx16_q4_k);
+PG_GEMM32_DECL(kx16_q5_k);
+PG_GEMM32_DECL(kx16_q6_k);
 void pg_kx16_pack_vnni(enum pg_dtype t, const void *w, size_t w_stride,
 		       int64_t n, void *dst);
 

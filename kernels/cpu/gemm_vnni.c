@@ -506,6 +506,9 @@ static void vnni_make(void)
 	vnni.gemm16_kx16_q4_k = pg_gemm16_kx16_q4_k_vnni;
 	vnni.gemm16_kx16_q5_k = pg_gemm16_kx16_q5_k_vnni;
 	vnni.gemm16_kx16_q6_k = pg_gemm16_kx16_q6_k_vnni;
+	vnni.gemm32_kx16_q4_k = pg_gemm32_kx16_q4_k_vnni;
+	vnni.gemm32_kx16_q5_k = pg_gemm32_kx16_q5_k_vnni;
+	vnni.gemm32_kx16_q6_k = pg_gemm32_kx16_q6_k_vnni;
 }
 
 const struct pg_cpu_kernels *pg_cpu_kernels_avx512vnni(void)

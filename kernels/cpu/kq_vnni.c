@@ -789,88 +789,127 @@ static inline __m512i put_bits(__m512i q, __m512i h, int from, int to,
 	} while (0)
 
 /*
- * nt (<= GK) Q4_K (Q5_K: q5) tokens at x, xs bytes apart, against the
- * packed super-blocks at w (bsz bytes each): tokens_mins' sums and floats.
+ * nt (<= GK) Q4_K (Q5_K: q5) tokens at x, xs bytes apart, against ng (1
+ * or 2) packed groups of 16 rows at w (bsz bytes a super-block; group g
+ * at w + g nb bsz, its rows' sums at out + 16 g): tokens_mins' sums and
+ * floats.  With two groups each token's broadcast chunk serves both
+ * groups' vpdpbusd, where one group loads it for each: the loads, not the
+ * multiplies, bound the one-group loop (a load a vpdpbusd halves its
+ * rate on the cores measured).  Integers exact, floats in the same order
+ * lane by lane: the bits of one group twice.
  */
 static inline __attribute__((always_inline)) void
-ptokens_mins(const uint8_t *w, size_t bsz, int q5, int64_t nb,
+ptokens_mins(const uint8_t *w, size_t bsz, int q5, int64_t nb, int ng,
 	     const uint8_t *x, size_t xs, int nt, float *out, size_t os,
 	     const struct pg_cuts *cuts)
 {
-	__m512 run[GK];
+	size_t gs = (size_t)nb * bsz;	/* a group's bytes */
+	__m512 run[2][GK];
 	int64_t i = 0;
 
+#pragma GCC unroll 2
+	for (int g = 0; g < ng; g++)
 #pragma GCC unroll 8
-	for (int t = 0; t < GK; t++)
-		run[t] = _mm512_setzero_ps();
+		for (int t = 0; t < GK; t++)
+			run[g][t] = _mm512_setzero_ps();
 
 	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
 		int64_t end = cuts ? cuts->end[p] / (PG_QK_K / PG_QK) : nb;
-		__m512 acc[GK], ms[GK];
+		__m512 acc[2][GK], ms[2][GK];
 
+#pragma GCC unroll 2
+		for (int g = 0; g < ng; g++)
 #pragma GCC unroll 8
-		for (int t = 0; t < nt; t++)
-			acc[t] = ms[t] = _mm512_setzero_ps();
+			for (int t = 0; t < nt; t++)
+				acc[g][t] = ms[g][t] = _mm512_setzero_ps();
 		for (; i < end; i++) {
-			const uint8_t *b = w + (size_t)i * bsz;
-			const struct kx16_head *hd = (const void *)b;
+			const uint8_t *b[2] = { w + (size_t)i * bsz,
+						w + (size_t)i * bsz + gs };
 			const struct pg_block_q8_k *xb[GK];
-			__m512i s[GK], m[GK];
+			__m512i s[2][GK], m[2][GK];
 
 #pragma GCC unroll 8
-			for (int t = 0; t < nt; t++) {
+			for (int t = 0; t < nt; t++)
 				xb[t] = (const struct pg_block_q8_k *)
 					(x + (size_t)t * xs) + i;
-				s[t] = _mm512_setzero_si512();
-			}
-#pragma GCC unroll 1
-			for (int j = 0; j < 8; j++) {	/* sub-blocks of 32 */
-				__m512i a[GK];
-				__m512i h = q5 ? _mm512_loadu_si512(
-					((const struct kx16_q5_k *)b)->s[j].hb) :
-					    _mm512_setzero_si512();
-
+#pragma GCC unroll 2
+			for (int g = 0; g < ng; g++)
 #pragma GCC unroll 8
 				for (int t = 0; t < nt; t++)
-					a[t] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-				for (int k = 0; k < 4; k++) {	/* chunks 8j + 2k, + 1 */
-					__m512i v = _mm512_loadu_si512(kx16_q(b, q5, j, k));
-					__m512i q0 = nib_lo(v), q1 = nib_hi(v);
+					s[g][t] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+			for (int j = 0; j < 8; j++) {	/* sub-blocks of 32 */
+				__m512i a[2][GK], h[2];
 
-					if (q5) {
-						q0 = put_bits(q0, h, 2 * k, 4, 0x10);
-						q1 = put_bits(q1, h, 2 * k + 1, 4, 0x10);
-					}
+#pragma GCC unroll 2
+				for (int g = 0; g < ng; g++) {
+					h[g] = q5 ? _mm512_loadu_si512(
+						((const struct kx16_q5_k *)b[g])->s[j].hb) :
+						_mm512_setzero_si512();
 #pragma GCC unroll 8
 					for (int t = 0; t < nt; t++)
-						DP2(a[t], a[t], q0, q1, xb[t]->qs,
-						    8 * j + 2 * k);
+						a[g][t] = _mm512_setzero_si512();
 				}
-				{
+#pragma GCC unroll 4
+				for (int k = 0; k < 4; k++) {	/* chunks 8j + 2k, + 1 */
+					__m512i q0[2], q1[2];
+
+#pragma GCC unroll 2
+					for (int g = 0; g < ng; g++) {
+						__m512i v = _mm512_loadu_si512(
+							kx16_q(b[g], q5, j, k));
+
+						q0[g] = nib_lo(v), q1[g] = nib_hi(v);
+						if (q5) {
+							q0[g] = put_bits(q0[g], h[g], 2 * k, 4, 0x10);
+							q1[g] = put_bits(q1[g], h[g], 2 * k + 1, 4, 0x10);
+						}
+					}
+#pragma GCC unroll 8
+					for (int t = 0; t < nt; t++) {
+						const int8_t *xq = xb[t]->qs + 4 * (8 * j + 2 * k);
+						__m512i x0 = bc4(xq), x1 = bc4(xq + 4);
+
+#pragma GCC unroll 2
+						for (int g = 0; g < ng; g++) {
+							a[g][t] = _mm512_dpbusd_epi32(a[g][t], q0[g], x0);
+							a[g][t] = _mm512_dpbusd_epi32(a[g][t], q1[g], x1);
+						}
+					}
+				}
+#pragma GCC unroll 2
+				for (int g = 0; g < ng; g++) {
+					const struct kx16_head *hd = (const void *)b[g];
 					__m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(
 						(const __m128i *)hd->sc[j]));
 
 #pragma GCC unroll 8
 					for (int t = 0; t < nt; t++)
-						s[t] = _mm512_add_epi32(s[t],
-							_mm512_mullo_epi32(a[t], sc));
+						s[g][t] = _mm512_add_epi32(s[g][t],
+							_mm512_mullo_epi32(a[g][t], sc));
 				}
 			}
-#pragma GCC unroll 8
-			for (int t = 0; t < nt; t++)
-				m[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-			for (int j = 0; j < 8; j++) {	/* the mins */
-				__m512i mn = dup16(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-					(const __m128i *)hd->mn[j])));
-
+#pragma GCC unroll 2
+			for (int g = 0; g < ng; g++)
 #pragma GCC unroll 8
 				for (int t = 0; t < nt; t++)
-					m[t] = _mm512_add_epi32(m[t], _mm512_madd_epi16(
-						mn, bc4(&xb[t]->bsums[2 * j])));
-			}
-			{
+					m[g][t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++)	/* the mins */
+#pragma GCC unroll 2
+				for (int g = 0; g < ng; g++) {
+					const struct kx16_head *hd = (const void *)b[g];
+					__m512i mn = dup16(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+						(const __m128i *)hd->mn[j])));
+
+#pragma GCC unroll 8
+					for (int t = 0; t < nt; t++)
+						m[g][t] = _mm512_add_epi32(m[g][t], _mm512_madd_epi16(
+							mn, bc4(&xb[t]->bsums[2 * j])));
+				}
+#pragma GCC unroll 2
+			for (int g = 0; g < ng; g++) {
+				const struct kx16_head *hd = (const void *)b[g];
 				__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(
 					(const __m256i *)hd->d));
 				__m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(
@@ -880,130 +919,223 @@ ptokens_mins(const uint8_t *w, size_t bsz, int q5, int64_t nb,
 				for (int t = 0; t < nt; t++) {
 					__m512 dx = _mm512_set1_ps(xb[t]->d);
 
-					acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx),
-						_mm512_cvtepi32_ps(s[t]), acc[t]);
-					ms[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, dx),
-						_mm512_cvtepi32_ps(m[t]), ms[t]);
+					acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx),
+						_mm512_cvtepi32_ps(s[g][t]), acc[g][t]);
+					ms[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, dx),
+						_mm512_cvtepi32_ps(m[g][t]), ms[g][t]);
 				}
 			}
 		}
+#pragma GCC unroll 2
+		for (int g = 0; g < ng; g++) {
 #pragma GCC unroll 8
-		for (int t = 0; t < nt; t++)
-			acc[t] = _mm512_sub_ps(acc[t], ms[t]);
-		part_end16(cuts, p, out, os, nt, acc, run);
+			for (int t = 0; t < nt; t++)
+				acc[g][t] = _mm512_sub_ps(acc[g][t], ms[g][t]);
+			part_end16(cuts, p, out + 16 * g, os, nt, acc[g], run[g]);
+		}
 	}
-	sums_out16(cuts, out, os, nt, run);
+#pragma GCC unroll 2
+	for (int g = 0; g < ng; g++)
+		sums_out16(cuts, out + 16 * g, os, nt, run[g]);
 }
 
-/* nt (<= GK) Q6_K tokens against the packed super-blocks at w:
- * tokens_off's sums and floats. */
+/* nt (<= GK) Q6_K tokens against ng packed groups at w (as
+ * ptokens_mins): tokens_off's sums and floats. */
 static inline __attribute__((always_inline)) void
-ptokens_q6_k(const uint8_t *w, int64_t nb, const uint8_t *x, size_t xs,
-	     int nt, float *out, size_t os, const struct pg_cuts *cuts)
+ptokens_q6_k(const uint8_t *w, int64_t nb, int ng, const uint8_t *x,
+	     size_t xs, int nt, float *out, size_t os,
+	     const struct pg_cuts *cuts)
 {
-	__m512 run[GK];
+	size_t gs = (size_t)nb * sizeof(struct kx16_q6_k);
+	__m512 run[2][GK];
 	int64_t i = 0;
 
+#pragma GCC unroll 2
+	for (int g = 0; g < ng; g++)
 #pragma GCC unroll 8
-	for (int t = 0; t < GK; t++)
-		run[t] = _mm512_setzero_ps();
+		for (int t = 0; t < GK; t++)
+			run[g][t] = _mm512_setzero_ps();
 
 	for (int p = 0; p < (cuts ? cuts->n : 1); p++) {
 		int64_t end = cuts ? cuts->end[p] / (PG_QK_K / PG_QK) : nb;
-		__m512 acc[GK];
+		__m512 acc[2][GK];
 
+#pragma GCC unroll 2
+		for (int g = 0; g < ng; g++)
 #pragma GCC unroll 8
-		for (int t = 0; t < nt; t++)
-			acc[t] = _mm512_setzero_ps();
+			for (int t = 0; t < nt; t++)
+				acc[g][t] = _mm512_setzero_ps();
 		for (; i < end; i++) {
-			const struct kx16_q6_k *b = (const void *)(w + (size_t)i * sizeof(*b));
+			const struct kx16_q6_k *b[2] = {
+				(const void *)(w + (size_t)i * sizeof(*b[0])),
+				(const void *)(w + (size_t)i * sizeof(*b[0]) + gs) };
 			const struct pg_block_q8_k *xb[GK];
-			__m512i s[GK], o[GK];
+			__m512i s[2][GK], o[2][GK];
 
 #pragma GCC unroll 8
-			for (int t = 0; t < nt; t++) {
+			for (int t = 0; t < nt; t++)
 				xb[t] = (const struct pg_block_q8_k *)
 					(x + (size_t)t * xs) + i;
-				s[t] = _mm512_setzero_si512();
-			}
+#pragma GCC unroll 2
+			for (int g = 0; g < ng; g++)
+#pragma GCC unroll 8
+				for (int t = 0; t < nt; t++)
+					s[g][t] = _mm512_setzero_si512();
 #pragma GCC unroll 1
 			for (int j = 0; j < 16; j++) {	/* sub-blocks of 16 */
-				__m512i a[GK];
-				__m512i h = _mm512_loadu_si512(b->s[j].qh);
-				__m512i l0 = _mm512_loadu_si512(b->s[j].ql[0]);
-				__m512i l1 = _mm512_loadu_si512(b->s[j].ql[1]);
-				__m512i q0 = put_bits(nib_lo(l0), h, 0, 4, 0x30);
-				__m512i q1 = put_bits(nib_hi(l0), h, 2, 4, 0x30);
-				__m512i q2 = put_bits(nib_lo(l1), h, 4, 4, 0x30);
-				__m512i q3 = put_bits(nib_hi(l1), h, 6, 4, 0x30);
+				__m512i a[2][GK], q[2][4];
 
+#pragma GCC unroll 2
+				for (int g = 0; g < ng; g++) {
+					__m512i h = _mm512_loadu_si512(b[g]->s[j].qh);
+					__m512i l0 = _mm512_loadu_si512(b[g]->s[j].ql[0]);
+					__m512i l1 = _mm512_loadu_si512(b[g]->s[j].ql[1]);
+
+					q[g][0] = put_bits(nib_lo(l0), h, 0, 4, 0x30);
+					q[g][1] = put_bits(nib_hi(l0), h, 2, 4, 0x30);
+					q[g][2] = put_bits(nib_lo(l1), h, 4, 4, 0x30);
+					q[g][3] = put_bits(nib_hi(l1), h, 6, 4, 0x30);
+				}
 #pragma GCC unroll 8
 				for (int t = 0; t < nt; t++) {
-					a[t] = _mm512_setzero_si512();
-					DP2(a[t], a[t], q0, q1, xb[t]->qs, 4 * j);
-					DP2(a[t], a[t], q2, q3, xb[t]->qs, 4 * j + 2);
+					const int8_t *xq = xb[t]->qs + 16 * j;
+
+#pragma GCC unroll 2
+					for (int g = 0; g < ng; g++)
+						a[g][t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+					for (int c = 0; c < 4; c++) {
+						__m512i xc = bc4(xq + 4 * c);
+
+#pragma GCC unroll 2
+						for (int g = 0; g < ng; g++)
+							a[g][t] = _mm512_dpbusd_epi32(a[g][t],
+								q[g][c], xc);
+					}
 				}
-				{
+#pragma GCC unroll 2
+				for (int g = 0; g < ng; g++) {
 					__m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(
-						(const __m128i *)b->sc[j]));
+						(const __m128i *)b[g]->sc[j]));
 
 #pragma GCC unroll 8
 					for (int t = 0; t < nt; t++)
-						s[t] = _mm512_add_epi32(s[t],
-							_mm512_mullo_epi32(a[t], sc));
+						s[g][t] = _mm512_add_epi32(s[g][t],
+							_mm512_mullo_epi32(a[g][t], sc));
 				}
 			}
-#pragma GCC unroll 8
-			for (int t = 0; t < nt; t++)
-				o[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-			for (int j = 0; j < 8; j++) {	/* the -32s: scales 2j, 2j + 1 */
-				__m512i off = _mm512_or_si512(
-					_mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-						(const __m128i *)b->sc[2 * j])),
-						_mm512_set1_epi32(0xffff)),
-					_mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-						(const __m128i *)b->sc[2 * j + 1])), 16));
-
+#pragma GCC unroll 2
+			for (int g = 0; g < ng; g++)
 #pragma GCC unroll 8
 				for (int t = 0; t < nt; t++)
-					o[t] = _mm512_add_epi32(o[t], _mm512_madd_epi16(
-						off, bc4(&xb[t]->bsums[2 * j])));
-			}
-			{
+					o[g][t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++)	/* the -32s: scales 2j, 2j + 1 */
+#pragma GCC unroll 2
+				for (int g = 0; g < ng; g++) {
+					__m512i off = _mm512_or_si512(
+						_mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+							(const __m128i *)b[g]->sc[2 * j])),
+							_mm512_set1_epi32(0xffff)),
+						_mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+							(const __m128i *)b[g]->sc[2 * j + 1])), 16));
+
+#pragma GCC unroll 8
+					for (int t = 0; t < nt; t++)
+						o[g][t] = _mm512_add_epi32(o[g][t], _mm512_madd_epi16(
+							off, bc4(&xb[t]->bsums[2 * j])));
+				}
+#pragma GCC unroll 2
+			for (int g = 0; g < ng; g++) {
 				__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(
-					(const __m256i *)b->d));
+					(const __m256i *)b[g]->d));
 
 #pragma GCC unroll 8
 				for (int t = 0; t < nt; t++) {
-					s[t] = _mm512_sub_epi32(s[t], _mm512_slli_epi32(o[t], 5));
-					acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d,
+					s[g][t] = _mm512_sub_epi32(s[g][t],
+						_mm512_slli_epi32(o[g][t], 5));
+					acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(d,
 							_mm512_set1_ps(xb[t]->d)),
-						_mm512_cvtepi32_ps(s[t]), acc[t]);
+						_mm512_cvtepi32_ps(s[g][t]), acc[g][t]);
 				}
 			}
 		}
-		part_end16(cuts, p, out, os, nt, acc, run);
+#pragma GCC unroll 2
+		for (int g = 0; g < ng; g++)
+			part_end16(cuts, p, out + 16 * g, os, nt, acc[g], run[g]);
 	}
-	sums_out16(cuts, out, os, nt, run);
+#pragma GCC unroll 2
+	for (int g = 0; g < ng; g++)
+		sums_out16(cuts, out + 16 * g, os, nt, run[g]);
 }
 
 #define PTOKENS(NAME, CALL)						\
 static inline __attribute__((always_inline)) void			\
-NAME(const uint8_t *w, int64_t nb, const uint8_t *x, size_t xs, int nt,\
-     float *out, size_t os, const struct pg_cuts *cuts)			\
+NAME(const uint8_t *w, int64_t nb, int ng, const uint8_t *x, size_t xs,\
+     int nt, float *out, size_t os, const struct pg_cuts *cuts)		\
 {									\
 	CALL;								\
 }
 
-PTOKENS(ptokens_q4_k, ptokens_mins(w, sizeof(struct kx16_q4_k), 0, nb, x,
-				   xs, nt, out, os, cuts))
-PTOKENS(ptokens_q5_k, ptokens_mins(w, sizeof(struct kx16_q5_k), 1, nb, x,
-				   xs, nt, out, os, cuts))
+PTOKENS(ptokens_q4_k, ptokens_mins(w, sizeof(struct kx16_q4_k), 0, nb, ng,
+				   x, xs, nt, out, os, cuts))
+PTOKENS(ptokens_q5_k, ptokens_mins(w, sizeof(struct kx16_q5_k), 1, nb, ng,
+				   x, xs, nt, out, os, cuts))
+PTOKENS(ptokens_q6_k1, ptokens_q6_k(w, nb, ng, x, xs, nt, out, os, cuts))
 
-SWEEP16(psweep_q4_k, ptokens_q4_k, uint8_t)
-SWEEP16(psweep_q5_k, ptokens_q5_k, uint8_t)
-SWEEP16(psweep_q6_k, ptokens_q6_k, uint8_t)
+#define PTOKENS1(NAME, TOKENS)						\
+static inline __attribute__((always_inline)) void			\
+NAME(const uint8_t *w, int64_t nb, const uint8_t *x, size_t xs, int nt,\
+     float *out, size_t os, const struct pg_cuts *cuts)			\
+{									\
+	TOKENS(w, nb, 1, x, xs, nt, out, os, cuts);			\
+}
+
+PTOKENS1(ptokens16_q4_k, ptokens_q4_k)
+PTOKENS1(ptokens16_q5_k, ptokens_q5_k)
+PTOKENS1(ptokens16_q6_k, ptokens_q6_k1)
+
+SWEEP16(psweep_q4_k, ptokens16_q4_k, uint8_t)
+SWEEP16(psweep_q5_k, ptokens16_q5_k, uint8_t)
+SWEEP16(psweep_q6_k, ptokens16_q6_k, uint8_t)
+
+#define GK2 6		/* tokens a pass of two groups */
+
+/*
+ * Every token against two packed groups, in passes of as even a size as
+ * GK2 allows (16 tokens: 6, 5, 5; a pass of few tokens loads more for
+ * each vpdpbusd), each with a constant count.
+ */
+#define PSWEEP32(NAME, TOKENS)						\
+static void NAME(const uint8_t *w, int64_t nb, const uint8_t *x,	\
+		 int n_tok, float *out, size_t os,			\
+		 const struct pg_cuts *cuts)				\
+{									\
+	size_t xs = (size_t)nb * sizeof(struct pg_block_q8_k);		\
+	int passes = (n_tok + GK2 - 1) / GK2;				\
+									\
+	for (int t = 0, p = 0; p < passes; p++) {			\
+		int nt = (n_tok - t + (passes - p) - 1) / (passes - p);	\
+		const uint8_t *xt = x + (size_t)t * xs;			\
+		float *ot = out + (size_t)t * os;			\
+									\
+		switch (nt) {						\
+		case 6: TOKENS(w, nb, 2, xt, xs, 6, ot, os, cuts); break;\
+		case 5: TOKENS(w, nb, 2, xt, xs, 5, ot, os, cuts); break;\
+		case 4: TOKENS(w, nb, 2, xt, xs, 4, ot, os, cuts); break;\
+		case 3: TOKENS(w, nb, 2, xt, xs, 3, ot, os, cuts); break;\
+		case 2: TOKENS(w, nb, 2, xt, xs, 2, ot, os, cuts); break;\
+		default: TOKENS(w, nb, 2, xt, xs, 1, ot, os, cuts); break;\
+		}							\
+		t += nt;						\
+	}								\
+}
+_Static_assert(GK2 == 6 && GK2 <= GK,
+	       "PSWEEP32 has a case for each pass size up to GK2; the tokens' arrays hold GK");
+
+PSWEEP32(psweep32_q4_k, ptokens_q4_k)
+PSWEEP32(psweep32_q5_k, ptokens_q5_k)
+PSWEEP32(psweep32_q6_k, ptokens_q6_k1)
 
 #define KX16_GEMM(name)							\
 void pg_gemm16_kx16_##name##_vnni(int64_t n, const void *w, size_t ws,	\
@@ -1013,6 +1145,15 @@ void pg_gemm16_kx16_##name##_vnni(int64_t n, const void *w, size_t ws,	\
 {									\
 	(void)ws, (void)work;						\
 	psweep_##name(w, n / PG_QK_K, xq, n_tok, out, os, cuts);	\
+}									\
+									\
+void pg_gemm32_kx16_##name##_vnni(int64_t n, const void *w, size_t ws,	\
+				  const void *xq, int n_tok, float *out,\
+				  size_t os, void *work,		\
+				  const struct pg_cuts *cuts)		\
+{									\
+	(void)ws, (void)work;						\
+	psweep32_##name(w, n / PG_QK_K, xq, n_tok, out, os, cuts);	\
 }
 
 KX16_GEMM(q4_k)

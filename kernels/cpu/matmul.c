@@ -198,10 +198,13 @@ static void mm_rows(struct mm_ctx *c, int64_t r0, int64_t r1, void *work)
 	int t = 0;
 
 	if (c->packed) {	/* whole groups: n_rows % packed_rows == 0 */
-		if (c->packed32 && c->n >= PG_MM_GEMM_MIN && c->work_bytes)
+		/* the K-quants' (16-row groups) take no work */
+		if (c->packed32 && c->n >= PG_MM_GEMM_MIN &&
+		    (c->work_bytes || c->packed_rows == 16))
 			for (; r + 32 <= r1; r += 32)
 				c->packed32(c->w->n_cols, (const uint8_t *)c->w->data +
-					    (size_t)r * c->w->row_bytes, 0, c->xp,
+					    (size_t)r * c->w->row_bytes, 0,
+					    c->xp ? (const void *)c->xp : c->xq,
 					    c->n, c->y + r, (size_t)nr, work,
 					    c->cuts);
 		if (c->packed16 && c->n >= PG_MM_GEMM_MIN && c->work_bytes)
@@ -481,7 +484,8 @@ static pg_gemm8_fn q4x16_loop(const struct pg_cpu_kernels *k,
 	}
 }
 
-/* The same for four such groups at once (32 rows), or NULL. */
+/* The same for 32 rows at once (four such Q4 groups, two K-quant ones),
+ * or NULL. */
 static pg_gemm8_fn q4x32_loop(const struct pg_cpu_kernels *k,
 			      enum pg_dtype t)
 {
@@ -489,6 +493,9 @@ static pg_gemm8_fn q4x32_loop(const struct pg_cpu_kernels *k,
 	case PG_Q4_0: return k->gemm32_q4x8_q4_0;
 	case PG_Q4_1: return k->gemm32_q4x8_q4_1;
 	case PG_Q5_0: return k->gemm32_q4x8_q5_0;
+	case PG_Q4_K: return k->gemm32_kx16_q4_k;
+	case PG_Q5_K: return k->gemm32_kx16_q5_k;
+	case PG_Q6_K: return k->gemm32_kx16_q6_k;
 	default: return NULL;
 	}
 }

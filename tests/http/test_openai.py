@@ -27,8 +27,10 @@ MSG = [{"role": "user", "content": "Name three colours."}]
 
 @pytest.fixture(scope="module")
 def client():
+    # generous: a sanitizer build on a loaded 2-core machine takes minutes
+    # for n=4 answers of 1200 tokens; every request is bounded by max_tokens
     return openai.OpenAI(base_url=URL + "/v1", api_key="unused", max_retries=0,
-                         timeout=60)
+                         timeout=300)
 
 
 @pytest.fixture(scope="module")

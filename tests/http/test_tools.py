@@ -276,7 +276,7 @@ def test_tools_model_formats(tmp_path, fmt, tools):
                               "info"], capture_output=True, text=True, timeout=30)
         assert tools in out.stdout, out.stdout
         c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key="unused",
-                          max_retries=0, timeout=120)
+                          max_retries=0, timeout=300)
         suite(c, c.models.list().data[0].id)
     finally:
         for p in (g, d):
