@@ -1255,6 +1255,103 @@ static void check_attention_tiles(void)
 	       "rows too\n", nc);
 }
 
+/*
+ * The softmax step attention.c takes for one row and run, written out
+ * with table k's exp_sum and scale: what attn_softmax_rows must give.
+ */
+static void softmax_steps(const struct pg_cpu_kernels *k, int n, int hd,
+			  float scale, float *s, struct pg_attn_state *st)
+{
+	float mx = st->m;
+
+	for (int j = 0; j < n; j++)
+		s[j] *= scale;
+	for (int j = 0; j < n; j++)
+		mx = s[j] > mx ? s[j] : mx;
+	if (mx > st->m) {
+		float r = expf(st->m - mx);
+
+		k->scale(hd, r, st->acc);
+		st->l *= r;
+		st->m = mx;
+	}
+	st->l += k->exp_sum(n, s, mx);
+}
+
+/*
+ * attn_softmax_rows of every table that has one against softmax_steps
+ * row by row, bit for bit (scores, maximum, sum, accumulator), over four
+ * runs carried in the states from the empty one: random scores, runs
+ * whose maximum is below the running one, a run of zeros (its maximum
+ * +0), one of -0 and +0 mixed at the top, large and NaN scores, lengths
+ * 1..64 (tails past the last 8).
+ */
+static void check_softmax_rows(void)
+{
+	enum { MAXR = 6, MAXN = 64, HD = 72, RUNS = 4 };
+	static const int ns[] = { 1, 5, 8, 16, 23, 64 };
+	int tables = 0;
+
+	for (int isa = PG_ISA_SCALAR; isa <= (int)top; isa++) {
+		const struct pg_cpu_kernels *k = table_of((enum pg_cpu_isa)isa);
+
+		if (!k->attn_softmax_rows)
+			continue;
+		tables++;
+		for (size_t c = 0; c < sizeof(ns) / sizeof(ns[0]); c++)
+			for (int nr = 1; nr <= MAXR; nr++) {
+				static float s[MAXR][MAXN], w[MAXR][MAXN];
+				static float acc[MAXR][HD], wacc[MAXR][HD];
+				struct pg_attn_state st[MAXR], ws[MAXR];
+				struct pg_attn_state *sp[MAXR];
+				float *rows[MAXR];
+				int n = ns[c];
+
+				reseed("softmax rows", isa, n, nr);
+				for (int r = 0; r < nr; r++) {
+					st[r] = (struct pg_attn_state){
+						-INFINITY, 0.0f, acc[r] };
+					ws[r] = (struct pg_attn_state){
+						-INFINITY, 0.0f, wacc[r] };
+					fill(acc[r], HD);
+					memcpy(wacc[r], acc[r], sizeof(acc[r]));
+					sp[r] = &st[r];
+					rows[r] = s[r];
+				}
+				for (int run = 0; run < RUNS; run++) {
+					for (int r = 0; r < nr; r++) {
+						int kind = (run + r) % 5;
+
+						for (int j = 0; j < n; j++) {
+							float x = 8.0f * frand();
+
+							s[r][j] = kind == 1 ? x - 40.0f :
+								  kind == 2 ? 0.0f :
+								  kind == 3 ? (j % 2 ? 0.0f : -0.0f) - 1.0f * (j % 3 == 2) :
+								  kind == 4 && j == n / 2 ? NAN :
+								  kind == 4 && j == 0 ? 80.0f : x;
+						}
+						memcpy(w[r], s[r], sizeof(s[r]));
+						softmax_steps(k, n, HD, 0.125f, w[r], &ws[r]);
+					}
+					k->attn_softmax_rows(nr, n, HD, 0.125f, rows, sp);
+					for (int r = 0; r < nr; r++) {
+						CHECK(!memcmp(s[r], w[r], n * sizeof(float)) &&
+						      !memcmp(&st[r].m, &ws[r].m, sizeof(float)) &&
+						      !memcmp(&st[r].l, &ws[r].l, sizeof(float)) &&
+						      !memcmp(acc[r], wacc[r], sizeof(acc[r])),
+						      "attn_softmax_rows on %s: %d rows x %d scores, run %d, row %d: not the row-by-row bits (m %a/%a l %a/%a)",
+						      pg_cpu_isa_name(k->isa), nr, n, run, r,
+						      st[r].m, ws[r].m, st[r].l, ws[r].l);
+					}
+				}
+			}
+	}
+	printf("softmax rows: %d tables, 1..6 rows x 1..64 scores over 4 runs "
+	       "(zeros, -0/+0, NaN, falling maxima): the row-by-row bits\n",
+	       tables);
+}
+
 /* Quantisers: random rows, and ties (d = 1, values k + 0.5). */
 static void check_table_quant(const struct pg_cpu_kernels *k)
 {
@@ -2530,6 +2627,7 @@ int main(int argc, char **argv)
 	check_matmul_batch();
 	check_attention();
 	check_attention_tiles();
+	check_softmax_rows();
 	check_llama_numerics();
 	check_kquant_dequant();
 	check_kquant_matmul();

@@ -52,19 +52,13 @@ struct attn_ctx {
 	float *lse;			/* (rows, n_heads) or NULL */
 };
 
-/* Running state of one query's softmax: max m, sum l, weighted V in acc. */
-struct attn_state {
-	float m, l;
-	float *acc;			/* (head_dim) */
-};
-
 /*
  * Fold the n raw scores s of one run into st (their V rows still to be
  * added): scale, cap, the run's maximum, rescale, s[j] = the weights.
  * The same code for a row alone or in a tile.
  */
 static void attn_softmax_run(const struct attn_ctx *c, int n, float *s,
-			     struct attn_state *st)
+			     struct pg_attn_state *st)
 {
 	float mx = st->m;
 
@@ -88,16 +82,32 @@ static void attn_softmax_run(const struct attn_ctx *c, int n, float *s,
 	st->l += c->k->exp_sum(n, s, mx);
 }
 
+/*
+ * attn_softmax_run for nr rows' scores s[r] of one run: the table's loop
+ * for all rows at once where it has one (the same bits), else row by row.
+ */
+static void attn_softmax_rows(const struct attn_ctx *c, int nr, int n,
+			      float *const *s, struct pg_attn_state *const *st)
+{
+	if (c->k->attn_softmax_rows && !(c->heads.softcap > 0.0f)) {
+		c->k->attn_softmax_rows(nr, n, c->kv->head_dim, c->scale, s, st);
+		return;
+	}
+	for (int r = 0; r < nr; r++)
+		attn_softmax_run(c, n, s[r], st[r]);
+}
+
 /* Fold keys slot0 .. slot0 + n - 1 (one page, contiguous) into st. */
 static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
-		     const float *q, struct attn_state *st)
+		     const float *q, struct pg_attn_state *st)
 {
 	const struct pg_kv_layout *kv = c->kv;
 	float s[PG_ATTN_CHUNK];
 
 	c->k->attn_scores(kv->type, n, kv->head_dim,
 			  pg_kv_row(kv, c->block, 0, kvh, slot0), q, s);
-	attn_softmax_run(c, n, s, st);
+	attn_softmax_rows(c, 1, n, (float *const[]){ s },
+			  (struct pg_attn_state *const[]){ st });
 	c->k->attn_values(kv->type, n, kv->head_dim, s,
 			  pg_kv_row(kv, c->block, 1, kvh, slot0), st->acc);
 }
@@ -109,7 +119,7 @@ static void attn_run(const struct attn_ctx *c, int kvh, int32_t slot0, int n,
  */
 static void attn_run_rows(const struct attn_ctx *c, int kvh, int32_t slot0,
 			  int n, int nr, const float *const *q,
-			  struct attn_state *const *st)
+			  struct pg_attn_state *const *st)
 {
 	const struct pg_kv_layout *kv = c->kv;
 	const void *k = pg_kv_row(kv, c->block, 0, kvh, slot0);
@@ -127,8 +137,7 @@ static void attn_run_rows(const struct attn_ctx *c, int kvh, int32_t slot0,
 		for (int r = 0; r < nr; r++)
 			c->k->attn_scores(kv->type, n, kv->head_dim, k, q[r],
 					  sp[r]);
-	for (int r = 0; r < nr; r++)
-		attn_softmax_run(c, n, sp[r], st[r]);
+	attn_softmax_rows(c, nr, n, sp, st);
 	if (c->k->attn_values_rows)
 		c->k->attn_values_rows(kv->type, nr, n, kv->head_dim,
 				       (const float *const *)sp, v, accs);
@@ -172,7 +181,7 @@ merge_parts(const float *const *outs, const float *lses, int n, int hd,
 }
 
 /* out = acc / l and *lse = log sum exp of st, or 0 and -inf when empty. */
-static void attn_finish(const struct attn_state *st, int hd, float *out,
+static void attn_finish(const struct pg_attn_state *st, int hd, float *out,
 			float *lse)
 {
 	if (st->l == 0.0f) {
@@ -321,8 +330,8 @@ static void attn_tile(const struct attn_ctx *c, const struct attn_tile *t)
 	int span = pt * cps, first = cps > 1 ? kv->cp_rank * pt : 0;
 	int nr = (t->i1 - t->i0) * (t->h1 - t->h0), min_lo = 1 << 30, max_n = 0;
 	static __thread float acc[PG_ATTN_TILE_FLOATS], qr[PG_ATTN_TILE_FLOATS];
-	struct attn_state st[PG_ATTN_TILE_ROWS][PG_ATTN_MAX_LANES];
-	struct attn_state *sts[PG_ATTN_TILE_ROWS];
+	struct pg_attn_state st[PG_ATTN_TILE_ROWS][PG_ATTN_MAX_LANES];
+	struct pg_attn_state *sts[PG_ATTN_TILE_ROWS];
 	const float *q[PG_ATTN_TILE_ROWS], *qs[PG_ATTN_TILE_ROWS];
 	int lo[PG_ATTN_TILE_ROWS], nk[PG_ATTN_TILE_ROWS], full[PG_ATTN_TILE_ROWS];
 	size_t rh[PG_ATTN_TILE_ROWS];
@@ -334,7 +343,7 @@ static void attn_tile(const struct attn_ctx *c, const struct attn_tile *t)
 		for (int l = 0; l < nl; l++) {
 			float *a = acc + ((size_t)r * nl + l) * hd;
 
-			st[r][l] = (struct attn_state){ .m = -INFINITY,
+			st[r][l] = (struct pg_attn_state){ .m = -INFINITY,
 							.l = 0.0f, .acc = a };
 			for (int i = 0; i < hd; i++)
 				a[i] = 0.0f;

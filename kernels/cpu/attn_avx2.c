@@ -147,7 +147,8 @@ void pg_attn_values_avx2(enum pg_dtype t, int n, int hd, const float *p,
 		values(PG_F32, n, hd, p, v, acc);
 }
 
-float pg_exp_sum_avx2(int n, float *s, float max)
+static inline __attribute__((always_inline)) float
+exp_sum(int n, float *s, float max)
 {
 	__m256 vm = _mm256_set1_ps(max), sum = _mm256_setzero_ps();
 	int j = 0;
@@ -159,6 +160,70 @@ float pg_exp_sum_avx2(int n, float *s, float max)
 		sum = _mm256_add_ps(sum, e);
 	}
 	return hsum256(sum) + pg_exp_sum_ref(n - j, s + j, max);
+}
+
+float pg_exp_sum_avx2(int n, float *s, float max)
+{
+	return exp_sum(n, s, max);
+}
+
+/*
+ * The n scores at s times scale, and their maximum with m: vectors of 8
+ * scaled and compared lane by lane (a NaN score is passed over as the
+ * scalar `s > mx ? s : mx` passes it), the rest one by one.  Equal
+ * values are the same bits whichever wins, but for zeros: a zero
+ * maximum is taken again in the scalar order, so that its sign is the
+ * one attention.c's loop finds.
+ */
+static inline __attribute__((always_inline)) float
+scale_max(int n, float *s, float scale, float m)
+{
+	__m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(m);
+	float mx;
+	int j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		__m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + j), vs);
+
+		_mm256_storeu_ps(s + j, x);
+		vm = _mm256_max_ps(x, vm);	/* x NaN or equal: vm */
+	}
+	{
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(vm),
+				      _mm256_extractf128_ps(vm, 1));
+
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		mx = _mm_cvtss_f32(h);
+	}
+	for (; j < n; j++) {
+		s[j] *= scale;
+		mx = s[j] > mx ? s[j] : mx;
+	}
+	if (mx == 0.0f) {
+		mx = m;
+		for (j = 0; j < n; j++)
+			mx = s[j] > mx ? s[j] : mx;
+	}
+	return mx;
+}
+
+void pg_attn_softmax_rows_avx2(int nr, int n, int hd, float scale,
+			       float *const *s, struct pg_attn_state *const *st)
+{
+	for (int r = 0; r < nr; r++) {
+		struct pg_attn_state *a = st[r];
+		float mx = scale_max(n, s[r], scale, a->m);
+
+		if (mx > a->m) {
+			float f = expf(a->m - mx);	/* 0 on the first run */
+
+			pg_scale_avx2(hd, f, a->acc);
+			a->l *= f;
+			a->m = mx;
+		}
+		a->l += exp_sum(n, s[r], mx);
+	}
 }
 
 /* F16 through F16C (round to nearest even, as pg_fp32_to_fp16 rounds

@@ -115,6 +115,16 @@ typedef void (*pg_quant_fn)(const float *x, void *dst, int64_t n);
 /* acc[i] += a * v[i] for n values; v of the KV type (F32, F16, BF16). */
 typedef void (*pg_axpy_fn)(int n, float a, const void *v, float *acc);
 
+/*
+ * The running state of one attention row's softmax (attention.c's online
+ * softmax): the maximum score m so far, the sum l of exp(score - m), and
+ * acc (head_dim floats), the V rows weighted by those exponentials.
+ */
+struct pg_attn_state {
+	float m, l;
+	float *acc;
+};
+
 /* The inner loops of one instruction-set level. */
 struct pg_cpu_kernels {
 	enum pg_cpu_isa isa;
@@ -226,6 +236,18 @@ struct pg_cpu_kernels {
 				 float *const *acc);
 	/* s[j] = exp(s[j] - max) for n values; returns their sum */
 	float (*exp_sum)(int n, float *s, float max);
+	/*
+	 * optional (NULL: attention.c's row-by-row steps): fold one run of
+	 * n raw scores s[r] into each of nr rows' softmax states st[r] (no
+	 * soft-cap): scores times scale, the running maximum raised to the
+	 * run's (acc, hd values, and l rescaled by expf(old - new) through
+	 * this table's scale), s[r][j] = exp(s - m) through this table's
+	 * exp_sum, their sum added to l: the bits of those steps, with
+	 * their constants and calls taken once for all the rows
+	 */
+	void (*attn_softmax_rows)(int nr, int n, int hd, float scale,
+				  float *const *s,
+				  struct pg_attn_state *const *st);
 	/* out[i] = x[i] rounded to KV type t (F16 or BF16) and back, n values */
 	void (*round_kv)(enum pg_dtype t, int n, const float *x, float *out);
 	/*
@@ -574,6 +596,8 @@ void pg_fa16_rows_avx2(int nr, int n, int hd, const uint16_t *k,
 		       float scale, float *const *m, float *const *l,
 		       uint16_t *const *acc);
 float pg_exp_sum_avx2(int n, float *s, float max);
+void pg_attn_softmax_rows_avx2(int nr, int n, int hd, float scale,
+				float *const *s, struct pg_attn_state *const *st);
 void pg_round_kv_avx2(enum pg_dtype t, int n, const float *x, float *out);
 void pg_silu_mul_llama_avx2(int64_t n, float *gate, const float *up);
 void pg_fa16_run_avx2(int n, int hd, const uint16_t *k, const uint16_t *v,

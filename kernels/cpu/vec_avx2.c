@@ -211,6 +211,7 @@ const struct pg_cpu_kernels pg_cpu_kernels_avx2 = {
 	.attn_scores_rows = pg_attn_scores_rows_avx2,
 	.attn_values_rows = pg_attn_values_rows_avx2,
 	.exp_sum = pg_exp_sum_avx2,
+	.attn_softmax_rows = pg_attn_softmax_rows_avx2,
 	.round_kv = pg_round_kv_avx2,
 	.fa16_run = pg_fa16_run_avx2,
 	.fa16_rows = pg_fa16_rows_avx2,
