@@ -10,7 +10,8 @@
  * small stack buffer, its running maximum is updated once per run (online
  * softmax), and V rows are accumulated in f32.  The ISA table's multi-row
  * loops (attn_scores_rows, attn_values_rows: several rows against a few
- * keys in registers) give each row the bits its one-row loops give, so
+ * keys in registers; attn_softmax_rows: the softmax step of all the rows
+ * of a run in one call) give each row the bits its one-row steps give, so
  * a row's result is the same whatever tile, batch or thread it is in: the
  * same runs in the same order, the same sums.  Rows of a tile whose run
  * differs from the others' (the last page of a causal row, the first page
